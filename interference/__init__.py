@@ -1,0 +1,1 @@
+"""IAWP: stage profiles, the STDM, NCF interference models, node schedulers and the executor."""

@@ -1,0 +1,1 @@
+"""Discrete-event digital twin of a heterogeneous CPU-GPU cluster (imports only ``workload``)."""
