@@ -1,0 +1,223 @@
+"""``streamplace``: one CLI for the broker, the cluster, the jobs and the demo.
+
+Heavy modules (pyflink, torch, confluent-kafka) are imported inside the subcommands that need
+them, so ``streamplace --help`` starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+
+def _config(args):
+    from streamplace.config import load_config
+    return load_config(args.config, args.set)
+
+
+# -- kafka ---------------------------------------------------------------------------------------
+def cmd_kafka(args) -> int:
+    from streamplace.kafka_broker import KafkaBroker
+    cfg = _config(args)
+    broker = KafkaBroker(cfg)
+    if args.action == "start":
+        was_running = broker.status().running
+        status = broker.start()
+        print(("kafka: already running\n" if was_running else "") + str(status))
+        if not args.no_topics:
+            from streamplace.topics import ensure_topics
+            created = ensure_topics(cfg)
+            print(f"topics: created {created}" if created else "topics: all present")
+    elif args.action == "stop":
+        print("kafka: stopped" if broker.stop() else "kafka: was not running")
+    elif args.action == "status":
+        status = broker.status()
+        print(status)
+        return 0 if status.running else 3
+    elif args.action == "topics":
+        from streamplace.topics import ensure_topics, topic_definitions
+        created = ensure_topics(cfg)
+        for name, spec in topic_definitions(cfg).items():
+            mark = "created" if name in created else "present"
+            print(f"{name:14s} {spec['partitions']} partition(s) {mark:8s} {spec['description']}")
+    return 0
+
+
+# -- cluster -------------------------------------------------------------------------------------
+def cmd_cluster(args) -> int:
+    from streamplace.flink_cluster import FlinkCluster
+    cfg = _config(args)
+    if args.spec:
+        cfg.flink.cluster_spec = args.spec
+    cluster = FlinkCluster(cfg)
+    if args.action == "start":
+        print(cluster.start())
+    elif args.action == "stop":
+        stopped = cluster.stop()
+        print(f"flink: stopped {', '.join(stopped)}" if stopped else "flink: nothing was running")
+    elif args.action == "status":
+        status = cluster.status()
+        print(status)
+        return 0 if status.jobmanager_running else 3
+    return 0
+
+
+# -- up / down -----------------------------------------------------------------------------------
+def cmd_up(args) -> int:
+    args.action, args.no_topics, args.spec = "start", False, getattr(args, "spec", None)
+    return cmd_kafka(args) or cmd_cluster(args)
+
+
+def cmd_down(args) -> int:
+    args.action, args.spec = "stop", getattr(args, "spec", None)
+    return cmd_cluster(args) or cmd_kafka(args)
+
+
+# -- jars ----------------------------------------------------------------------------------------
+def cmd_jars(args) -> int:
+    from streamplace.jars import fetch_jars
+    cfg = _config(args)
+    path = fetch_jars(cfg, force=args.force, quiet=not args.verbose)
+    for jar in sorted(path.rglob("*.jar")):
+        if "kafka_2.13" in jar.name or "connector" in jar.name or "slf4j-impl" in jar.name:
+            print(jar)
+    return 0
+
+
+# -- job -----------------------------------------------------------------------------------------
+def cmd_job(args) -> int:
+    from streamplace.flink_cluster import FlinkCluster
+    from streamplace.jobs import submit_task_pipeline
+    cfg = _config(args)
+    cluster = FlinkCluster(cfg)
+    if args.action == "submit":
+        job_id = submit_task_pipeline(cfg, cluster, pin_executor_to=args.pin or "",
+                                      executor_parallelism=args.parallelism)
+        state = cluster.wait_job_state(job_id, {"RUNNING"})
+        print(f"job {job_id} {state}; web UI: {cfg.flink.rest_url}/#/job/running/{job_id}/overview")
+    elif args.action == "cancel":
+        cluster.cancel_job(args.job_id)
+        print(f"job {args.job_id}: cancel requested")
+    elif args.action == "list":
+        for job in cluster.status().jobs:
+            print(f"{job['jid']} {job['state']:10s} {job['name']}")
+    return 0
+
+
+# -- produce -------------------------------------------------------------------------------------
+def cmd_produce(args) -> int:
+    from tqdm import tqdm
+
+    from streamplace.kafka_io import produce_task_events, synthetic_task_events
+    cfg = _config(args)
+    with tqdm(total=args.count, desc="tasks -> kafka", unit="task") as bar:
+        report = produce_task_events(cfg, synthetic_task_events(args.count, seed=args.seed,
+                                                                prefix=args.prefix),
+                                     progress=bar)
+    print(f"delivered {report.delivered}/{report.sent} TaskEvents to {cfg.job.topic_tasks}")
+    for err in report.errors[:5]:
+        print(f"error: {err}", file=sys.stderr)
+    return 0 if not report.errors else 1
+
+
+# -- demo ----------------------------------------------------------------------------------------
+def cmd_demo(args) -> int:
+    from streamplace.demo import run_demo
+    return run_demo(_config(args), tasks=args.tasks, quick=args.quick, keep=args.keep)
+
+
+# -- info ----------------------------------------------------------------------------------------
+def cmd_info(args) -> int:
+    from streamplace import __version__
+    from streamplace.resources import cluster_spec_dir, kafka_assets
+    cfg = _config(args)
+    info = {"version": __version__, "python": sys.executable, "home": str(cfg.home),
+            "kafka_assets": str(kafka_assets()), "cluster_specs": str(cluster_spec_dir()),
+            "kafka_bootstrap": cfg.kafka.bootstrap_servers, "flink_rest": cfg.flink.rest_url}
+    try:
+        from streamplace.flink_cluster import flink_home
+        info["flink_home"] = str(flink_home())
+    except Exception as exc:  # noqa: BLE001 - info must report, not fail
+        info["flink_home"] = f"unavailable: {exc}"
+    print(json.dumps(info, indent=2) if args.json else
+          "\n".join(f"{k:16s} {v}" for k, v in info.items()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamplace",
+        description="Learned, interference-aware placement for PyFlink + Kafka streaming jobs.")
+    parser.add_argument("--config", help="YAML configuration file (default: $STREAMPLACE_CONFIG)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override one setting, e.g. --set kafka.port=19092 (repeatable)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("kafka", help="the local Apache Kafka broker (KRaft)")
+    p.add_argument("action", choices=["start", "stop", "status", "topics"])
+    p.add_argument("--no-topics", action="store_true", help="start without creating topics")
+    p.set_defaults(func=cmd_kafka)
+
+    p = sub.add_parser("cluster", help="the local Flink cluster (JobManager + TaskManagers)")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--spec", help="cluster spec name or YAML path (default: config)")
+    p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("up", help="start the broker (with topics) and the cluster")
+    p.add_argument("--spec", help="cluster spec name or YAML path")
+    p.set_defaults(func=cmd_up)
+    p = sub.add_parser("down", help="stop the cluster and the broker")
+    p.set_defaults(func=cmd_down)
+
+    p = sub.add_parser("jars", help="fetch the Kafka broker and Flink connector jars (Maven)")
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--verbose", action="store_true")
+    p.set_defaults(func=cmd_jars)
+
+    p = sub.add_parser("job", help="submit, list or cancel the streamplace task pipeline")
+    p.add_argument("action", choices=["submit", "list", "cancel"])
+    p.add_argument("job_id", nargs="?")
+    p.add_argument("--pin", help="pin the executor to this TaskManager id")
+    p.add_argument("--parallelism", type=int, default=1, help="executor instances")
+    p.set_defaults(func=cmd_job)
+
+    p = sub.add_parser("produce", help="send synthetic TaskEvents to the tasks topic")
+    p.add_argument("--count", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prefix", default="task")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("demo", help="start everything, stream tasks through the job, summarise, "
+                                    "stop everything")
+    p.add_argument("--tasks", type=int, default=None, help="tasks to stream (default 5000, "
+                                                           "1000 with --quick)")
+    p.add_argument("--quick", action="store_true", help="a short run (used by make test)")
+    p.add_argument("--keep", action="store_true", help="leave the broker and cluster running")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("info", help="versions, paths and endpoints")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from streamplace.config import ConfigError
+    from streamplace.processes import LaunchError
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, LaunchError) as exc:
+        print(f"streamplace: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("streamplace: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

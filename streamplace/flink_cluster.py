@@ -1,0 +1,346 @@
+"""``streamplace cluster start|stop|status``: a real standalone Flink 2.2 cluster from the
+apache-flink wheel's own distribution (FLINK_HOME is the installed ``pyflink`` package).
+
+One JobManager and one TaskManager per entry of the cluster spec. Each TaskManager gets its own
+configuration folder, its node id as ``taskmanager.resource-id``, an external resource named after
+it (for pinning operators through slot sharing groups, with fine-grained resource management on),
+explicit JVM memory sizes, its CPU affinity (taskset), and in its environment its node id, work
+multiplier, thread limits and CUDA_VISIBLE_DEVICES. Python workers run in process mode with this
+virtualenv's interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+import yaml
+
+from streamplace.cluster_spec import ClusterSpec, TaskManagerSpec, load_cluster_spec
+from streamplace.config import StreamplaceConfig
+from streamplace.processes import LaunchError, ManagedProcess, require_java
+
+__all__ = ["FlinkCluster", "flink_home", "TaskManagerStatus", "ClusterStatus"]
+
+LOG_CONFIG_FILES = ("log4j-console.properties", "log4j.properties", "log4j-cli.properties",
+                    "logback-console.xml", "logback.xml")
+
+
+def flink_home() -> Path:
+    """The Flink distribution inside the installed apache-flink wheel (no pyflink import)."""
+    spec = importlib.util.find_spec("pyflink")
+    if spec is None or not spec.submodule_search_locations:
+        raise LaunchError("apache-flink is not installed in this Python environment "
+                          f"({sys.executable}); run `make install`")
+    home = Path(list(spec.submodule_search_locations)[0])
+    if not (home / "bin" / "taskmanager.sh").is_file():
+        raise LaunchError(f"{home} does not contain Flink's bin/ scripts; reinstall apache-flink")
+    return home
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    flat: dict[str, object] = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, full + "."))
+        else:
+            flat[full] = value
+    return flat
+
+
+@dataclass
+class TaskManagerStatus:
+    node_id: str
+    running: bool
+    registered: bool
+    pid: int | None
+    slots_total: int | None = None
+    slots_free: int | None = None
+    external_resources: dict | None = None
+
+
+@dataclass
+class ClusterStatus:
+    jobmanager_running: bool
+    rest_url: str
+    taskmanagers: list[TaskManagerStatus]
+    jobs: list[dict]
+
+    def __str__(self) -> str:
+        lines = [f"flink: JobManager {'running' if self.jobmanager_running else 'stopped'}"
+                 + (f", web UI and REST at {self.rest_url}" if self.jobmanager_running else "")]
+        for tm in self.taskmanagers:
+            state = "registered" if tm.registered else ("starting" if tm.running else "stopped")
+            extra = ""
+            if tm.registered:
+                extra = f", slots free {tm.slots_free}/{tm.slots_total}, " \
+                        f"resources {tm.external_resources}"
+            lines.append(f"  {tm.node_id}: {state}" + (f" (pid {tm.pid})" if tm.pid else "")
+                         + extra)
+        for job in self.jobs:
+            lines.append(f"  job {job.get('jid')}: {job.get('name')} {job.get('state')}")
+        return "\n".join(lines)
+
+
+class FlinkCluster:
+    """The local cluster described by ``config.flink`` and its cluster spec.
+
+    Example::
+
+        cluster = FlinkCluster(load_config())
+        cluster.start()            # JobManager + one TaskManager per spec entry, waits for all
+        print(cluster.status())
+        cluster.stop()
+    """
+
+    def __init__(self, config: StreamplaceConfig, spec: ClusterSpec | None = None):
+        self.config = config
+        self.spec = spec or load_cluster_spec(config.flink.cluster_spec)
+        self.dir = config.flink_dir
+        self.rest_url = config.flink.rest_url
+        self.jobmanager = ManagedProcess(
+            name="Flink JobManager", pid_file=self.dir / "jobmanager" / "process.pid",
+            log_file=self.dir / "jobmanager" / "log" / "console.out",
+            marker=str(self.dir / "jobmanager" / "conf"),
+            ports=[(config.flink.host, config.flink.rest_port),
+                   (config.flink.host, config.flink.rpc_port)])
+
+    # Processes ---------------------------------------------------------------------------------
+    def _tm_process(self, tm: TaskManagerSpec) -> ManagedProcess:
+        base = self.dir / tm.id
+        return ManagedProcess(name=f"Flink TaskManager {tm.id}", pid_file=base / "process.pid",
+                              log_file=base / "log" / "console.out", marker=str(base / "conf"))
+
+    def conf_dir(self, name: str) -> Path:
+        return self.dir / name / "conf"
+
+    def _common_config(self) -> dict[str, object]:
+        shipped = yaml.safe_load((flink_home() / "conf" / "config.yaml").read_text()) or {}
+        conf = _flatten(shipped)
+        f = self.config.flink
+        venv_python = sys.executable
+        conf.update({
+            "jobmanager.rpc.address": f.host, "jobmanager.rpc.port": f.rpc_port,
+            "jobmanager.bind-host": f.host,
+            "rest.address": f.host, "rest.port": f.rest_port, "rest.bind-address": f.host,
+            "taskmanager.bind-host": f.host, "taskmanager.host": f.host,
+            "jobmanager.memory.process.size": f"{f.jobmanager_memory_mb}m",
+            "cluster.fine-grained-resource-management.enabled": True,
+            "parallelism.default": self.config.job.parallelism,
+            "execution.checkpointing.dir": (self.dir / "checkpoints").as_uri(),
+            "execution.checkpointing.savepoint-dir": (self.dir / "savepoints").as_uri(),
+            # Python workers (process mode) must use the interpreter that has streamplace.
+            "python.executable": venv_python, "python.client.executable": venv_python,
+            # Notice a dead TaskManager in seconds, not the default 50 s.
+            "heartbeat.interval": 2000, "heartbeat.timeout": 15000,
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": 50,
+            "restart-strategy.fixed-delay.delay": "2 s",
+        })
+        conf.update(f.extra_config)
+        return conf
+
+    def _write_conf(self, name: str, conf: dict[str, object]) -> Path:
+        conf_dir = self.conf_dir(name)
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        for log_file in LOG_CONFIG_FILES:
+            source = flink_home() / "conf" / log_file
+            if source.is_file():
+                shutil.copyfile(source, conf_dir / log_file)
+        (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf, sort_keys=True, width=10_000))
+        return conf_dir
+
+    def _env(self, name: str) -> dict[str, str]:
+        env = dict(os.environ)
+        base = self.dir / name
+        (base / "log").mkdir(parents=True, exist_ok=True)
+        (base / "tmp").mkdir(parents=True, exist_ok=True)
+        env.update({"FLINK_CONF_DIR": str(self.conf_dir(name)), "FLINK_LOG_DIR": str(base / "log"),
+                    "FLINK_PID_DIR": str(base), "FLINK_HOME": str(flink_home())})
+        java = require_java()
+        env.setdefault("JAVA_HOME", str(Path(os.path.realpath(java)).parents[1]))
+        return env
+
+    def _tm_env(self, tm: TaskManagerSpec) -> dict[str, str]:
+        env = self._env(tm.id)
+        threads = str(tm.threads)
+        env.update({
+            "STREAMPLACE_NODE_ID": tm.id,
+            "STREAMPLACE_WORK_MULTIPLIER": str(tm.work_multiplier),
+            "STREAMPLACE_NODE_LABELS": ",".join(tm.labels),
+            "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads, "STREAMPLACE_TORCH_THREADS": threads,
+            # A node without GPUs in the spec must not see the host's GPUs either.
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in tm.gpu_ids),
+        })
+        return env
+
+    def _tm_config(self, tm: TaskManagerSpec, common: dict[str, object]) -> dict[str, object]:
+        conf = dict(common)
+        base = self.dir / tm.id
+        conf.update({
+            "taskmanager.resource-id": tm.id,
+            "taskmanager.cpu.cores": tm.cpu_cores,
+            "taskmanager.numberOfTaskSlots": tm.slots,
+            "taskmanager.memory.task.heap.size": f"{tm.task_heap_mb}m",
+            "taskmanager.memory.managed.size": f"{tm.managed_mb}m",
+            "taskmanager.memory.task.off-heap.size": "0m",
+            "taskmanager.memory.framework.heap.size": "128m",
+            "taskmanager.memory.framework.off-heap.size": "128m",
+            "taskmanager.memory.network.min": "64m", "taskmanager.memory.network.max": "64m",
+            "taskmanager.memory.jvm-metaspace.size": "256m",
+            "taskmanager.memory.jvm-overhead.min": "192m",
+            "taskmanager.memory.jvm-overhead.max": "192m",
+            f"external-resource.{tm.id}.amount": tm.slots,
+            "io.tmp.dirs": str(base / "tmp"),
+        })
+        conf.pop("taskmanager.memory.process.size", None)
+        return conf
+
+    # Public API -------------------------------------------------------------------------------
+    def start(self) -> "ClusterStatus":
+        """Start whatever is not running yet and wait until every TaskManager registered."""
+        java = require_java()
+        del java
+        self.spec.check_fits_machine()
+        common = self._common_config()
+        if not self.jobmanager.is_running():
+            self.jobmanager.check_ports_free()
+            jm_conf = dict(common)
+            jm_conf["io.tmp.dirs"] = str(self.dir / "jobmanager" / "tmp")
+            jm_conf["web.tmpdir"] = str(self.dir / "jobmanager" / "tmp")
+            self._write_conf("jobmanager", jm_conf)
+            self.jobmanager.launch([str(flink_home() / "bin" / "jobmanager.sh"),
+                                    "start-foreground"], env=self._env("jobmanager"))
+        taskset = shutil.which("taskset")
+        for tm in self.spec.taskmanagers:
+            proc = self._tm_process(tm)
+            if proc.is_running():
+                continue
+            self._write_conf(tm.id, self._tm_config(tm, common))
+            cmd = [str(flink_home() / "bin" / "taskmanager.sh"), "start-foreground",
+                   # A list-valued option must come as -D (the yaml list form is read as one name).
+                   "-D", f"external-resources={tm.id}"]
+            if tm.cpu_affinity and taskset:
+                cmd = [taskset, "-c", ",".join(map(str, tm.cpu_affinity))] + cmd
+            proc.launch(cmd, env=self._tm_env(tm))
+        self.jobmanager.wait_ready(self._rest_up, self.config.flink.start_timeout_s,
+                                   log_to_show=self._newest_log("jobmanager"))
+        deadline = time.monotonic() + self.config.flink.start_timeout_s
+        while True:
+            registered = self._registered_ids()
+            missing = [tm for tm in self.spec.taskmanagers if tm.id not in registered]
+            if not missing:
+                break
+            for tm in missing:
+                if not self._tm_process(tm).is_running():
+                    from streamplace.processes import tail
+                    log = self._newest_log(tm.id)
+                    raise LaunchError(f"TaskManager {tm.id} exited during start-up. Last log "
+                                      f"lines ({log}):\n{tail(log)}")
+            if time.monotonic() > deadline:
+                raise LaunchError(f"TaskManagers {[tm.id for tm in missing]} did not register "
+                                  f"within {self.config.flink.start_timeout_s:.0f} s; logs in "
+                                  f"{self.dir}/<node>/log")
+            time.sleep(0.5)
+        return self.status()
+
+    def stop(self) -> list[str]:
+        """Stop TaskManagers, then the JobManager; returns the names of what was stopped."""
+        stopped = []
+        for tm in self.spec.taskmanagers:
+            if self._tm_process(tm).stop(timeout_s=30):
+                stopped.append(tm.id)
+        if self.jobmanager.stop(timeout_s=30):
+            stopped.append("jobmanager")
+        return stopped
+
+    def kill_taskmanager(self, node_id: str) -> bool:
+        """Stop one TaskManager (failure tests, node leaving)."""
+        return self._tm_process(self.spec.node(node_id)).stop(timeout_s=10)
+
+    def status(self) -> ClusterStatus:
+        overview = self._get("/taskmanagers") if self.jobmanager.is_running() else None
+        by_id = {tm["id"]: tm for tm in (overview or {}).get("taskmanagers", [])}
+        tms = []
+        for tm in self.spec.taskmanagers:
+            info = by_id.get(tm.id)
+            proc = self._tm_process(tm)
+            tms.append(TaskManagerStatus(
+                node_id=tm.id, running=proc.is_running(), registered=info is not None,
+                pid=proc.pid(),
+                slots_total=info.get("slotsNumber") if info else None,
+                slots_free=info.get("freeSlots") if info else None,
+                external_resources=(info.get("totalResource", {}).get("extendedResources")
+                                    if info else None)))
+        jobs = (self._get("/jobs/overview") or {}).get("jobs", []) if overview else []
+        return ClusterStatus(self.jobmanager.is_running(), self.rest_url, tms, jobs)
+
+    # REST helpers ------------------------------------------------------------------------------
+    def _get(self, path: str) -> dict | None:
+        try:
+            response = requests.get(self.rest_url + path, timeout=5)
+            response.raise_for_status()
+            return response.json()
+        except (requests.RequestException, ValueError):
+            return None
+
+    def _rest_up(self) -> bool:
+        return self._get("/overview") is not None
+
+    def _registered_ids(self) -> set[str]:
+        return {tm["id"] for tm in (self._get("/taskmanagers") or {}).get("taskmanagers", [])}
+
+    def _newest_log(self, name: str) -> Path:
+        logs = sorted((self.dir / name / "log").glob("*.log"), key=lambda p: p.stat().st_mtime)
+        return logs[-1] if logs else self.dir / name / "log" / "console.out"
+
+    # Jobs --------------------------------------------------------------------------------------
+    def submit_python_job(self, script: Path, args: list[str], timeout_s: float = 180) -> str:
+        """``flink run -d -py script -- args`` against this cluster; returns the job id."""
+        env = self._env("client")
+        env["FLINK_CONF_DIR"] = str(self.conf_dir("jobmanager"))
+        cmd = [str(flink_home() / "bin" / "flink"), "run", "-d",
+               "-m", f"{self.config.flink.host}:{self.config.flink.rest_port}",
+               "-pyexec", sys.executable, "-pyclientexec", sys.executable,
+               "-py", str(script), *args]
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+        output = result.stdout + result.stderr
+        match = re.search(r"JobID ([0-9a-f]{32})", output)
+        if result.returncode != 0 or not match:
+            raise LaunchError(f"flink run failed (exit {result.returncode}):\n{output[-6000:]}")
+        return match.group(1)
+
+    def job(self, job_id: str) -> dict | None:
+        return self._get(f"/jobs/{job_id}")
+
+    def wait_job_state(self, job_id: str, states: set[str], timeout_s: float = 120) -> str:
+        deadline = time.monotonic() + timeout_s
+        state = "UNKNOWN"
+        while time.monotonic() < deadline:
+            info = self.job(job_id)
+            if info:
+                state = info.get("state", "UNKNOWN")
+                if state in states:
+                    return state
+                if state in {"FAILED", "CANCELED", "FINISHED"} and state not in states:
+                    raise LaunchError(f"job {job_id} is {state}: "
+                                      f"{(self._get(f'/jobs/{job_id}/exceptions') or {})}")
+            time.sleep(0.5)
+        raise LaunchError(f"job {job_id} did not reach {states} within {timeout_s:.0f} s "
+                          f"(last state {state})")
+
+    def cancel_job(self, job_id: str) -> None:
+        try:
+            requests.patch(f"{self.rest_url}/jobs/{job_id}?mode=cancel", timeout=10)
+        except requests.RequestException:
+            pass
