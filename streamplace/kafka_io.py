@@ -94,10 +94,11 @@ class ReadReport:
 def read_topic(config: StreamplaceConfig, topic: str, record_name: str, expected: int | None,
                timeout_s: float = 120.0, idle_s: float | None = None,
                group_id: str | None = None, progress=None, settle_s: float = 0.0,
-               stop_when=None) -> ReadReport:
+               keep=None) -> ReadReport:
     """Read ``topic`` from the beginning with ``isolation.level=read_committed`` until
     ``expected`` records arrived (then ``settle_s`` more, to catch duplicates), ``timeout_s``
-    passed, or nothing came for ``idle_s``."""
+    passed, or nothing came for ``idle_s``. ``keep(record)`` filters what is kept and counted
+    (e.g. one run's task ids on a topic shared with earlier runs)."""
     from confluent_kafka import Consumer, KafkaError
 
     from workload.codec import CodecError, decode
@@ -119,8 +120,6 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str, expected
                     break
             if idle_s is not None and time.monotonic() - last > idle_s:
                 break
-            if stop_when is not None and stop_when(report.records):
-                break
             for msg in consumer.consume(num_messages=500, timeout=0.5):
                 if msg.error():
                     if msg.error().code() != KafkaError._PARTITION_EOF:
@@ -128,9 +127,13 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str, expected
                     continue
                 last = time.monotonic()
                 try:
-                    report.records.append(decode(record_name, msg.value()))
+                    record = decode(record_name, msg.value())
                 except CodecError:
                     report.undecodable += 1
+                    continue
+                if keep is not None and not keep(record):
+                    continue
+                report.records.append(record)
                 if progress is not None:
                     progress.update(1)
     finally:
