@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from streamplace.resources import cluster_spec_dir
 
-__all__ = ["TaskManagerSpec", "ClusterSpec", "load_cluster_spec", "SpecError",
+__all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecError",
            "JVM_FIXED_OVERHEAD_MB"]
 
 #: JVM parts we size explicitly and add to task heap + managed memory: framework heap 128,
@@ -63,14 +63,17 @@ class TaskManagerSpec(BaseModel):
         return self.task_heap_mb + self.managed_mb + JVM_FIXED_OVERHEAD_MB
 
 
-class ClusterSpec(BaseModel):
+class LocalClusterSpec(BaseModel):
+    """The TaskManagers `streamplace cluster start` launches (not the simulator's cluster model,
+    which lives in ``workload.model``)."""
+
     model_config = ConfigDict(extra="forbid")
 
     taskmanagers: list[TaskManagerSpec] = Field(min_length=1)
     source: str = ""
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "ClusterSpec":
+    def _unique_ids(self) -> "LocalClusterSpec":
         ids = [tm.id for tm in self.taskmanagers]
         if len(set(ids)) != len(ids):
             raise ValueError(f"TaskManager ids must be unique, got {ids}")
@@ -92,7 +95,7 @@ class ClusterSpec(BaseModel):
                                 f"({cpus} CPUs)")
 
 
-def load_cluster_spec(name_or_path: str | os.PathLike) -> ClusterSpec:
+def load_cluster_spec(name_or_path: str | os.PathLike) -> LocalClusterSpec:
     """A shipped spec by name (``default``, ``gpu-host``) or a YAML file path."""
     path = Path(name_or_path)
     if not path.suffix:
@@ -106,7 +109,7 @@ def load_cluster_spec(name_or_path: str | os.PathLike) -> ClusterSpec:
         raise SpecError(f"cluster spec {path} does not exist")
     try:
         data = yaml.safe_load(path.read_text())
-        spec = ClusterSpec.model_validate(data)
+        spec = LocalClusterSpec.model_validate(data)
     except (yaml.YAMLError, ValidationError) as exc:
         raise SpecError(f"invalid cluster spec {path}:\n{exc}") from exc
     spec.source = str(path)

@@ -24,7 +24,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from streamplace.cluster_spec import ClusterSpec, TaskManagerSpec, load_cluster_spec
+from streamplace.cluster_spec import LocalClusterSpec, TaskManagerSpec, load_cluster_spec
 from streamplace.config import StreamplaceConfig
 from streamplace.processes import LaunchError, ManagedProcess, require_java
 
@@ -102,7 +102,7 @@ class FlinkCluster:
         cluster.stop()
     """
 
-    def __init__(self, config: StreamplaceConfig, spec: ClusterSpec | None = None):
+    def __init__(self, config: StreamplaceConfig, spec: LocalClusterSpec | None = None):
         self.config = config
         self.spec = spec or load_cluster_spec(config.flink.cluster_spec)
         self.dir = config.flink_dir

@@ -45,7 +45,10 @@ def _producer(config: StreamplaceConfig):
     from confluent_kafka import Producer
     return Producer({"bootstrap.servers": config.kafka.bootstrap_servers,
                      "enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                     "compression.type": "lz4"})
+                     "compression.type": "lz4",
+                     # Transient broker warnings (e.g. "coordinator load in progress" right after
+                     # start-up) are retried by librdkafka; real failures reach on_delivery.
+                     "log_level": 3})
 
 
 def produce_raw(config: StreamplaceConfig, topic: str, payloads: Iterable[bytes],

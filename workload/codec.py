@@ -1,165 +1,330 @@
-"""The Avro contract's codec: single-object encoded records, decoded with fastavro.
+"""The Avro contract's codec: single-object encoded records, read and written with fastavro.
 
-Wire format (Avro specification, "single object encoding"): the two marker bytes ``C3 01``, the
-8-byte little-endian CRC-64-AVRO fingerprint of the writer schema's parsing canonical form, then
-the Avro binary body. Java's ``BinaryMessageEncoder`` writes the same bytes, so JVM readers need
-no schema registry either.
+Wire format (Avro specification, "Single object encoding"): the two marker bytes ``C3 01``, the
+8-byte little-endian CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form, then
+the Avro binary body. Java's ``BinaryMessageEncoder`` / ``BinaryMessageDecoder`` write and read
+the same bytes, so JVM code needs no schema registry either.
 
-Evolution (see docs/avro.md): fields are only ever appended at the end of a record, each with a
-default. A reader resolves every writer schema it ships (current and ``schemas/history/``) to its
-current schema; a writer fingerprint it does not know is read with its own current schema, which
-is safe under the append-only rule (the unknown trailing fields are left unread) and is counted
-in ``Codec.unknown_writer_reads``.
+Records (``workload/schemas/*.avsc``, namespace ``io.streamplace``): ``TaskEvent``,
+``TaskResult``, ``NodeFeedback``, ``DeadLetter``.
 
-Why fastavro rather than the ``avro`` package: its C-accelerated schemaless reader and writer are
-several times faster, and decoding sits on the per-record path of the router (docs/avro.md has
-the measurement).
+Evolution (docs/avro.md): fields are only ever appended at the END of a record, each with a
+default. A reader therefore knows these writer schemas for each record type, all resolved to its
+current schema by fastavro's schema resolution:
+
+* its current schema;
+* every prefix of it that drops trailing fields with defaults (what an older writer that
+  followed the rule used), so an old writer's missing fields come back as their defaults;
+* every released version kept under ``workload/schemas/history/`` (``task_event.v1.avsc`` ...)
+  and any ``extra_writer_schemas`` given to :class:`Codec`.
+
+A fingerprint it does not know (a NEWER writer) is decoded with the reader's own current schema:
+safe under the append-only rule, because the known fields come first and the appended ones are
+trailing bytes left unread. Such reads are counted in :attr:`Codec.unknown_writer_reads` (and
+per fingerprint in :attr:`Codec.unknown_writer_fingerprints`), with one log line per new
+fingerprint rather than one per record.
+
+Every problem with the bytes (empty, wrong marker, truncated, trailing junk, a message of another
+record type, a body that does not decode) raises :class:`CodecError`, never a bare
+``IndexError``/``EOFError``/``StopIteration``.
+
+Why fastavro rather than the ``avro`` package: its C-accelerated schemaless reader and writer
+are several times faster, and decoding sits on the per-record path (docs/avro.md has numbers).
 
 Example::
 
+    >>> from workload.codec import encode, decode
     >>> data = encode("TaskEvent", {"task_id": "t1", "app_id": "face_recognition",
     ...                             "input_size": 4096, "submitted_at_ms": 0})
-    >>> decode("TaskEvent", data)["input_size"]
-    4096
+    >>> data[:2]
+    b'\\xc3\\x01'
+    >>> event = decode("TaskEvent", data)
+    >>> event["input_size"], event["source"], event["expected_work_ms"]
+    (4096, '', None)
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
+from collections import Counter
 from importlib import resources
 
 import fastavro
-from fastavro.schema import fingerprint, to_parsing_canonical_form
+from fastavro.schema import fingerprint as _fingerprint_hex
+from fastavro.schema import to_parsing_canonical_form
+from fastavro.validation import ValidationError, validate
 
-__all__ = ["CodecError", "Codec", "RECORD_NAMES", "encode", "decode", "default_codec"]
+__all__ = ["CodecError", "Codec", "RECORD_NAMES", "MARKER", "HEADER_SIZE", "encode", "decode",
+           "default_codec", "load_schema", "schema_fingerprint"]
+
+log = logging.getLogger(__name__)
 
 MARKER = b"\xc3\x01"
+"""The two bytes every single-object encoded message starts with."""
 HEADER_SIZE = 10
+"""Marker (2 bytes) + CRC-64-AVRO fingerprint of the writer schema (8 bytes, little-endian)."""
 SCHEMA_FILES = {"TaskEvent": "task_event.avsc", "TaskResult": "task_result.avsc",
                 "NodeFeedback": "node_feedback.avsc", "DeadLetter": "dead_letter.avsc"}
 RECORD_NAMES = tuple(SCHEMA_FILES)
+_NAMESPACE_PREFIX = "io.streamplace."
+# What a malformed body can make fastavro raise (EOFError: truncated; IndexError: enum or union
+# index out of range; UnicodeDecodeError (a ValueError): broken UTF-8; OverflowError/MemoryError:
+# absurd lengths or counts).
+_READ_ERRORS = (EOFError, StopIteration, IndexError, KeyError, ValueError, TypeError,
+                OverflowError, MemoryError)
+_WRITE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError)
 
 
 class CodecError(ValueError):
     """Bytes that are not a valid record of the expected type, or a record that cannot be
-    encoded; the message says what is wrong."""
+    encoded; the message says what is wrong and, for records, which field."""
+
+
+def _schemas_dir():
+    return resources.files("workload") / "schemas"
+
+
+def load_schema(record_name: str) -> dict:
+    """The shipped current schema of ``record_name`` as plain JSON (a dict).
+
+    >>> load_schema("TaskEvent")["namespace"]
+    'io.streamplace'
+    """
+    try:
+        filename = SCHEMA_FILES[record_name]
+    except KeyError:
+        raise CodecError(f"unknown record type {record_name!r}; expected one of "
+                         f"{', '.join(RECORD_NAMES)}") from None
+    return json.loads((_schemas_dir() / filename).read_text(encoding="utf-8"))
 
 
 def schema_fingerprint(schema) -> bytes:
-    """CRC-64-AVRO of the parsing canonical form, as the 8 little-endian wire bytes."""
-    return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+    """CRC-64-AVRO of the schema's Parsing Canonical Form, as the 8 little-endian bytes that
+    follow the marker on the wire (Java: ``SchemaNormalization.parsingFingerprint64``, written
+    little-endian). ``schema`` is the schema's JSON as a dict, list or str.
+
+    >>> schema_fingerprint("int").hex()   # the Avro spec's 0x7275d51a3f395c8f, little-endian
+    '8f5c393f1ad57572'
+    """
+    # fastavro's fingerprint() returns the CRC-64-AVRO bytes in wire (little-endian) order.
+    return bytes.fromhex(_fingerprint_hex(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
 
 
-def _load_schema_text(relative: str) -> dict:
-    return json.loads((resources.files("workload") / "schemas" / relative).read_text())
+def _fp_text(fp: bytes) -> str:
+    """A fingerprint as the conventional 64-bit number (what Java prints), e.g. 0x7275d51a..."""
+    return f"0x{int.from_bytes(fp, 'little'):016x}"
+
+
+def _history_schemas(record_name: str) -> list[dict]:
+    """Released earlier versions: ``schemas/history/<stem>.<version>.avsc``."""
+    folder = _schemas_dir() / "history"
+    if not folder.is_dir():
+        return []
+    stem = SCHEMA_FILES[record_name].removesuffix(".avsc")
+    return [json.loads(f.read_text(encoding="utf-8"))
+            for f in sorted(folder.iterdir(), key=lambda p: p.name)
+            if f.name.startswith(stem + ".") and f.name.endswith(".avsc")]
+
+
+def _defaulted_prefixes(schema: dict) -> list[dict]:
+    """The schema without its last 1, 2, ... fields, for as long as the dropped ones all have
+    defaults: exactly what an older writer that followed the append-only rule used."""
+    fields = schema["fields"]
+    prefixes = []
+    k = len(fields)
+    while k > 0 and "default" in fields[k - 1]:
+        k -= 1
+        prefixes.append({**schema, "fields": fields[:k]})
+    return prefixes
 
 
 class Codec:
-    """Encoder/decoder for the four streamplace records, schemas parsed once.
+    """Encoder/decoder for the four streamplace records; schemas are parsed once, here.
 
-    ``extra_writer_schemas`` maps a record name to older (or newer) writer schemas this reader
-    should resolve; the shipped ``schemas/history/`` files are added automatically.
+    ``reader_schemas`` replaces the shipped current schema of a record type (tests use it to
+    play an older or newer writer); ``extra_writer_schemas`` adds writer schemas this reader
+    should resolve, next to the shipped ``schemas/history/`` versions.
+
+    >>> codec = Codec()
+    >>> data = codec.encode("DeadLetter", {"source_topic": "tasks", "partition": 0, "offset": 7,
+    ...                                    "reason": "bad marker", "raw": b"{}",
+    ...                                    "failed_at_ms": 1, "stage": "decode"})
+    >>> codec.decode("DeadLetter", data)["raw"]
+    b'{}'
+    >>> codec.unknown_writer_reads
+    0
     """
 
-    def __init__(self, extra_writer_schemas: dict[str, list[dict]] | None = None,
-                 reader_schemas: dict[str, dict] | None = None):
+    def __init__(self, reader_schemas: dict[str, dict] | None = None,
+                 extra_writer_schemas: dict[str, list[dict]] | None = None):
         self.unknown_writer_reads = 0
-        self._schemas = {}
-        self._fingerprints = {}
-        self._writers: dict[str, dict[bytes, object]] = {}
-        for name, filename in SCHEMA_FILES.items():
-            raw = (reader_schemas or {}).get(name) or _load_schema_text(filename)
-            parsed = fastavro.parse_schema(raw, _write_hint=False)
+        """Messages decoded with the current schema because their writer was unknown."""
+        self.unknown_writer_fingerprints: Counter[tuple[str, str]] = Counter()
+        """(record name, fingerprint) -> how many such messages were decoded."""
+        self._schemas: dict[str, dict] = {}
+        self._headers: dict[str, bytes] = {}
+        # record name -> writer fingerprint -> (writer schema, reader schema or None when same)
+        self._readers: dict[str, dict[bytes, tuple[dict, dict | None]]] = {}
+        self._owner: dict[bytes, str] = {}  # any known fingerprint -> its record type
+        for name in RECORD_NAMES:
+            raw = (reader_schemas or {}).get(name) or load_schema(name)
+            if raw.get("name") != name:
+                raise CodecError(f"the schema given for {name} is named {raw.get('name')!r}")
+            parsed = fastavro.parse_schema(raw)  # keeps fastavro's "parsed" hint: no re-parse
+            current = schema_fingerprint(raw)
             self._schemas[name] = parsed
-            self._fingerprints[name] = schema_fingerprint(raw)
-            self._writers[name] = {self._fingerprints[name]: None}  # None: same as reader
-            for old in self._history(filename) + list((extra_writer_schemas or {}).get(name, [])):
-                self._writers[name][schema_fingerprint(old)] = fastavro.parse_schema(
-                    old, _write_hint=False)
+            self._headers[name] = MARKER + current
+            readers = {current: (parsed, None)}
+            writers = (_defaulted_prefixes(raw) + _history_schemas(name)
+                       + list((extra_writer_schemas or {}).get(name, ())))
+            for writer in writers:
+                fp = schema_fingerprint(writer)
+                if fp not in readers:
+                    readers[fp] = (fastavro.parse_schema(writer), parsed)
+            self._readers[name] = readers
+            for fp in readers:
+                self._owner.setdefault(fp, name)
 
-    @staticmethod
-    def _history(filename: str) -> list[dict]:
-        folder = resources.files("workload") / "schemas" / "history"
-        stem = filename.removesuffix(".avsc")
-        if not folder.is_dir():
-            return []
-        return [json.loads(f.read_text()) for f in sorted(folder.iterdir(), key=lambda p: p.name)
-                if f.name.startswith(stem + ".") and f.name.endswith(".avsc")]
-
-    def schema(self, record_name: str):
+    def _check_name(self, record_name: str) -> dict:
         try:
             return self._schemas[record_name]
         except KeyError:
-            raise CodecError(f"unknown record type {record_name!r}; "
-                             f"expected one of {RECORD_NAMES}") from None
+            raise CodecError(f"unknown record type {record_name!r}; expected one of "
+                             f"{', '.join(RECORD_NAMES)}") from None
+
+    def schema(self, record_name: str) -> dict:
+        """The parsed current (reader and writer) schema of ``record_name``."""
+        return self._check_name(record_name)
 
     def fingerprint(self, record_name: str) -> bytes:
-        self.schema(record_name)
-        return self._fingerprints[record_name]
+        """The 8 wire bytes identifying this codec's current schema of ``record_name``."""
+        self._check_name(record_name)
+        return self._headers[record_name][2:]
+
+    def known_fingerprints(self, record_name: str) -> frozenset[bytes]:
+        """Every writer fingerprint this codec resolves for ``record_name``."""
+        self._check_name(record_name)
+        return frozenset(self._readers[record_name])
 
     def encode(self, record_name: str, record: dict) -> bytes:
-        schema = self.schema(record_name)
+        """``record`` (a dict; fields with defaults may be left out) as a single-object
+        encoded message. Raises :class:`CodecError` naming a missing, unknown or mistyped
+        field."""
+        schema = self._check_name(record_name)
         if not isinstance(record, dict):
-            raise CodecError(f"{record_name} must be a dict, got {type(record).__name__}")
+            raise CodecError(f"cannot encode {record_name}: expected a dict, got "
+                             f"{type(record).__name__}")
+        # fastavro's writer silently truncates 1.5 to a long and writes ints beyond 32 bits
+        # into an Avro int (which Java then rejects): validate first (about 2 us).
+        if not validate(record, schema, raise_errors=False):
+            raise CodecError(f"cannot encode {record_name}: {_explain(schema, record)}")
         buffer = io.BytesIO()
-        buffer.write(MARKER + self._fingerprints[record_name])
+        buffer.write(self._headers[record_name])
         try:
             fastavro.schemaless_writer(buffer, schema, record, strict_allow_default=True)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise CodecError(f"cannot encode {record_name}: {_field_problem(schema, record)}"
-                             f" ({type(exc).__name__}: {exc})") from None
+        except _WRITE_ERRORS as exc:  # e.g. a field the schema does not have
+            raise CodecError(f"cannot encode {record_name}: {exc}") from None
         return buffer.getvalue()
 
     def decode(self, record_name: str, data: bytes) -> dict:
-        schema = self.schema(record_name)
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise CodecError(f"{record_name}: expected bytes, got {type(data).__name__}")
-        data = bytes(data)
-        if len(data) < HEADER_SIZE or data[:2] != MARKER:
-            head = data[:2].hex() or "nothing"
-            raise CodecError(f"not an Avro single-object message ({len(data)} bytes): first "
-                             f"bytes 0x{head} are not the C3 01 marker" if data[:2] != MARKER
-                             else f"{record_name}: message of {len(data)} bytes is shorter than "
-                                  f"the {HEADER_SIZE}-byte header")
-        writer = self._writers[record_name]
+        """The record in ``data`` (bytes, bytearray or memoryview) as a dict, in the current
+        schema (missing fields filled with defaults). Raises :class:`CodecError`."""
+        readers = self._readers.get(record_name)
+        if readers is None:
+            self._check_name(record_name)
+        if type(data) is not bytes:
+            if not isinstance(data, (bytearray, memoryview)):
+                raise CodecError(f"cannot decode {record_name}: expected bytes, got "
+                                 f"{type(data).__name__}")
+            data = bytes(data)
+        if data[:2] != MARKER:
+            head = f"0x{data[:2].hex()}" if data else "(empty message)"
+            raise CodecError(f"not an Avro single-object message: first bytes {head} are not "
+                             f"the C3 01 marker (expected a {record_name})")
+        if len(data) < HEADER_SIZE:
+            raise CodecError(f"truncated {record_name} message: {len(data)} bytes, shorter than "
+                             f"the {HEADER_SIZE}-byte header")
         fp = data[2:HEADER_SIZE]
-        if fp in writer:
-            writer_schema = writer[fp] or schema
-        else:
-            self.unknown_writer_reads += 1
-            writer_schema = schema
-        body = io.BytesIO(data[HEADER_SIZE:])
+        entry = readers.get(fp)
+        known = entry is not None
+        if not known:
+            other = self._owner.get(fp)
+            if other is not None:
+                raise CodecError(f"message is a {other}, not a {record_name} (writer schema "
+                                 f"fingerprint {_fp_text(fp)})")
+            entry = (self._schemas[record_name], None)
+        body = io.BytesIO(data)
+        body.seek(HEADER_SIZE)
         try:
-            record = fastavro.schemaless_reader(body, writer_schema, schema)
-        except (EOFError, StopIteration, IndexError, ValueError, UnicodeDecodeError,
-                OverflowError, MemoryError, TypeError) as exc:
-            known = "known" if fp in writer else f"unknown (0x{fp.hex()})"
-            raise CodecError(f"{record_name} body of {len(data) - HEADER_SIZE} bytes does not "
-                             f"decode with the {known} writer schema: "
-                             f"{type(exc).__name__}: {exc}") from None
-        if fp in writer and body.tell() != len(data) - HEADER_SIZE:
-            raise CodecError(f"{record_name}: {len(data) - HEADER_SIZE - body.tell()} trailing "
-                             "bytes after the record body")
+            record = fastavro.schemaless_reader(body, entry[0], entry[1])
+        except _READ_ERRORS as exc:
+            size = len(data) - HEADER_SIZE
+            writer = ("its writer schema" if known else
+                      f"the current schema (unknown writer schema fingerprint {_fp_text(fp)})")
+            if isinstance(exc, EOFError):
+                raise CodecError(f"truncated {record_name} body after {size} bytes: it ends "
+                                 f"before the record does, read with {writer}") from None
+            raise CodecError(f"{record_name} body of {size} bytes does not decode with "
+                             f"{writer}: {type(exc).__name__}: {exc}") from None
+        if known:
+            if body.tell() != len(data):
+                raise CodecError(f"{record_name} message has {len(data) - body.tell()} trailing "
+                                 f"bytes after the record body")
+        else:
+            self._count_unknown(record_name, fp)
         return record
 
+    def _count_unknown(self, record_name: str, fp: bytes) -> None:
+        key = (record_name, _fp_text(fp))
+        if key not in self.unknown_writer_fingerprints:
+            log.warning("%s written with unknown schema fingerprint %s: read with the current "
+                        "schema, newer trailing fields ignored (counted in "
+                        "Codec.unknown_writer_reads, logged once)", record_name, key[1])
+        self.unknown_writer_fingerprints[key] += 1
+        self.unknown_writer_reads += 1
 
-def _field_problem(schema, record: dict) -> str:
-    """Name the first missing or wrongly typed field, for a useful error message."""
-    for field in schema["fields"]:
-        name = field["name"]
-        if name not in record and "default" not in field:
-            return f"required field {name!r} is missing"
-        if name in record and not fastavro.validation.validate(
-                record[name], field["type"], raise_errors=False):
-            return f"field {name!r} has an invalid value {record[name]!r:.80}"
+
+def _explain(schema: dict, record: dict) -> str:
+    """Name the missing or mistyped fields, for a useful error message."""
+    missing = [f["name"] for f in schema["fields"] if f["name"] not in record
+               and "default" not in f]
+    if missing:
+        return "required field " + ", ".join(repr(m) for m in missing) + " is missing"
+    try:
+        validate(record, schema, raise_errors=True)
+    except ValidationError as exc:
+        problems: dict[str, tuple[str, list[str]]] = {}  # field -> (value shown, expected types)
+        for error in getattr(exc, "errors", ()):
+            field, shown, expected = _describe(error)
+            problems.setdefault(field, (shown, []))[1].append(expected)
+        if problems:
+            return "; ".join(f"field {field!r} is {shown}, expected {' or '.join(expected)}"
+                             for field, (shown, expected) in problems.items())
+        return str(exc)
     return "record does not match the schema"
+
+
+def _describe(error) -> tuple[str, str, str]:
+    """A fastavro ValidationErrorData as (field, value shown, expected type)."""
+    field = str(getattr(error, "field", "?")).replace(_NAMESPACE_PREFIX, "")
+    expected = getattr(error, "schema", "?")
+    if isinstance(expected, dict):
+        expected = (f"one of {expected['symbols']}" if expected.get("type") == "enum"
+                    else expected.get("name") or expected.get("type"))
+    expected = str(expected).replace(_NAMESPACE_PREFIX, "")
+    datum = getattr(error, "datum", None)
+    shown = repr(datum)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return field, f"{shown} ({type(datum).__name__})", expected
 
 
 _DEFAULT: Codec | None = None
 
 
 def default_codec() -> Codec:
+    """The process-wide :class:`Codec` on the shipped schemas (built on first use)."""
     global _DEFAULT
     if _DEFAULT is None:
         _DEFAULT = Codec()
@@ -167,10 +332,10 @@ def default_codec() -> Codec:
 
 
 def encode(record_name: str, record: dict) -> bytes:
-    """Encode with the shipped schemas (see :class:`Codec`)."""
+    """:meth:`Codec.encode` with the shipped schemas."""
     return default_codec().encode(record_name, record)
 
 
 def decode(record_name: str, data: bytes) -> dict:
-    """Decode with the shipped schemas (see :class:`Codec`)."""
+    """:meth:`Codec.decode` with the shipped schemas."""
     return default_codec().decode(record_name, data)

@@ -3,132 +3,357 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
+import logging
 import random
-from importlib import resources
+import re
+import subprocess
+import sys
 
+import fastavro
 import pytest
 
-from workload.codec import RECORD_NAMES, Codec, CodecError, decode, encode, schema_fingerprint
+import workload.codec as codec_module
+from workload.codec import (HEADER_SIZE, MARKER, RECORD_NAMES, Codec, CodecError, decode, encode,
+                            load_schema, schema_fingerprint)
 
-TASK_EVENT = {"task_id": "täsk-001 🎥", "app_id": "face_recognition", "input_size": 1 << 20,
-              "submitted_at_ms": 1_764_500_000_000, "source": "alibaba-genai",
-              "expected_work_ms": 812.5, "attributes": {"model": "sd-1.5", "steps": "20"}}
-TASK_RESULT = {"task_id": "t-2", "app_id": "video_synopsis", "node_id": "tm_b", "status": "FAILED",
-               "submitted_at_ms": 1, "started_at_ms": 2, "finished_at_ms": 3,
-               "stage_timings": [{"stage": "gmm_background", "unit": "gpu:1",
-                                  "started_at_ms": 2, "finished_at_ms": 3}],
-               "output_digest": "", "error": "CUDA out of memory"}
-NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 10, "sequence": 7, "cpu_util": 0.5,
-                 "gpu_util": 0.0, "host_mem_util": 0.25, "gpu_mem_util": 0.0,
-                 "uplink_bytes_per_s": 1e6, "downlink_bytes_per_s": 2.5e5, "queue_depth": 3,
-                 "in_flight": 2, "backpressure": 0.1, "completed": []}
-DEAD_LETTER = {"source_topic": "tasks", "partition": 2, "offset": 12345, "reason": "bad marker",
-               "raw": b"\x00\xff garbage", "failed_at_ms": 99, "stage": "decode"}
+TASK_EVENT = {"task_id": "täsk-001 🎥", "app_id": "face_recognition", "input_size": 1 << 40,
+              "submitted_at_ms": 1_764_500_000_000, "source": "alibaba-genai/ノード",
+              "expected_work_ms": 812.5, "attributes": {"model": "sd-1.5", "ключ": "значение"}}
+TASK_RESULT = {"task_id": "t-2", "app_id": "video_synopsis", "node_id": "tm_b-7f3a",
+               "status": "FAILED", "submitted_at_ms": 1_764_500_000_000,
+               "started_at_ms": 1_764_500_000_120, "finished_at_ms": 1_764_500_001_900,
+               "stage_timings": [{"stage": "decode", "unit": "cpu:0",
+                                  "started_at_ms": 1_764_500_000_120,
+                                  "finished_at_ms": 1_764_500_000_300},
+                                 {"stage": "gmm_background", "unit": "gpu:1",
+                                  "started_at_ms": 1_764_500_000_300,
+                                  "finished_at_ms": 1_764_500_001_900}],
+               "output_digest": "", "error": "CUDA out of memory (été)"}
+NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 1_764_500_000_000, "cpu_util": 0.5,
+                 "gpu_util": 0.0, "host_mem_util": 0.25, "gpu_mem_util": 1.0,
+                 "uplink_bytes_per_s": 1.25e6, "downlink_bytes_per_s": 2.5e5, "queue_depth": 3,
+                 "in_flight": 2, "backpressure": 0.1,
+                 "completed": [{"task_id": "t-1", "app_id": "face_recognition",
+                                "input_size": 921_600, "queue_ms": 12.5, "service_ms": 80.25,
+                                "finished_at_ms": 1_764_499_999_990}],
+                 "sequence": 7}
+DEAD_LETTER = {"source_topic": "tasks", "partition": 2, "offset": 12_345_678_901,
+               "reason": "not an Avro single-object message", "raw": b"\x00\xff{\"x\": 1}",
+               "failed_at_ms": 1_764_500_000_000, "stage": "decode"}
 EXAMPLES = {"TaskEvent": TASK_EVENT, "TaskResult": TASK_RESULT, "NodeFeedback": NODE_FEEDBACK,
             "DeadLetter": DEAD_LETTER}
+# Edge cases: empty arrays, maps and strings, null unions, OK enum, extreme numbers.
+EDGE_CASES = [
+    ("TaskEvent", {**TASK_EVENT, "task_id": "", "input_size": 0, "source": "",
+                   "expected_work_ms": None, "attributes": {}}),
+    ("TaskEvent", {**TASK_EVENT, "input_size": -(1 << 63), "submitted_at_ms": (1 << 63) - 1}),
+    ("TaskResult", {**TASK_RESULT, "status": "OK", "stage_timings": [], "error": None,
+                    "output_digest": "9f86d081884c7d65"}),
+    ("NodeFeedback", {**NODE_FEEDBACK, "completed": [], "queue_depth": 0, "in_flight": 0,
+                      "backpressure": 0.0}),
+    ("DeadLetter", {**DEAD_LETTER, "raw": b"", "partition": -1, "offset": -1, "reason": ""}),
+]
+FILES = {"TaskEvent": "task_event.avsc", "TaskResult": "task_result.avsc",
+         "NodeFeedback": "node_feedback.avsc", "DeadLetter": "dead_letter.avsc"}
 
 
 @pytest.mark.parametrize("name", RECORD_NAMES)
 def test_round_trip(name):
-    assert decode(name, encode(name, EXAMPLES[name])) == EXAMPLES[name]
+    data = encode(name, EXAMPLES[name])
+    assert isinstance(data, bytes)
+    assert decode(name, data) == EXAMPLES[name]
+
+
+@pytest.mark.parametrize("name,record", EDGE_CASES, ids=[n for n, _ in EDGE_CASES])
+def test_round_trip_edge_cases(name, record):
+    assert decode(name, encode(name, record)) == record
 
 
 def test_defaults_fill_optional_fields():
     minimal = {"task_id": "t", "app_id": "a", "input_size": 1, "submitted_at_ms": 0}
     assert decode("TaskEvent", encode("TaskEvent", minimal)) == {
         **minimal, "source": "", "expected_work_ms": None, "attributes": {}}
+    result = {k: v for k, v in TASK_RESULT.items()
+              if k not in ("stage_timings", "output_digest", "error")}
+    assert decode("TaskResult", encode("TaskResult", result)) == {
+        **result, "stage_timings": [], "output_digest": "", "error": None}
 
 
-def test_single_object_encoding_layout():
+def test_decode_accepts_bytearray_and_memoryview():
     data = encode("TaskEvent", TASK_EVENT)
-    assert data[:2] == b"\xc3\x01"
-    schema = json.loads((resources.files("workload") / "schemas" / "task_event.avsc").read_text())
-    assert data[2:10] == schema_fingerprint(schema)
+    assert decode("TaskEvent", bytearray(data)) == TASK_EVENT
+    assert decode("TaskEvent", memoryview(data)) == TASK_EVENT
 
 
-def test_fingerprint_matches_the_avro_specification():
-    # The Avro spec's CRC-64-AVRO of the schema "int" is 0x7275d51a3f395c8f, written LE.
-    assert schema_fingerprint("int") == (0x7275D51A3F395C8F).to_bytes(8, "little")
+# --- wire format -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", RECORD_NAMES)
+def test_single_object_encoding_layout(name):
+    data = encode(name, EXAMPLES[name])
+    assert data[:2] == MARKER == b"\xc3\x01"
+    assert data[2:HEADER_SIZE] == schema_fingerprint(load_schema(name))
+    # The rest is the plain Avro binary body: any schemaless reader gets the record back.
+    body = fastavro.schemaless_reader(io.BytesIO(data[HEADER_SIZE:]),
+                                      fastavro.parse_schema(load_schema(name)))
+    assert body == EXAMPLES[name]
 
 
-@pytest.mark.parametrize("name,file", [("TaskEvent", "task_event.avsc"),
-                                       ("TaskResult", "task_result.avsc"),
-                                       ("NodeFeedback", "node_feedback.avsc"),
-                                       ("DeadLetter", "dead_letter.avsc")])
-def test_shipped_schema_files_parse_and_are_named(name, file):
-    schema = json.loads((resources.files("workload") / "schemas" / file).read_text())
+def test_fingerprints_of_the_four_records_differ():
+    assert len({schema_fingerprint(load_schema(n)) for n in RECORD_NAMES}) == 4
+
+
+# Java SchemaNormalization.parsingFingerprint64 values (signed longs) of primitive schemas, as
+# listed in the Avro project's share/test/data/schema-tests.txt.
+SPEC_FINGERPRINTS = {"null": 7195948357588979594, "int": 8247732601305521295,
+                     "long": -3434872931120570953, "string": -8142146995180207161,
+                     "bytes": 5746618253357095269, "double": -8181574048448539266}
+
+
+@pytest.mark.parametrize("schema,expected", SPEC_FINGERPRINTS.items())
+def test_fingerprint_matches_the_avro_specification(schema, expected):
+    assert schema_fingerprint(schema) == expected.to_bytes(8, "little", signed=True)
+    assert schema_fingerprint("int").hex() == "8f5c393f1ad57572"  # 0x7275d51a3f395c8f, LE
+
+
+@pytest.mark.parametrize("name", RECORD_NAMES)
+def test_interoperates_with_the_reference_avro_implementation(name):
+    """The Apache `avro` package computes the same fingerprint and canonical form, reads our
+    body and writes the identical bytes (what Java's BinaryMessageEncoder does too)."""
+    avro_schema = pytest.importorskip("avro.schema")
+    avro_io = pytest.importorskip("avro.io")
+    schema = avro_schema.parse(json.dumps(load_schema(name)))
+    assert schema.fingerprint("CRC-64-AVRO") == schema_fingerprint(load_schema(name))
+    data = encode(name, EXAMPLES[name])
+    read = avro_io.DatumReader(schema).read(avro_io.BinaryDecoder(io.BytesIO(data[HEADER_SIZE:])))
+    assert read == EXAMPLES[name]
+    out = io.BytesIO()
+    avro_io.DatumWriter(schema).write(EXAMPLES[name], avro_io.BinaryEncoder(out))
+    assert data[HEADER_SIZE:] == out.getvalue()
+
+
+@pytest.mark.parametrize("name", RECORD_NAMES)
+def test_shipped_schema_files_parse_and_are_named(name):
+    from importlib import resources
+    text = (resources.files("workload") / "schemas" / FILES[name]).read_text(encoding="utf-8")
+    schema = json.loads(text)
+    assert schema["type"] == "record"
     assert schema["name"] == name and schema["namespace"] == "io.streamplace"
+    parsed = fastavro.parse_schema(schema)
+    assert parsed["name"] == f"io.streamplace.{name}"
+    assert all(f["name"] == f["name"].lower() for f in schema["fields"])  # snake_case
+    assert load_schema(name) == schema
 
 
-def _task_event_schema() -> dict:
-    return json.loads((resources.files("workload") / "schemas" / "task_event.avsc").read_text())
+def test_every_shipped_schema_is_a_record_name():
+    from importlib import resources
+    shipped = {p.name for p in (resources.files("workload") / "schemas").iterdir()
+               if p.name.endswith(".avsc")}
+    assert shipped == set(FILES.values())
+    assert set(RECORD_NAMES) == set(FILES)
 
 
-def test_new_writer_old_reader_keeps_known_fields():
-    """A producer on a newer schema (one optional field appended) must not break old readers."""
-    v2 = _task_event_schema()
+# --- evolution ---------------------------------------------------------------------------------
+
+def _v2_task_event() -> dict:
+    v2 = load_schema("TaskEvent")
     v2["fields"].append({"name": "priority", "type": ["null", "int"], "default": None})
-    newer = Codec(reader_schemas={"TaskEvent": v2})
+    return v2
+
+
+def test_new_writer_old_reader_keeps_known_fields(caplog):
+    """A producer on a newer schema (one optional field appended) must not break old readers:
+    they read the known fields with their own schema and count the unknown writer."""
+    newer = Codec(reader_schemas={"TaskEvent": _v2_task_event()})
     data = newer.encode("TaskEvent", {**TASK_EVENT, "priority": 5})
+    assert newer.decode("TaskEvent", data) == {**TASK_EVENT, "priority": 5}
+    assert data[2:HEADER_SIZE] != schema_fingerprint(load_schema("TaskEvent"))
     old_reader = Codec()
-    assert old_reader.decode("TaskEvent", data) == TASK_EVENT
-    assert old_reader.unknown_writer_reads == 1
+    with caplog.at_level(logging.WARNING, logger="workload.codec"):
+        assert old_reader.decode("TaskEvent", data) == TASK_EVENT
+        assert old_reader.decode("TaskEvent", data) == TASK_EVENT
+    assert old_reader.unknown_writer_reads == 2
+    fp = f"0x{int.from_bytes(data[2:HEADER_SIZE], 'little'):016x}"
+    assert old_reader.unknown_writer_fingerprints == {("TaskEvent", fp): 2}
+    assert len([r for r in caplog.records if fp in r.getMessage()]) == 1  # once, not per record
+    # The newer writer's messages with the new field left at its default decode the same way.
+    assert old_reader.decode("TaskEvent", newer.encode("TaskEvent", TASK_EVENT)) == TASK_EVENT
 
 
 def test_old_writer_new_reader_gets_defaults():
-    v0 = _task_event_schema()
-    v0["fields"] = [f for f in v0["fields"] if f["name"] != "attributes"]
-    old_writer = Codec(reader_schemas={"TaskEvent": v0})
-    record = {k: v for k, v in TASK_EVENT.items() if k != "attributes"}
-    data = old_writer.encode("TaskEvent", record)
-    reader = Codec(extra_writer_schemas={"TaskEvent": [v0]})
-    assert reader.decode("TaskEvent", data) == {**record, "attributes": {}}
+    """An older producer whose schema lacks the trailing optional field(s): the reader knows
+    its fingerprint (a defaulted prefix of the current schema) and fills in the defaults."""
+    reader = Codec()
+    for dropped in (1, 2, 3):
+        v0 = load_schema("TaskEvent")
+        v0["fields"] = v0["fields"][:-dropped]
+        old_writer = Codec(reader_schemas={"TaskEvent": v0})
+        record = {f["name"]: TASK_EVENT[f["name"]] for f in v0["fields"]}
+        data = old_writer.encode("TaskEvent", record)
+        assert data[2:HEADER_SIZE] in reader.known_fingerprints("TaskEvent")
+        assert reader.decode("TaskEvent", data) == {
+            **{"source": "", "expected_work_ms": None, "attributes": {}}, **record}
     assert reader.unknown_writer_reads == 0
 
 
-def _garbage() -> dict[str, bytes]:
+def _task_result_with_richer_stage_timing() -> dict:
+    """A future TaskResult whose nested StageTiming gained an optional field: the old writer
+    schema is then not a prefix of the new one and must be kept in schemas/history/."""
+    v2 = load_schema("TaskResult")
+    stage = next(f for f in v2["fields"] if f["name"] == "stage_timings")
+    stage["type"]["items"]["fields"].append(
+        {"name": "device_ms", "type": ["null", "double"], "default": None})
+    return v2
+
+
+def test_history_schema_resolves_a_nested_change(tmp_path, monkeypatch):
+    v2 = _task_result_with_richer_stage_timing()
+    data = encode("TaskResult", TASK_RESULT)  # written with the shipped (older) schema
+    expected = copy.deepcopy(TASK_RESULT)
+    for timing in expected["stage_timings"]:
+        timing["device_ms"] = None
+    # Given explicitly ...
+    reader = Codec(reader_schemas={"TaskResult": v2},
+                   extra_writer_schemas={"TaskResult": [load_schema("TaskResult")]})
+    assert reader.decode("TaskResult", data) == expected
+    # ... or found in schemas/history/ next to the current files.
+    schemas = tmp_path / "schemas"
+    (schemas / "history").mkdir(parents=True)
+    for name, file in FILES.items():
+        (schemas / file).write_text(json.dumps(v2 if name == "TaskResult" else load_schema(name)))
+    (schemas / "history" / "task_result.v1.avsc").write_text(json.dumps(load_schema("TaskResult")))
+    monkeypatch.setattr(codec_module, "_schemas_dir", lambda: schemas)
+    from_history = Codec()
+    assert schema_fingerprint(load_schema("TaskResult")) in from_history.known_fingerprints(
+        "TaskResult")
+    assert from_history.decode("TaskResult", data) == expected
+    assert from_history.unknown_writer_reads == 0
+
+
+def test_message_of_another_record_type_is_named():
+    data = encode("TaskResult", TASK_RESULT)
+    with pytest.raises(CodecError, match="is a TaskResult, not a TaskEvent"):
+        decode("TaskEvent", data)
+
+
+# --- garbage in, CodecError out ----------------------------------------------------------------
+
+def _garbage() -> dict[str, tuple[str, object, str]]:
+    """kind -> (record name, input, a phrase the message must contain)."""
     rng = random.Random(5)
     good = encode("TaskEvent", TASK_EVENT)
+    header = good[:HEADER_SIZE]
+    result_header = encode("TaskResult", TASK_RESULT)[:HEADER_SIZE]
+    result_body = encode("TaskResult", TASK_RESULT)[HEADER_SIZE:]
+    # TaskResult body: 3 strings then the enum index; zig-zag 2*7 = index 7 is out of range.
+    strings = b"".join(bytes([2 * len(s)]) + s for s in (b"t", b"a", b"n"))
     return {
-        "empty": b"",
-        "json": json.dumps({"task_id": "x"}).encode(),
-        "random": bytes(rng.getrandbits(8) for _ in range(64)),
-        "marker only": b"\xc3\x01",
-        "truncated header": good[:6],
-        "truncated body": good[:-4],
-        "trailing bytes": good + b"\x00\x01",
-        "unknown schema, junk body": b"\xc3\x01" + bytes(8) + b"\x02",
+        "empty": ("TaskEvent", b"", "empty message"),
+        "json": ("TaskEvent", json.dumps({"task_id": "x"}).encode(), "0x7b22"),
+        "random": ("TaskEvent", bytes([0x17]) + bytes(rng.getrandbits(8) for _ in range(63)),
+                   "C3 01 marker"),
+        "wrong marker": ("TaskEvent", b"\xc3\x00" + good[2:], "0xc300"),
+        "marker only": ("TaskEvent", MARKER, "shorter than the 10-byte header"),
+        "truncated header": ("TaskEvent", good[:6], "shorter than the 10-byte header"),
+        "header only": ("TaskEvent", header, "truncated TaskEvent body after 0 bytes"),
+        "truncated body": ("TaskEvent", good[:-4], "truncated TaskEvent body"),
+        "trailing bytes": ("TaskEvent", good + b"\x00\x01", "2 trailing bytes"),
+        "unknown schema, junk body": ("TaskEvent", MARKER + bytes(8) + b"\x02",
+                                      "unknown writer schema fingerprint 0x0000000000000000"),
+        "bad enum index": ("TaskResult", result_header + strings + b"\x0e" + result_body[10:],
+                           "does not decode"),
+        "bad union index": ("TaskEvent", header + b"\x02t\x02a\x02\x00\x00\x0a",
+                            "does not decode"),
+        "invalid utf-8": ("TaskEvent", header + b"\x04\xff\xfe\x02a\x02\x00\x00\x00\x00",
+                          "does not decode"),
+        "huge length": ("TaskEvent", header + b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f",
+                        "truncated TaskEvent body"),
+        "str input": ("TaskEvent", good.decode("latin-1"), "expected bytes, got str"),
+        "None input": ("TaskEvent", None, "expected bytes, got NoneType"),
     }
 
 
 @pytest.mark.parametrize("kind", list(_garbage()))
 def test_garbage_raises_codec_error(kind):
+    name, data, phrase = _garbage()[kind]
     with pytest.raises(CodecError) as info:
-        decode("TaskEvent", _garbage()[kind])
-    assert "TaskEvent" in str(info.value) or "marker" in str(info.value)
+        decode(name, data)
+    assert phrase in str(info.value)
 
+
+@pytest.mark.parametrize("name", RECORD_NAMES)
+def test_every_truncation_raises_codec_error(name):
+    data = encode(name, EXAMPLES[name])
+    for cut in range(len(data)):
+        with pytest.raises(CodecError):
+            decode(name, data[:cut])
+
+
+def test_mutated_messages_raise_only_codec_error():
+    rng = random.Random(11)
+    good = encode("TaskResult", TASK_RESULT)
+    decoded = rejected = 0
+    for _ in range(3000):
+        data = bytearray(good)
+        for _ in range(rng.randrange(1, 4)):
+            data[rng.randrange(len(data))] = rng.getrandbits(8)
+        try:
+            assert isinstance(decode("TaskResult", bytes(data)), dict)
+            decoded += 1
+        except CodecError:
+            rejected += 1
+    assert rejected > 0 and decoded + rejected == 3000
+
+
+# --- encoding errors ---------------------------------------------------------------------------
 
 def test_missing_required_field_is_named():
     record = copy.deepcopy(TASK_EVENT)
     del record["input_size"]
-    with pytest.raises(CodecError, match="input_size"):
+    with pytest.raises(CodecError, match="required field 'input_size' is missing"):
         encode("TaskEvent", record)
 
 
-def test_wrong_type_is_named():
-    with pytest.raises(CodecError, match="input_size"):
-        encode("TaskEvent", {**TASK_EVENT, "input_size": "large"})
+@pytest.mark.parametrize("name,field,value,phrase", [
+    ("TaskEvent", "input_size", "large", "expected long"),
+    ("TaskEvent", "input_size", 1.5, "expected long"),  # fastavro alone would write 1
+    ("TaskEvent", "input_size", 1 << 64, "expected long"),
+    ("TaskEvent", "expected_work_ms", "slow", "expected null or double"),
+    ("TaskEvent", "attributes", {"steps": 20}, "expected string"),
+    ("NodeFeedback", "queue_depth", 1 << 31, "expected int"),  # Java would reject it
+    ("TaskResult", "status", "MAYBE", "expected one of ['OK', 'FAILED']"),
+    ("DeadLetter", "raw", "text", "expected bytes"),
+])
+def test_wrong_type_is_named(name, field, value, phrase):
+    pattern = f"field '{name}\\.{field}' is .*{re.escape(phrase)}"
+    with pytest.raises(CodecError, match=pattern) as info:
+        encode(name, {**EXAMPLES[name], field: value})
+    assert f"cannot encode {name}" in str(info.value)
 
 
-def test_unknown_record_type():
-    with pytest.raises(CodecError, match="unknown record type"):
+def test_nested_record_problem_is_named():
+    bad = copy.deepcopy(TASK_RESULT)
+    del bad["stage_timings"][0]["unit"]
+    with pytest.raises(CodecError, match="StageTiming.unit"):
+        encode("TaskResult", bad)
+
+
+def test_unknown_field_is_named():
+    with pytest.raises(CodecError, match="input_sise"):
+        encode("TaskEvent", {**TASK_EVENT, "input_sise": 3})
+
+
+def test_non_dict_and_unknown_record_type():
+    with pytest.raises(CodecError, match="expected a dict, got list"):
+        encode("TaskEvent", [TASK_EVENT])
+    with pytest.raises(CodecError, match="unknown record type 'Task'"):
         encode("Task", TASK_EVENT)
+    with pytest.raises(CodecError, match="unknown record type 'Task'"):
+        decode("Task", encode("TaskEvent", TASK_EVENT))
 
 
 def test_codec_does_not_import_heavy_modules():
-    import subprocess
-    import sys
     code = ("import sys, workload.codec; "
             "print(sorted(m for m in ('torch', 'pyflink', 'confluent_kafka') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
