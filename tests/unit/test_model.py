@@ -1,0 +1,57 @@
+"""The core model's invariants: the paper's observation layout and clear refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from workload.catalog import APPLICATIONS, STAGE_TYPES, AppDef, StageDef, app_ids
+from workload.model import (ClusterSpec, ComputingUnit, Decision, NodeSpec, NodeState,
+                            Observation, Policy, Task)
+
+
+def test_paper_observation_is_tid_tsize_then_six_numbers_per_node():
+    nodes = (NodeState("a", cpu_util=0.5, gpu_util=0.25, host_mem_util=0.1, gpu_mem_util=0.2,
+                       uplink_util=0.3, downlink_util=0.4, queue_depth=9),
+             NodeState("b"))
+    obs = Observation(Task("t", "video_synopsis", 300), nodes, now_s=1.0)
+    assert obs.paper_vector() == [1.0, 300.0, 0.5, 0.25, 0.1, 0.2, 0.3, 0.4, 0, 0, 0, 0, 0, 0]
+    assert obs.node_ids == ("a", "b")
+
+
+def test_task_type_index_follows_the_catalog():
+    assert [Task("t", a, 1).type_index for a in app_ids()] == [0, 1, 2]
+    assert Task("t", "unknown-app", 1).type_index == -1
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda: ClusterSpec(()), "at least one node"),
+    (lambda: ClusterSpec((NodeSpec("a", 1, 8), NodeSpec("a", 2, 8))), "unique"),
+    (lambda: NodeSpec("a", 0, 8), "cpu_cores"),
+    (lambda: ComputingUnit("tpu:0", "tpu"), "cpu' or 'gpu"),
+])
+def test_invalid_specs_are_refused(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_catalog_dags_are_topological_and_cpu_only_stages_are_the_papers():
+    assert set(app_ids()) == {"intrusion_detection", "video_synopsis", "face_recognition"}
+    cpu_only = {s.name for app in APPLICATIONS.values() for s in app.stages if not s.gpu_capable}
+    assert cpu_only == {"tracking", "tube_stitching"}
+    assert len(STAGE_TYPES) == len(set(STAGE_TYPES)) == 13
+    with pytest.raises(ValueError, match="topological"):
+        AppDef("bad", (StageDef("b", ("a",)), StageDef("a")))
+
+
+def test_a_policy_must_decide_and_learn_defaults_to_nothing():
+    class First(Policy):
+        name = "first"
+
+        def decide(self, observation):
+            return Decision(observation.node_ids[0], "first node listed")
+
+    obs = Observation(Task("t", "face_recognition", 1), (NodeState("x"), NodeState("y")), 0.0)
+    policy = First()
+    assert policy.decide(obs).node == "x" and policy.learn(None) is None
+    with pytest.raises(TypeError):
+        Policy()  # abstract

@@ -1,0 +1,214 @@
+"""What the scheduler reasons about: tasks, nodes, observations, decisions, and the two small
+interfaces every policy implements.
+
+- A :class:`Policy` (cluster level, the paper's LDWP stage) picks a node for the task at the head
+  of the queue: ``decide(observation) -> Decision(node, reason, scores)``; learned policies also
+  ``learn(transition)``. The same object runs in the simulator, the Flink router and the service.
+- A :class:`NodeScheduler` (node level, the paper's IAWP stage) picks which ready stage runs on
+  which free computing unit of one node.
+
+The observation follows the paper: x_t = (TID, TSize, S_1, ..., S_M) with
+S_i = (cpu util, gpu util, host-memory util, gpu-memory util, uplink rate, downlink rate). We add
+each node's queue depth (in-flight tasks), which the router knows exactly; policies that want the
+paper's observation only use :meth:`Observation.paper_vector`.
+
+Example::
+
+    >>> obs = Observation(Task("t1", "face_recognition", 4096), (NodeState("tm_a"),), now_s=0.0)
+    >>> len(obs.paper_vector())   # 2 + 6 * M
+    8
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from workload.catalog import app_ids
+
+__all__ = ["Task", "GpuSpec", "NodeSpec", "ClusterSpec", "NodeState", "Observation", "Decision",
+           "Transition", "Policy", "Stage", "ComputingUnit", "Assignment", "NodeScheduler",
+           "NODE_STATE_FIELDS"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One streaming task: the paper's (TID, TSize), plus when it arrived."""
+
+    task_id: str
+    app_id: str
+    input_size: int
+    arrival_s: float = 0.0
+    expected_work_ms: float | None = None
+
+    @property
+    def type_index(self) -> int:
+        """TID as a number (index in :func:`workload.catalog.app_ids`); -1 for unknown apps."""
+        ids = app_ids()
+        return ids.index(self.app_id) if self.app_id in ids else -1
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    model: str
+    memory_gb: float
+    speed: float = 1.0  # relative to the calibration's reference GPU
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A worker node (a Flink TaskManager): its computing units and capacities."""
+
+    node_id: str
+    cpu_cores: int
+    host_memory_gb: float
+    gpus: tuple[GpuSpec, ...] = ()
+    cpu_speed: float = 1.0
+    uplink_mbps: float = 1000.0
+    downlink_mbps: float = 1000.0
+    labels: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.cpu_cores < 1:
+            raise ValueError(f"{self.node_id}: cpu_cores must be at least 1, got {self.cpu_cores}")
+        if self.cpu_speed <= 0 or any(g.speed <= 0 for g in self.gpus):
+            raise ValueError(f"{self.node_id}: speeds must be positive")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    nodes: tuple[NodeSpec, ...]
+    name: str = "cluster"
+
+    def __post_init__(self) -> None:
+        ids = [n.node_id for n in self.nodes]
+        if not ids:
+            raise ValueError("a cluster needs at least one node")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"node ids must be unique, got {ids}")
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(n.node_id for n in self.nodes)
+
+
+#: The paper's six per-node numbers, in order.
+NODE_STATE_FIELDS = ("cpu_util", "gpu_util", "host_mem_util", "gpu_mem_util",
+                     "uplink_util", "downlink_util")
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What a policy may see of one node (possibly stale by ``age_s``). Rates are fractions of
+    the node's link capacity so observations compare across nodes."""
+
+    node_id: str
+    cpu_util: float = 0.0
+    gpu_util: float = 0.0
+    host_mem_util: float = 0.0
+    gpu_mem_util: float = 0.0
+    uplink_util: float = 0.0
+    downlink_util: float = 0.0
+    queue_depth: int = 0
+    age_s: float = 0.0
+
+    def paper_features(self) -> tuple[float, ...]:
+        return tuple(float(getattr(self, name)) for name in NODE_STATE_FIELDS)
+
+
+@dataclass(frozen=True)
+class Observation:
+    task: Task
+    nodes: tuple[NodeState, ...]
+    now_s: float
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(n.node_id for n in self.nodes)
+
+    def paper_vector(self) -> list[float]:
+        """x_t = (TID, TSize, S_1, ..., S_M): 2 + 6M numbers (TSize as given; policies scale)."""
+        vector = [float(self.task.type_index), float(self.task.input_size)]
+        for node in self.nodes:
+            vector.extend(node.paper_features())
+        return vector
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where the task goes, and why, in words a person can check."""
+
+    node: str
+    reason: str
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Transition:
+    observation: Observation
+    decision: Decision
+    reward: float
+    next_observation: Observation | None
+    done: bool = False
+
+
+class Policy(ABC):
+    """A cluster-level placement policy. Fixed rules keep the no-op :meth:`learn`."""
+
+    name: str = "policy"
+
+    @abstractmethod
+    def decide(self, observation: Observation) -> Decision:
+        """Pick one of ``observation.node_ids`` for ``observation.task``."""
+
+    def learn(self, transition: Transition) -> None:
+        """Learn from the outcome of an earlier decision (no-op for fixed rules)."""
+        return None
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A ready stage instance of one task (the paper's subtask)."""
+
+    task_id: str
+    app_id: str
+    stage: str
+    input_size: int
+    gpu_capable: bool = True
+    ready_at_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ComputingUnit:
+    """A CPU core (or worker thread) or a GPU of one node."""
+
+    unit_id: str            # e.g. "cpu:0", "gpu:1"
+    kind: str               # "cpu" or "gpu"
+    speed: float = 1.0
+    running: tuple[str, ...] = ()   # stage types running there now (GPUs may co-run)
+    utilisation: float = 0.0
+    memory_util: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("cpu", "gpu"):
+            raise ValueError(f"unit kind must be 'cpu' or 'gpu', got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    stage: Stage
+    unit_id: str
+    reason: str = ""
+
+
+class NodeScheduler(ABC):
+    """A node-level scheduler: which ready stage runs on which computing unit next."""
+
+    name: str = "node-scheduler"
+
+    @abstractmethod
+    def assign(self, ready: Sequence[Stage], units: Sequence[ComputingUnit],
+               now_s: float) -> list[Assignment]:
+        """Assignments for this instant; each stage and each idle CPU unit used at most once.
+        A CPU-only stage (``gpu_capable=False``) is never put on a GPU."""
