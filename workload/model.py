@@ -68,6 +68,11 @@ class NodeSpec:
     uplink_mbps: float = 1000.0
     downlink_mbps: float = 1000.0
     labels: tuple[str, ...] = ()
+    slots: int = 0  # most tasks in flight at once; 0 means cpu_cores + number of GPUs
+
+    @property
+    def task_slots(self) -> int:
+        return self.slots or self.cpu_cores + len(self.gpus)
 
     def __post_init__(self) -> None:
         if self.cpu_cores < 1:
@@ -110,8 +115,14 @@ class NodeState:
     gpu_mem_util: float = 0.0
     uplink_util: float = 0.0
     downlink_util: float = 0.0
-    queue_depth: int = 0
-    age_s: float = 0.0
+    queue_depth: int = 0      # tasks at the node (queued + running), as the router counts them
+    backlog_s: float = 0.0    # estimated seconds of work at the node, from public cost estimates
+    age_s: float = 0.0        # how stale the utilisation numbers are
+
+    @property
+    def load(self) -> float:
+        """The paper's Load_i: mean of CPU, host-memory, GPU and GPU-memory utilisation."""
+        return (self.cpu_util + self.host_mem_util + self.gpu_util + self.gpu_mem_util) / 4.0
 
     def paper_features(self) -> tuple[float, ...]:
         return tuple(float(getattr(self, name)) for name in NODE_STATE_FIELDS)
@@ -185,10 +196,17 @@ class ComputingUnit:
 
     unit_id: str            # e.g. "cpu:0", "gpu:1"
     kind: str               # "cpu" or "gpu"
-    speed: float = 1.0
+    speed: float = 1.0      # CPU: relative core speed; GPU: see model
+    model: str = ""         # GPU model (calibration key), "" for CPU cores
     running: tuple[str, ...] = ()   # stage types running there now (GPUs may co-run)
+    capacity: int = 1       # most stages at once (1 for a core, max co-runners for a GPU)
+    free_at_s: float = 0.0  # estimated time this unit finishes what it runs now
     utilisation: float = 0.0
     memory_util: float = 0.0
+
+    @property
+    def has_room(self) -> bool:
+        return len(self.running) < self.capacity
 
     def __post_init__(self) -> None:
         if self.kind not in ("cpu", "gpu"):

@@ -1,0 +1,193 @@
+"""Public cost estimates: how long a stage or a task should take on a unit or a node.
+
+Everything here comes from ``workload/calibration.yaml`` (measured, cited or assumed, each entry
+says which) and, for the GPU speeds of K80 / P100 / V100, from Gavel's measured isolated
+throughputs. Policies and node schedulers may use these estimates; the simulator's hidden truth
+adds per-task noise and measured co-location interference on top, which policies never see.
+
+Example::
+
+    >>> costs = CostModel()
+    >>> round(costs.cpu_ms("gmm_background", 36_864), 1) > 0
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from workload.catalog import APPLICATIONS, STAGE_TYPES
+from workload.model import ComputingUnit, NodeSpec, Task
+
+__all__ = ["StageCost", "Calibration", "load_calibration", "CostModel"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StageCost:
+    stage: str
+    fixed_ms: float            # CPU ms at zero input (fit intercept, >= 0)
+    per_pixel_ms: float        # CPU ms per input pixel (fit slope)
+    gpu_speedup: float | None  # on the reference GPU; None = CPU only
+    gavel_job: str | None      # measured job type standing in for its co-location behaviour
+    gpu_profile: tuple[float, ...] | None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    raw: dict
+    stages: dict[str, StageCost]
+    source: str
+
+    @property
+    def gpu_models(self) -> dict[str, dict]:
+        return self.raw["gpu_models"]
+
+    @property
+    def simulation(self) -> dict:
+        return self.raw["simulation"]
+
+    @property
+    def paper_setting(self) -> dict:
+        return self.raw["paper_setting"]
+
+
+def _affine_fit(points: dict[int, float]) -> tuple[float, float]:
+    (s1, m1), (s2, m2) = sorted(points.items())[:1] + sorted(points.items())[-1:]
+    slope = max(0.0, (m2 - m1) / (s2 - s1)) if s2 != s1 else m1 / s1
+    return max(0.0, m1 - slope * s1), slope
+
+
+def load_calibration(path: str | Path | None = None) -> Calibration:
+    """Read the calibration YAML (default: the shipped ``workload/calibration.yaml``)."""
+    text = Path(path).read_text() if path else \
+        (resources.files("workload") / "calibration.yaml").read_text()
+    raw = yaml.safe_load(text)
+    profile_rel = raw["stage_cpu_times"]["profile_file"]
+    profile_path = Path(path).parent / profile_rel if path else \
+        resources.files("workload") / profile_rel
+    profile = json.loads(profile_path.read_text())
+    points: dict[str, dict[int, float]] = {}
+    for row in profile["rows"]:
+        if row.get("device", "cpu") == "cpu":
+            points.setdefault(row["stage_type"], {})[int(row["input_size"])] = \
+                float(row["wall_ms_median"])
+    stages = {}
+    gpu_capable = {s.name: s.gpu_capable for app in APPLICATIONS.values() for s in app.stages}
+    for stage in STAGE_TYPES:
+        if stage not in points or len(points[stage]) < 2:
+            raise ValueError(f"calibration: {profile_path} lacks two CPU sizes for {stage!r}")
+        fixed, slope = _affine_fit(points[stage])
+        speedup = raw["stage_gpu_speedup"].get(stage) if gpu_capable[stage] else None
+        if gpu_capable[stage] and speedup is None:
+            raise ValueError(f"calibration: no stage_gpu_speedup for GPU-capable stage {stage!r}")
+        profile_vec = raw["stage_gpu_profile"].get(stage)
+        stages[stage] = StageCost(stage, fixed, slope, speedup,
+                                  raw["stage_to_gavel_job"].get(stage),
+                                  tuple(profile_vec) if profile_vec else None)
+    return Calibration(raw, stages, str(path or "workload/calibration.yaml"))
+
+
+@lru_cache(maxsize=4)
+def _default_colocation():
+    try:
+        from workload.traces.gavel import load_gavel
+        return load_gavel()
+    except Exception as exc:  # noqa: BLE001 - data is optional; say so and fall back
+        log.info("Gavel data unavailable (%s): GPU speeds from calibration.yaml only", exc)
+        return None
+
+
+class CostModel:
+    """Estimated stage and task times from the calibration.
+
+    ``colocation`` is a Gavel ``ColocationTable`` used only for isolated GPU speed factors
+    (``None``: the calibration's fallback speeds).
+    """
+
+    def __init__(self, calibration: Calibration | None = None, colocation="default"):
+        self.calibration = calibration or load_calibration()
+        self.colocation = _default_colocation() if colocation == "default" else colocation
+        self._speed_cache: dict[tuple[str, str], float] = {}
+        self._memory = self.calibration.raw["stage_gpu_memory_mb_per_mpixel"]
+
+    def stage(self, stage: str) -> StageCost:
+        try:
+            return self.calibration.stages[stage]
+        except KeyError:
+            raise KeyError(f"no calibration for stage {stage!r}") from None
+
+    def gpu_speed(self, stage: str, gpu_model: str) -> float:
+        """Speed of ``gpu_model`` relative to the reference GPU for this stage."""
+        key = (stage, gpu_model)
+        if key not in self._speed_cache:
+            models = self.calibration.gpu_models
+            if gpu_model not in models:
+                raise KeyError(f"unknown GPU model {gpu_model!r}; calibration knows "
+                               f"{sorted(models)}")
+            speed = float(models[gpu_model]["speed"])
+            job = self.stage(stage).gavel_job
+            table = self.colocation
+            if table is not None and job and gpu_model in table.gpu_types \
+                    and "k80" in table.gpu_types:
+                try:
+                    speed = table.speed_factor(job, gpu_model, reference="k80")
+                except (KeyError, ValueError, ZeroDivisionError):
+                    pass
+            self._speed_cache[key] = speed
+        return self._speed_cache[key]
+
+    def cpu_ms(self, stage: str, input_size: int, cpu_speed: float = 1.0) -> float:
+        cost = self.stage(stage)
+        return (cost.fixed_ms + cost.per_pixel_ms * input_size) / cpu_speed
+
+    def gpu_ms(self, stage: str, input_size: int, gpu_model: str) -> float | None:
+        """None for CPU-only stages."""
+        cost = self.stage(stage)
+        if cost.gpu_speedup is None:
+            return None
+        return self.cpu_ms(stage, input_size) / cost.gpu_speedup / self.gpu_speed(stage, gpu_model)
+
+    def unit_ms(self, stage: str, input_size: int, unit: ComputingUnit) -> float | None:
+        if unit.kind == "cpu":
+            return self.cpu_ms(stage, input_size, unit.speed)
+        return self.gpu_ms(stage, input_size, unit.model)
+
+    def gpu_memory_mb(self, stage: str, input_size: int) -> float:
+        rate = self._memory.get(stage, self._memory["default"])
+        return self._memory["context_mb"] + rate * input_size / 1e6
+
+    def stage_best_ms(self, stage: str, input_size: int, node: NodeSpec) -> float:
+        """The faster of one of the node's cores and its fastest GPU, for this stage alone."""
+        best = self.cpu_ms(stage, input_size, node.cpu_speed)
+        for gpu in {g.model for g in node.gpus}:
+            gpu_time = self.gpu_ms(stage, input_size, gpu)
+            if gpu_time is not None:
+                best = min(best, gpu_time)
+        return best
+
+    def transfer_s(self, task: Task, node: NodeSpec) -> float:
+        """Input bytes (one byte per pixel) over the node's downlink."""
+        return task.input_size / (node.downlink_mbps * 1e6 / 8)
+
+    def task_ms_on(self, task: Task, node: NodeSpec) -> float:
+        """Estimated makespan of the task alone on an idle node: its DAG's critical path with
+        every stage on its best unit, plus the input transfer."""
+        finish: dict[str, float] = {}
+        for stage in APPLICATIONS[task.app_id].stages:
+            start = max((finish[d] for d in stage.deps), default=0.0)
+            finish[stage.name] = start + self.stage_best_ms(stage.name, task.input_size, node)
+        return max(finish.values()) + 1000.0 * self.transfer_s(task, node)
+
+    def task_work_ms(self, task: Task, node: NodeSpec) -> float:
+        """Sum of the task's stage times on their best units: the unit-time it occupies."""
+        return sum(self.stage_best_ms(s.name, task.input_size, node)
+                   for s in APPLICATIONS[task.app_id].stages)
