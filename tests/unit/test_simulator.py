@@ -1,0 +1,197 @@
+"""The simulator: exact event logs for tiny cases, determinism, bounds, and clear refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator import GreedyOracle, SimulationConfig, Simulator, paper_cluster, paper_workload
+from workload.catalog import APPLICATIONS
+from workload.estimates import CostModel
+from workload.model import (Assignment, ClusterSpec, Decision, GpuSpec, NodeScheduler, NodeSpec,
+                            Policy, Task)
+
+
+class FirstNode(Policy):
+    name = "first"
+
+    def decide(self, observation):
+        return Decision(observation.node_ids[0], "always the first node")
+
+
+class RoundRobin(Policy):
+    name = "rr"
+
+    def __init__(self):
+        self.turn = 0
+
+    def decide(self, observation):
+        self.turn += 1
+        return Decision(observation.node_ids[self.turn % len(observation.node_ids)], "turn")
+
+
+class FirstFit(NodeScheduler):
+    """Ready order, first unit with room that can run the stage (GPUs listed first)."""
+
+    name = "first-fit"
+
+    def assign(self, ready, units, now_s):
+        room = {u.unit_id: u.capacity - len(u.running) for u in units}
+        order = sorted(units, key=lambda u: u.kind != "gpu")
+        out = []
+        for stage in ready:
+            for unit in order:
+                if room[unit.unit_id] > 0 and (unit.kind == "cpu" or stage.gpu_capable):
+                    room[unit.unit_id] -= 1
+                    out.append(Assignment(stage, unit.unit_id, "first fit"))
+                    break
+        return out
+
+
+@pytest.fixture(scope="module")
+def costs():
+    return CostModel()
+
+
+def _sim(costs, **config):
+    return Simulator(costs, SimulationConfig(service_noise_sigma=0.0, **config))
+
+
+def test_exact_event_log_of_one_pipeline_task_on_one_core(costs):
+    node = NodeSpec("solo", cpu_cores=1, host_memory_gb=8, downlink_mbps=8, uplink_mbps=8)
+    task = Task("t1", "face_recognition", 1_000_000, arrival_s=5.0)
+    result = _sim(costs).run(FirstNode(), FirstFit(), ClusterSpec((node,)), [task], seed=0)
+
+    expected = [(5.0, "decide", "", "")]
+    now = 5.0 + task.input_size / 1e6  # 8 Mbit/s = 1 MB/s downlink
+    expected.append((now, "input_received", "", ""))
+    for stage in APPLICATIONS["face_recognition"].stages:  # a chain: one stage after another
+        expected.append((now, "start", stage.name, "cpu:0"))
+        now += costs.cpu_ms(stage.name, task.input_size) / 1000.0
+        expected.append((now, "finish", stage.name, "cpu:0"))
+    now += task.input_size * 0.02 / 1e6  # the result (2% of the input) goes up the uplink
+    expected.append((now, "complete", "", ""))
+    got = [(e.time, e.kind, e.stage, e.unit) for e in result.events]
+    assert [g[1:] for g in got] == [x[1:] for x in expected]
+    assert [g[0] for g in got] == pytest.approx([x[0] for x in expected], abs=1e-6)
+    m = result.metrics
+    assert m.completed == 1 and m.latency_p50_s == pytest.approx(now - 5.0, abs=1e-6)
+
+
+def test_parallel_stages_of_a_dag_start_together_when_units_allow(costs):
+    node = NodeSpec("n", cpu_cores=3, host_memory_gb=8)
+    task = Task("t1", "intrusion_detection", 200_000)
+    events = _sim(costs).run(FirstNode(), FirstFit(), ClusterSpec((node,)), [task], 0).events
+    first_starts = [e for e in events if e.kind == "start"][:3]
+    assert {e.stage for e in first_starts} == {"gmm_background", "frame_difference",
+                                               "gaussian_pyramid"}
+    assert len({e.time for e in first_starts}) == 1
+    started = {e.stage: e.time for e in events if e.kind == "start"}
+    finished = {e.stage: e.time for e in events if e.kind == "finish"}
+    for stage in APPLICATIONS["intrusion_detection"].stages:
+        for dep in stage.deps:
+            assert started[stage.name] >= finished[dep]
+
+
+def test_same_seed_same_log_and_a_different_seed_differs(costs):
+    cluster = paper_cluster(nodes=3)
+    tasks = paper_workload(30, tasks=40, seed=3)
+    sim = Simulator(costs)
+    first = sim.run(RoundRobin(), FirstFit(), cluster, tasks, seed=7)
+    again = sim.run(RoundRobin(), FirstFit(), cluster, tasks, seed=7)
+    other = sim.run(RoundRobin(), FirstFit(), cluster, tasks, seed=8)
+    assert first.events == again.events and first.metrics == again.metrics
+    assert first.events != other.events
+
+
+@pytest.mark.parametrize("policy", [FirstNode, RoundRobin, GreedyOracle])
+def test_no_policy_beats_the_upper_bound(costs, policy):
+    cluster = paper_cluster(nodes=4)
+    for tasks in (paper_workload(60, tasks=60, seed=1), paper_workload(5, tasks=30, seed=2)):
+        m = Simulator(costs).run(policy(), FirstFit(), cluster, tasks, seed=1).metrics
+        assert m.completed == len(tasks)
+        assert m.throughput_per_min <= m.upper_bound_per_min + 1e-9
+
+
+def test_cpu_only_stages_never_run_on_gpus(costs):
+    cluster = ClusterSpec((NodeSpec("g", 1, 16, gpus=(GpuSpec("v100", 16),)),))
+    tasks = paper_workload(30, tasks=12, seed=4)
+    events = Simulator(costs).run(FirstNode(), FirstFit(), cluster, tasks, 0).events
+    for e in events:
+        if e.kind == "start" and e.stage in ("tracking", "tube_stitching"):
+            assert e.unit.startswith("cpu")
+    assert any(e.kind == "start" and e.unit.startswith("gpu") for e in events)
+
+
+def test_a_launch_that_does_not_fit_in_gpu_memory_fails_and_is_retried(costs):
+    """Two big tasks on one 8 GB P4: the second GPU launch runs out of memory, returns to the
+    ready queue after the retry delay, and both tasks still complete."""
+    size = 600_000_000
+    assert 2 * costs.gpu_memory_mb("face_detection", size) > 8 * 1024
+    cluster = ClusterSpec((NodeSpec("g", 1, 64, gpus=(GpuSpec("p4", 8),)),))
+    tasks = [Task(f"t{i}", "face_recognition", size, arrival_s=0.0) for i in range(2)]
+    result = _sim(costs).run(FirstNode(), FirstFit(), cluster, tasks, seed=0)
+    ooms = [e for e in result.events if e.kind == "oom"]
+    assert result.metrics.completed == 2 and result.metrics.oom_failures == len(ooms) >= 1
+    retried = ooms[0]
+    later_start = [e for e in result.events if e.kind == "start" and e.task_id == retried.task_id
+                   and e.stage == retried.stage and e.time >= retried.time + 1.0]
+    assert later_start, "the stage that ran out of memory never started again"
+
+
+def test_co_running_stages_progress_at_the_measured_rates(costs):
+    """Two equal stages sharing a V100 finish when the measured normalised throughput says."""
+    from simulator.ground_truth import GroundTruth
+    rate = GroundTruth(costs, 0).corun_rates("face_detection", "face_detection", "v100")[0]
+    assert 0 < rate < 1
+    cluster = ClusterSpec((NodeSpec("g", 1, 64, gpus=(GpuSpec("v100", 16),)),))
+    tasks = [Task(f"t{i}", "face_recognition", 1_000_000, arrival_s=0.0) for i in range(2)]
+    events = _sim(costs, result_fraction=0.0).run(FirstNode(), FirstFit(), cluster, tasks,
+                                                  0).events
+    starts = [e for e in events if e.kind == "start" and e.stage == "face_detection"]
+    finishes = [e for e in events if e.kind == "finish" and e.stage == "face_detection"]
+    alone_s = costs.gpu_ms("face_detection", 1_000_000, "v100") / 1000.0
+    assert len({e.time for e in starts}) == 1  # both inputs arrive together (shared downlink)
+    assert finishes[0].time - starts[0].time == pytest.approx(alone_s / rate, rel=1e-6)
+
+
+def test_a_policy_choosing_an_unknown_node_is_refused(costs):
+    class Wrong(Policy):
+        name = "wrong"
+
+        def decide(self, observation):
+            return Decision("nowhere", "bug")
+
+    with pytest.raises(ValueError, match="nowhere"):
+        Simulator(costs).run(Wrong(), FirstFit(), paper_cluster(nodes=2),
+                             paper_workload(10, tasks=2, seed=0), 0)
+
+
+def test_a_scheduler_putting_tracking_on_a_gpu_is_refused(costs):
+    class Reckless(NodeScheduler):
+        name = "reckless"
+
+        def assign(self, ready, units, now_s):
+            gpu = next(u for u in units if u.kind == "gpu")
+            return [Assignment(s, gpu.unit_id) for s in ready[:1]]
+
+    cluster = ClusterSpec((NodeSpec("g", 1, 16, gpus=(GpuSpec("p4", 8),)),))
+    tasks = [Task("t", "intrusion_detection", 100_000)]
+    with pytest.raises(ValueError, match="reckless"):
+        Simulator(costs).run(FirstNode(), Reckless(), cluster, tasks, 0)
+
+
+def test_learning_policies_get_one_transition_per_decision(costs):
+    class Recorder(RoundRobin):
+        def __init__(self):
+            super().__init__()
+            self.transitions = []
+
+        def learn(self, transition):
+            self.transitions.append(transition)
+
+    policy = Recorder()
+    tasks = paper_workload(30, tasks=25, seed=5)
+    Simulator(costs).run(policy, FirstFit(), paper_cluster(nodes=3), tasks, 0)
+    assert len(policy.transitions) == 25
+    assert policy.transitions[-1].done and policy.transitions[-1].next_observation is None
+    assert all(t.next_observation is not None for t in policy.transitions[:-1])
