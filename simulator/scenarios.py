@@ -21,7 +21,7 @@ from workload.catalog import app_ids
 from workload.estimates import Calibration, load_calibration
 from workload.model import ClusterSpec, GpuSpec, NodeSpec, Task
 
-__all__ = ["paper_cluster", "paper_workload", "saturated_workload", "alibaba_cluster",
+__all__ = ["paper_costs", "paper_cluster", "paper_workload", "saturated_workload", "alibaba_cluster",
            "alibaba_workload", "clip_sizes"]
 
 
@@ -63,9 +63,15 @@ def clip_sizes(count: int, rng: random.Random, calibration: Calibration | None =
     """Input sizes (pixels) of video clips: width x height x fps x uniform clip length."""
     s = _calibration(calibration).paper_setting
     low, high = s["clip_seconds"]
-    scale = float(s.get("work_scale", 1.0))
     per_second = s["clip_width"] * s["clip_height"] * s["clip_fps"]
-    return [int(per_second * rng.uniform(low, high) * scale) for _ in range(count)]
+    return [int(per_second * rng.uniform(low, high)) for _ in range(count)]
+
+
+def paper_costs(calibration: Calibration | None = None):
+    """The cost model of the paper's scenario (its work scale applied)."""
+    from workload.estimates import CostModel
+    cal = _calibration(calibration)
+    return CostModel(cal, work_scale=float(cal.paper_setting["work_scale"]))
 
 
 def _mixed_tasks(arrivals: list[float], seed: int, calibration, prefix: str) -> list[Task]:
@@ -92,10 +98,11 @@ def paper_workload(rate_per_min: float, tasks: int | None = None, seed: int = 0,
 
 def saturated_workload(tasks: int | None = None, seed: int = 0,
                        calibration: Calibration | None = None) -> list[Task]:
-    """Every task waiting at time 0: measures what the cluster can do flat out."""
+    """Arrivals far faster than any policy can serve (calibration: saturated_rate_per_min), so
+    throughput measures what the cluster can do flat out. (Not all at time 0: a burst of
+    identical observations would only measure how a policy breaks ties.)"""
     cal = _calibration(calibration)
-    count = tasks or int(cal.paper_setting["tasks"])
-    return _mixed_tasks([0.0] * count, seed, cal, "s")
+    return paper_workload(float(cal.paper_setting["saturated_rate_per_min"]), tasks, seed, cal)
 
 
 def alibaba_cluster(nodes: int = 16, seed: int = 0, data_dir=None,
