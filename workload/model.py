@@ -116,7 +116,8 @@ class NodeState:
     uplink_util: float = 0.0
     downlink_util: float = 0.0
     queue_depth: int = 0      # tasks at the node (queued + running), as the router counts them
-    backlog_s: float = 0.0    # estimated seconds of work at the node, from public cost estimates
+    backlog_s: float = 0.0    # summed estimated work (s) of the stages not yet finished at the
+                              # node, from public cost estimates (not time-to-clear)
     age_s: float = 0.0        # how stale the utilisation numbers are
 
     @property
