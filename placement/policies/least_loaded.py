@@ -33,3 +33,9 @@ class LeastLoadedPolicy(ClusterPolicy):
         node, second = first_and_second(observation.node_ids, scores.__getitem__)
         nxt = f"next {second} {scores[second]:.2f}" if second else "only node"
         return Decision(node, f"least loaded: {node} load {scores[node]:.2f} ({nxt})", scores)
+
+    def decide_array(self, observation) -> int:
+        """Fast path for ``simulator.fast`` (an ``ArrayObservation``): index of the lowest load,
+        first index on ties (``numpy.argmin``), without building per-node objects."""
+        import numpy as np
+        return int(np.argmin(observation.load))

@@ -61,3 +61,22 @@ def test_same_seed_same_result(costs):
     other = FastSimulator(costs).run(LeastBusy(), cluster, tasks, seed=2)
     assert one.latency_p99_s == two.latency_p99_s and one.makespan_s == two.makespan_s
     assert one.makespan_s != other.makespan_s
+
+
+def test_least_loaded_fast_path_agrees_with_its_decide(costs):
+    from placement.policies import make_policy
+    cluster = ClusterSpec(tuple(NodeSpec(f"n{i}", 1 + i % 4, 16) for i in range(8)))
+    tasks = [Task(f"t{i}", "video_synopsis", 3_000_000, arrival_s=i * 0.05) for i in range(400)]
+    policy = make_policy("least_loaded", cluster, costs)
+
+    class ObjectsOnly:
+        name = "least_loaded-objects"
+        decide_array = None
+
+        def decide(self, observation):
+            return policy.decide(observation)
+
+    sim = FastSimulator(costs)
+    fast = sim.run(policy, cluster, tasks, seed=2)
+    slow = sim.run(ObjectsOnly(), cluster, tasks, seed=2)
+    assert list(fast.per_node_tasks) == list(slow.per_node_tasks)
