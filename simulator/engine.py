@@ -51,6 +51,7 @@ class SimulationConfig:
     result_fraction: float = 0.02      # result bytes / input bytes (uplink traffic)
     reward_window_s: float = 60.0      # throughput window of the learning reward
     record_events: bool = True
+    record_samples: bool = True        # per-node utilisation time series (one row per sample)
     service_noise_sigma: float | None = None  # hidden per-task variation (None: calibration)
 
 
@@ -69,6 +70,8 @@ class SimulationResult:
     metrics: Metrics
     events: list[EventRecord]
     decisions: list[tuple[str, Decision]]
+    #: (time, NodeState) for every node at every feedback sample: utilisation over time.
+    samples: list[tuple[float, NodeState]] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -153,7 +156,7 @@ class Simulator:
             oom_retry_s=base.oom_retry_s if base.oom_retry_s is not None
             else float(cal["oom_retry_s"]),
             result_fraction=base.result_fraction, reward_window_s=base.reward_window_s,
-            record_events=base.record_events,
+            record_events=base.record_events, record_samples=base.record_samples,
             service_noise_sigma=base.service_noise_sigma if base.service_noise_sigma is not None
             else float(cal["service_noise_sigma"]))
         self._colocation = colocation
@@ -241,6 +244,7 @@ class _Execution:
         self.seq = 0
         self.events: list[EventRecord] = []
         self.decisions: list[tuple[str, Decision]] = []
+        self.samples: list[tuple[float, NodeState]] = []
         self.nodes: dict[str, _Node] = {n.node_id: self._make_node(n) for n in cluster.nodes}
         self.completion_times: deque = deque()
         self.latencies: list[float] = []
@@ -298,7 +302,7 @@ class _Execution:
                 self.nodes[node_id].ready.append(stage)
                 self._schedule_node(node_id)
         self._finish_learning()
-        return SimulationResult(self._metrics(), self.events, self.decisions)
+        return SimulationResult(self._metrics(), self.events, self.decisions, self.samples)
 
     # -- observation -----------------------------------------------------------------------
     def _accumulate(self, node: _Node) -> None:
@@ -332,7 +336,10 @@ class _Execution:
                 gpu_util=delta[1] / span / gpu_count if gpu_count else 0.0,
                 gpu_mem_util=delta[2] / span / gpu_mem_total if gpu_mem_total else 0.0,
                 host_mem_util=min(1.0, delta[3] / span / (spec.host_memory_gb * 2**30)),
-                downlink_util=delta[4] / span, uplink_util=delta[5] / span)
+                downlink_util=delta[4] / span, uplink_util=delta[5] / span,
+                queue_depth=len(node.tasks))
+            if self.cfg.record_samples and self.now > 0:
+                self.samples.append((self.now, node.sample_state))
         self.last_sample_s = self.now
         # The run loop stops once every task completed, so the next sample can always be queued.
         self._push(self.now + interval, SAMPLE, None)

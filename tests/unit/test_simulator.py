@@ -195,3 +195,33 @@ def test_learning_policies_get_one_transition_per_decision(costs):
     assert len(policy.transitions) == 25
     assert policy.transitions[-1].done and policy.transitions[-1].next_observation is None
     assert all(t.next_observation is not None for t in policy.transitions[:-1])
+
+
+def test_node_utilisation_is_reported_over_time(costs):
+    cluster = paper_cluster(nodes=2)
+    tasks = paper_workload(30, tasks=20, seed=6)
+    result = Simulator(costs).run(RoundRobin(), FirstFit(), cluster, tasks, 0)
+    times = sorted({t for t, _ in result.samples})
+    assert len(times) >= 5 and all(b - a == pytest.approx(2.0) for a, b in zip(times, times[1:]))
+    states = [s for _, s in result.samples]
+    assert {s.node_id for s in states} == set(cluster.node_ids)
+    assert all(0.0 <= s.cpu_util <= 1.0 and 0.0 <= s.gpu_util <= 1.0 for s in states)
+    assert max(s.cpu_util for s in states) > 0 and max(s.downlink_util for s in states) > 0
+
+
+def test_alibaba_cluster_samples_the_nodes_the_calibration_lists():
+    from simulator import alibaba_cluster
+    from workload.estimates import load_calibration
+    from workload.traces import resolve_data_dir
+    if resolve_data_dir() is None:
+        pytest.skip("Alibaba data not found: the generated inventory is used instead")
+    listed = load_calibration().raw["alibaba_setting"]["nodes"]
+    assert list(alibaba_cluster(16, seed=0).node_ids) == listed
+
+
+def test_paper_cluster_has_the_papers_shape():
+    cluster = paper_cluster()
+    assert len(cluster.nodes) == 11
+    assert {len(n.gpus) for n in cluster.nodes} == {2, 4}
+    assert {g.model for n in cluster.nodes for g in n.gpus} == {"p4", "k80"}
+    assert all(8 <= n.host_memory_gb <= 32 for n in cluster.nodes)
