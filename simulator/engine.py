@@ -121,6 +121,7 @@ class _Link:
     bandwidth_bytes_s: float
     runs: list[_Run] = field(default_factory=list)
     last_update_s: float = 0.0
+    version: int = 0
 
 
 @dataclass
@@ -138,6 +139,7 @@ class _Node:
     sample_state: NodeState | None = None
     completed: int = 0
     true_left_s: float = 0.0       # sum over its tasks (hidden truth, for the oracle)
+    host_bytes: float = 0.0        # inputs of the tasks at the node (host-memory use)
 
 
 class Simulator:
@@ -312,7 +314,7 @@ class _Execution:
             gpus = [u for u in node.units if u.is_gpu]
             gpu_busy = sum(1 for u in gpus if u.runs)
             gpu_mem = sum(r.memory_mb for u in gpus for r in u.runs)
-            host_bytes = sum(t.task.input_size for t in node.tasks.values())
+            host_bytes = node.host_bytes
             values = (cpu_busy, gpu_busy, gpu_mem, host_bytes,
                       1.0 if node.down.runs else 0.0, 1.0 if node.up.runs else 0.0)
             for i, v in enumerate(values):
@@ -386,6 +388,7 @@ class _Execution:
         state.true_left_s = sum(self.true_best_s(node, task, s.name) for s in app.stages)
         node.true_left_s += state.true_left_s
         node.tasks[task.task_id] = state
+        node.host_bytes += task.input_size
         self._start_link(node, node.down, ("down", task.task_id), float(task.input_size))
 
     def _finish_learning(self) -> None:
@@ -414,19 +417,24 @@ class _Execution:
         self._reschedule_link(node, link)
 
     def _reschedule_link(self, node: _Node, link: _Link) -> None:
-        share = 1.0 / len(link.runs) if link.runs else 0.0
+        # Equal shares: the transfer with the least left finishes first, so one event per link
+        # suffices (the others are re-timed when it fires). The link's version voids old events.
+        link.version += 1
+        if not link.runs:
+            return
+        share = 1.0 / len(link.runs)
+        first = min(link.runs, key=lambda r: r.remaining)
         for run in link.runs:
             run.rate = share
-            run.version += 1
-            self._push(self.now + run.remaining / share, LINK_DONE,
-                       (node.spec.node_id, run.key, run.version))
+        self._push(self.now + first.remaining / share, LINK_DONE,
+                   (node.spec.node_id, first.key, link.version))
 
     def _on_link_done(self, node_id: str, key: tuple, version: int) -> int:
         node = self.nodes[node_id]
         link = node.down if key[0] == "down" else node.up
-        run = next((r for r in link.runs if r.key == key), None)
-        if run is None or run.version != version:
-            return 0  # superseded by a rate change
+        if link.version != version:
+            return 0  # superseded by a start or finish on this link
+        run = next(r for r in link.runs if r.key == key)
         self._accumulate(node)
         self._advance(link.runs, link.last_update_s)
         link.last_update_s = self.now
@@ -443,6 +451,7 @@ class _Execution:
             return 0
         # Result uploaded: the task is complete.
         del node.tasks[task_id]
+        node.host_bytes -= state.task.input_size
         node.completed += 1
         self.finished += 1
         self.completion_times.append(self.now)

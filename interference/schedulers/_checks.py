@@ -37,11 +37,14 @@ def stage_key(stage: Stage) -> tuple[str, str]:
     return (stage.task_id, stage.stage)
 
 
+#: (app_id, stage) -> position in the app's topological order; built once (on the hot path).
+_POSITIONS = {(app.app_id, s.name): i for app in APPLICATIONS.values()
+              for i, s in enumerate(app.stages)}
+
+
 def _stage_position(stage: Stage) -> int:
     """Position of the stage in its application's topological order (unknown: after all)."""
-    app = APPLICATIONS.get(stage.app_id)
-    names = [d.name for d in app.stages] if app is not None else []
-    return names.index(stage.stage) if stage.stage in names else len(names)
+    return _POSITIONS.get((stage.app_id, stage.stage), len(_POSITIONS))
 
 
 def ready_order(ready: Sequence[Stage]) -> list[Stage]:
