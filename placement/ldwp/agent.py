@@ -1,0 +1,233 @@
+"""LDWP: a deep Q-network that picks the node for every streaming task (Zhang, Geng & Ma 2021).
+
+Read top to bottom, CleanRL style:
+
+1. ``decide``: encode the observation (paper layout or our per-node rows), epsilon-greedy over
+   the Q-values (exploration only while ``training``), return the node and a human reason.
+2. ``learn``: store (s, a, r, s', done) in the replay buffer; every ``train_frequency`` steps
+   after ``learning_starts``, sample ``batch_size`` transitions, compute
+   ``td_target = r + gamma * max_a' Q_target(s', a') * (1 - done)`` and take one SGD step on
+   the squared TD error; copy the Q-network into the target network every
+   ``target_network_frequency`` steps.
+
+The reward is the paper's: the change of cluster throughput between consecutive decisions
+(``Transition.reward`` from the simulator, or the placement service from feedback), scaled to
+tasks per minute.
+
+Example::
+
+    agent = LDWPPolicy(cluster, costs, LDWPSettings(network="node_scoring"))
+    result = Simulator(costs).run(agent, scheduler, cluster, tasks, seed=1)  # learns online
+    agent.training = False                                                   # greedy from now on
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from placement.ldwp.features import node_rows, paper_vector, paper_vector_size
+from placement.ldwp.networks import (NodeScoringQNetwork, PaperQNetwork, export_layers,
+                                     numpy_forward)
+from workload.estimates import CostModel
+from workload.model import ClusterSpec, Decision, Observation, Policy, Transition
+
+__all__ = ["LDWPSettings", "LDWPPolicy"]
+
+
+@dataclass
+class LDWPSettings:
+    """Every LDWP hyperparameter. Paper values where the paper gives them; (open) = our choice."""
+
+    network: str = "paper"             # "paper" (x_t -> one Q per node) or "node_scoring" (ours)
+    hidden_sizes: tuple[int, ...] = (256, 128)   # paper: MLP 256-128, ReLU
+    optimizer: str = "sgd"             # paper: SGD ("adam" available for our variant)
+    learning_rate: float = 0.1         # paper
+    batch_size: int = 20               # paper
+    gamma: float = 0.8                 # paper: discount
+    buffer_size: int = 10_000          # (open) replay capacity
+    target_network_frequency: int = 200  # (open) the paper's mu: steps between target copies
+    start_e: float = 0.3               # paper's walk-through: 30% random actions
+    end_e: float = 0.01                # (open)
+    exploration_steps: int = 2_000     # (open) linear decay of epsilon over this many decisions
+    learning_starts: int = 100         # (open) transitions before the first update
+    train_frequency: int = 1           # (open) decisions per gradient step
+    reward_scale: float = 60.0         # (open) reward in tasks/min instead of tasks/s
+    max_grad_norm: float = 10.0        # (open) clips updates so lr 0.1 stays stable
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.network not in ("paper", "node_scoring"):
+            raise ValueError(f"network must be 'paper' or 'node_scoring', got {self.network!r}")
+        if self.optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
+        self.hidden_sizes = tuple(self.hidden_sizes)
+
+
+@dataclass
+class _Replay:
+    capacity: int
+    items: deque = field(default_factory=deque)
+
+    def add(self, item) -> None:
+        if len(self.items) >= self.capacity:
+            self.items.popleft()
+        self.items.append(item)
+
+    def sample(self, rng: random.Random, batch: int) -> list:
+        return [self.items[rng.randrange(len(self.items))] for _ in range(batch)]
+
+
+class LDWPPolicy(Policy):
+    """The DQN placement policy; ``training`` turns exploration and learning on or off."""
+
+    def __init__(self, cluster: ClusterSpec, costs: CostModel | None = None,
+                 settings: LDWPSettings | None = None):
+        self.settings = settings or LDWPSettings()
+        self.name = f"ldwp-{self.settings.network}"
+        self.cluster = cluster
+        self.costs = costs or CostModel()
+        self.rng = random.Random(self.settings.seed)
+        torch.manual_seed(self.settings.seed)
+        self.q_network = self._build()
+        self.target_network = self._build()
+        self.target_network.load_state_dict(self.q_network.state_dict())
+        self.optimizer = self._optimizer()
+        self.replay = _Replay(self.settings.buffer_size)
+        self.training = True
+        self.global_step = 0
+        self.updates = 0
+        self.losses: list[float] = []
+        self._pending: dict[int, tuple] = {}
+        self._estimate_cache: dict = {}
+        self._numpy_layers = None
+
+    # -- construction ----------------------------------------------------------------------
+    def _build(self) -> nn.Module:
+        s = self.settings
+        if s.network == "paper":
+            m = len(self.cluster.nodes)
+            return PaperQNetwork(paper_vector_size(m), m, s.hidden_sizes)
+        return NodeScoringQNetwork(s.hidden_sizes)
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        params = self.q_network.parameters()
+        if self.settings.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=self.settings.learning_rate)
+        return torch.optim.Adam(params, lr=self.settings.learning_rate)
+
+    # -- encoding ---------------------------------------------------------------------------
+    def encode(self, observation: Observation) -> np.ndarray:
+        if self.settings.network == "paper":
+            if len(observation.nodes) != self.q_network.nodes:
+                raise ValueError(f"the paper network was built for {self.q_network.nodes} nodes "
+                                 f"and sees {len(observation.nodes)}; transfer it first "
+                                 "(placement.ldwp.transfer)")
+            return paper_vector(observation)
+        specs = {n.node_id: n for n in self.cluster.nodes}
+        estimates, units = {}, {}
+        task = observation.task
+        for node_id in observation.node_ids:
+            spec = specs.get(node_id)
+            if spec is None:
+                continue
+            key = (task.app_id, task.input_size, node_id)
+            if key not in self._estimate_cache:
+                if len(self._estimate_cache) > 50_000:
+                    self._estimate_cache.clear()
+                self._estimate_cache[key] = self.costs.task_ms_on(task, spec) / 1000.0
+            estimates[node_id] = self._estimate_cache[key]
+            units[node_id] = spec.cpu_cores + len(spec.gpus)
+        return node_rows(observation, estimates, units)
+
+    def q_values(self, state: np.ndarray, use_numpy: bool = False) -> np.ndarray:
+        if use_numpy:
+            if self._numpy_layers is None:
+                self._numpy_layers = export_layers(self.q_network)
+            x = state
+            if self.settings.network == "node_scoring":
+                x = np.concatenate([state, np.broadcast_to(state.mean(axis=0), state.shape)],
+                                   axis=1)
+                return numpy_forward(self._numpy_layers, x)[:, 0]
+            return numpy_forward(self._numpy_layers, x[None, :])[0]
+        with torch.no_grad():
+            out = self.q_network(torch.from_numpy(state).unsqueeze(0))
+        return out[0].numpy()
+
+    # -- acting -----------------------------------------------------------------------------
+    def epsilon(self) -> float:
+        s = self.settings
+        fraction = min(1.0, self.global_step / max(1, s.exploration_steps))
+        return s.start_e + fraction * (s.end_e - s.start_e)
+
+    def decide(self, observation: Observation) -> Decision:
+        state = self.encode(observation)
+        q = self.q_values(state)
+        ids = observation.node_ids
+        scores = {n: float(v) for n, v in zip(ids, q)}
+        if self.training and self.rng.random() < self.epsilon():
+            index = self.rng.randrange(len(ids))
+            reason = f"LDWP exploring (epsilon {self.epsilon():.2f}): {ids[index]}"
+        else:
+            index = int(np.argmax(q))
+            ranked = sorted(range(len(ids)), key=lambda i: -q[i])
+            runner = f", next {ids[ranked[1]]} {q[ranked[1]]:.3f}" if len(ids) > 1 else ""
+            reason = f"LDWP: highest Q {q[index]:.3f} on {ids[index]}{runner}"
+        if self.training:
+            self._pending[id(observation)] = (state, index)
+            self.global_step += 1
+        return Decision(ids[index], reason, scores)
+
+    # -- learning ---------------------------------------------------------------------------
+    def learn(self, transition: Transition) -> None:
+        if not self.training:
+            return
+        pending = self._pending.pop(id(transition.observation), None)
+        if pending is None:
+            return  # a decision made while not training
+        state, action = pending
+        next_state = (self.encode(transition.next_observation)
+                      if transition.next_observation is not None else None)
+        reward = transition.reward * self.settings.reward_scale
+        self.replay.add((state, action, reward, next_state, transition.done))
+        s = self.settings
+        if (len(self.replay.items) >= s.learning_starts
+                and self.global_step % s.train_frequency == 0):
+            self._train_step()
+        if self.global_step % s.target_network_frequency == 0:
+            self.target_network.load_state_dict(self.q_network.state_dict())
+
+    def _train_step(self) -> None:
+        batch = self.replay.sample(self.rng, self.settings.batch_size)
+        states = torch.from_numpy(np.stack([b[0] for b in batch]))
+        actions = torch.tensor([b[1] for b in batch])
+        rewards = torch.tensor([b[2] for b in batch], dtype=torch.float32)
+        dones = torch.tensor([1.0 if (b[4] or b[3] is None) else 0.0 for b in batch])
+        next_states = torch.from_numpy(np.stack([b[3] if b[3] is not None else b[0]
+                                                 for b in batch]))
+        with torch.no_grad():
+            target_max = self.target_network(next_states).max(dim=-1).values
+            td_target = rewards + self.settings.gamma * target_max * (1.0 - dones)
+        q_taken = self.q_network(states).gather(1, actions.unsqueeze(1)).squeeze(1)
+        loss = nn.functional.mse_loss(q_taken, td_target)
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q_network.parameters(), self.settings.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        self._numpy_layers = None
+        self.losses.append(loss.item())
+
+    # -- export -----------------------------------------------------------------------------
+    def metadata(self) -> dict:
+        settings = asdict(self.settings)
+        settings["hidden_sizes"] = list(self.settings.hidden_sizes)
+        return {"kind": self.settings.network, "nodes": list(self.cluster.node_ids),
+                "settings": settings, "updates": self.updates,
+                "observation": "paper_vector" if self.settings.network == "paper"
+                else "node_rows"}

@@ -1,0 +1,78 @@
+"""Observation encodings for LDWP, without torch (the router encodes on its hot path).
+
+Two layouts:
+
+- ``paper_vector``: the paper's x_t = (TID, TSize, S_1, ..., S_M) with TID one-hot over the known
+  applications, TSize as log(1 + pixels) / 20, and the six per-node numbers: a vector of
+  ``len(apps) + 1 + 6 M``. Its size depends on M, which is why the paper's network must be
+  re-shaped (transfer learning) when nodes join or leave.
+- ``node_rows``: one row per node with the task's features, that node's six numbers, its queue
+  depth and backlog, and what the public cost model expects of this task there; a network with
+  shared weights scores each row, so one model serves any number of nodes (our size-agnostic
+  variant).
+
+Example::
+
+    >>> from workload.model import NodeState, Observation, Task
+    >>> obs = Observation(Task("t", "video_synopsis", 10**6), (NodeState("a"), NodeState("b")), 0)
+    >>> paper_vector(obs).shape, node_rows(obs).shape
+    ((16,), (2, 16))
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from workload.catalog import app_ids
+from workload.model import NODE_STATE_FIELDS, Observation
+
+__all__ = ["paper_vector", "paper_vector_size", "node_rows", "NODE_ROW_SIZE", "APPS"]
+
+APPS = app_ids()
+#: task one-hot + log TSize + six node numbers + queue depth + backlog + estimated time +
+#: estimated completion + relative speed + 1 (bias-like constant: "this node exists").
+NODE_ROW_SIZE = len(APPS) + 1 + len(NODE_STATE_FIELDS) + 6
+
+
+def _task_features(observation: Observation) -> list[float]:
+    one_hot = [1.0 if a == observation.task.app_id else 0.0 for a in APPS]
+    return one_hot + [math.log1p(max(0, observation.task.input_size)) / 20.0]
+
+
+def paper_vector_size(nodes: int) -> int:
+    return len(APPS) + 1 + len(NODE_STATE_FIELDS) * nodes
+
+
+def paper_vector(observation: Observation) -> np.ndarray:
+    values = _task_features(observation)
+    for node in observation.nodes:
+        values.extend(node.paper_features())
+    return np.asarray(values, dtype=np.float32)
+
+
+def node_rows(observation: Observation, estimates_s: dict[str, float] | None = None,
+              units: dict[str, int] | None = None) -> np.ndarray:
+    """(M, NODE_ROW_SIZE) features. ``estimates_s[node]``: the public estimate of this task's
+    time alone on that node; ``units[node]``: its parallel units (cores + GPUs). Missing
+    entries count as unknown (0) so the encoding still works without a cost model."""
+    task = _task_features(observation)
+    estimates_s = estimates_s or {}
+    units = units or {}
+    known = [estimates_s[n] for n in observation.node_ids if n in estimates_s]
+    fastest = min(known) if known else 0.0
+    rows = np.zeros((len(observation.nodes), NODE_ROW_SIZE), dtype=np.float32)
+    for i, node in enumerate(observation.nodes):
+        estimate = estimates_s.get(node.node_id, 0.0)
+        unit_count = max(1, units.get(node.node_id, 1))
+        wait = node.backlog_s / unit_count
+        rows[i] = task + list(node.paper_features()) + [
+            math.log1p(node.queue_depth) / 5.0,
+            math.log1p(node.backlog_s) / 10.0,
+            math.log1p(estimate) / 10.0,
+            math.log1p(wait + estimate) / 10.0,
+            (fastest / estimate) if estimate > 0 else 0.0,
+            1.0,
+        ]
+    return rows

@@ -1,0 +1,117 @@
+"""LDWP: it learns a trivially learnable cluster, its model files are safe, numpy == torch."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from placement.ldwp.agent import LDWPPolicy, LDWPSettings
+from placement.ldwp.modelfile import ModelFileError, load_model, save_model
+from placement.ldwp.networks import export_layers
+from workload.estimates import CostModel
+from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation, Task
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def costs():
+    return CostModel()
+
+
+def _stream(n: int, seed: int, rate_per_min: float) -> list[Task]:
+    rng, now, tasks = random.Random(seed), 0.0, []
+    for i in range(n):
+        now += rng.expovariate(rate_per_min / 60)
+        tasks.append(Task(f"t{seed}-{i}", "face_recognition", 3_000_000, now))
+    return tasks
+
+
+@pytest.mark.parametrize("network,lr", [("paper", 0.1), ("node_scoring", 0.01)])
+def test_learns_to_prefer_the_node_that_is_twice_as_fast(costs, network, lr):
+    from interference.schedulers import make_node_scheduler
+    from simulator import Simulator
+    cluster = ClusterSpec((NodeSpec("slow", 2, 16, cpu_speed=0.5),
+                           NodeSpec("fast", 2, 16, cpu_speed=1.0)))
+    agent = LDWPPolicy(cluster, costs, LDWPSettings(network=network, learning_rate=lr, seed=0,
+                                                     exploration_steps=1500))
+    sim = Simulator(costs)
+    for episode in range(6):
+        sim.run(agent, make_node_scheduler("fcfs"), cluster, _stream(400, episode, 90), episode)
+    assert agent.updates > 2000
+    agent.training = False
+    result = sim.run(agent, make_node_scheduler("fcfs"), cluster, _stream(200, 99, 90), 99)
+    chosen = Counter(d.node for _, d in result.decisions)
+    assert chosen["fast"] >= 0.8 * sum(chosen.values()), chosen
+
+
+def _observation(m: int, seed: int) -> Observation:
+    rng = random.Random(seed)
+    nodes = tuple(NodeState(f"n{i}", cpu_util=rng.random(), gpu_util=rng.random(),
+                            host_mem_util=rng.random(), gpu_mem_util=rng.random(),
+                            uplink_util=rng.random(), downlink_util=rng.random(),
+                            queue_depth=rng.randrange(9), backlog_s=rng.random() * 100)
+                  for i in range(m))
+    return Observation(Task("t", "intrusion_detection", rng.randrange(1, 10**8)), nodes, 0.0)
+
+
+def _cluster(m: int) -> ClusterSpec:
+    return ClusterSpec(tuple(NodeSpec(f"n{i}", 2 + i, 16, gpus=(GpuSpec("t4", 16),) * (i % 2))
+                             for i in range(m)))
+
+
+@pytest.mark.parametrize("network", ["paper", "node_scoring"])
+def test_numpy_inference_agrees_with_torch(costs, network):
+    agent = LDWPPolicy(_cluster(4), costs, LDWPSettings(network=network, seed=3))
+    for seed in range(20):
+        state = agent.encode(_observation(4, seed))
+        np.testing.assert_allclose(agent.q_values(state, use_numpy=True),
+                                   agent.q_values(state), rtol=1e-5, atol=1e-6)
+
+
+def test_node_scoring_serves_any_number_of_nodes(costs):
+    agent = LDWPPolicy(_cluster(3), costs, LDWPSettings(network="node_scoring"))
+    agent.cluster = _cluster(7)
+    agent.training = False
+    assert agent.decide(_observation(7, 1)).node in {f"n{i}" for i in range(7)}
+
+
+def test_paper_network_refuses_a_changed_cluster_until_transferred(costs):
+    agent = LDWPPolicy(_cluster(3), costs, LDWPSettings(network="paper"))
+    with pytest.raises(ValueError, match="transfer"):
+        agent.decide(_observation(5, 0))
+
+
+def test_model_file_round_trip(tmp_path, costs):
+    agent = LDWPPolicy(_cluster(3), costs, LDWPSettings(network="paper", seed=1))
+    path = save_model(tmp_path / "m.spm", export_layers(agent.q_network), agent.metadata())
+    layers, metadata = load_model(path)
+    assert metadata["nodes"] == ["n0", "n1", "n2"] and metadata["kind"] == "paper"
+    for (w1, b1), (w2, b2) in zip(layers, export_layers(agent.q_network)):
+        np.testing.assert_array_equal(w1, w2)
+        np.testing.assert_array_equal(b1, b2)
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda d: d[:-10], "truncated"),
+    (lambda d: d[:-40] + bytes(40), "SHA-256"),
+    (lambda d: b"PICKLE!!" + d[8:], "magic"),
+    (lambda d: d[:20], "truncated"),
+])
+def test_corrupted_model_files_are_refused(tmp_path, costs, damage, message):
+    agent = LDWPPolicy(_cluster(2), costs, LDWPSettings(network="node_scoring"))
+    path = save_model(tmp_path / "m.spm", export_layers(agent.q_network), agent.metadata())
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ModelFileError, match=message):
+        load_model(path)
+
+
+def test_settings_are_validated():
+    with pytest.raises(ValueError, match="network"):
+        LDWPSettings(network="transformer")
+    with pytest.raises(ValueError, match="optimizer"):
+        LDWPSettings(optimizer="rmsprop")
