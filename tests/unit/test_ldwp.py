@@ -115,3 +115,37 @@ def test_settings_are_validated():
         LDWPSettings(network="transformer")
     with pytest.raises(ValueError, match="optimizer"):
         LDWPSettings(optimizer="rmsprop")
+
+
+def test_paper_transfer_keeps_what_still_means_the_same(costs):
+    from placement.ldwp.transfer import transfer_paper_agent
+    old_cluster = _cluster(3)
+    agent = LDWPPolicy(old_cluster, costs, LDWPSettings(network="paper", seed=2))
+    grown = ClusterSpec(old_cluster.nodes + (NodeSpec("n9", 4, 16),))
+    moved = transfer_paper_agent(agent, grown)
+    old = [m for m in agent.q_network.modules() if isinstance(m, torch.nn.Linear)]
+    new = [m for m in moved.q_network.modules() if isinstance(m, torch.nn.Linear)]
+    assert torch.equal(old[1].weight, new[1].weight)          # hidden layer copied
+    assert new[0].weight.shape[1] == old[0].weight.shape[1] + 6  # six inputs per new node
+    assert torch.equal(new[0].weight[:, :22], old[0].weight)    # task + the 3 old nodes
+    assert torch.equal(new[-1].weight[:3], old[-1].weight)      # their Q rows
+    assert torch.allclose(new[-1].weight[3], old[-1].weight.mean(dim=0))
+    moved.training = False
+    assert moved.decide(_observation(4, 0)).node in grown.node_ids
+
+
+def test_pretraining_makes_the_agent_reproduce_its_teacher(costs):
+    from placement.ldwp.pretrain import collect_demonstrations, pretrain
+    from placement.policies import make_policy
+    from interference.schedulers import make_node_scheduler
+    from simulator import paper_cluster, paper_workload
+    cluster = paper_cluster(nodes=4)
+    agent = LDWPPolicy(cluster, costs, LDWPSettings(network="node_scoring", seed=1))
+    teacher = make_policy("mct", cluster, costs)
+    workloads = [(paper_workload(40, 120, seed=s), s) for s in (11, 12)]
+    states, actions = collect_demonstrations(agent, teacher, make_node_scheduler("fcfs"), cluster,
+                                             workloads, costs, progress=False)
+    curve = pretrain(agent, states, actions, progress=False)
+    assert curve[-1] < curve[0]
+    q = agent.q_network(torch.from_numpy(states)).argmax(dim=1).numpy()
+    assert (q == actions).mean() >= 0.95
