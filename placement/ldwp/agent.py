@@ -231,3 +231,36 @@ class LDWPPolicy(Policy):
                 "settings": settings, "updates": self.updates,
                 "observation": "paper_vector" if self.settings.network == "paper"
                 else "node_rows"}
+
+    def save(self, path, **extra_metadata) -> None:
+        """Weights + metadata in the pickle-free model file format (placement.ldwp.modelfile)."""
+        from placement.ldwp.modelfile import save_model
+        save_model(path, export_layers(self.q_network), {**self.metadata(), **extra_metadata})
+
+    @classmethod
+    def from_file(cls, path, cluster: ClusterSpec, costs: CostModel | None = None,
+                  training: bool = False) -> "LDWPPolicy":
+        """Rebuild an agent from a model file; refuses a paper network built for other nodes."""
+        from placement.ldwp.modelfile import ModelFileError, load_model
+        layers, metadata = load_model(path)
+        settings = dict(metadata["settings"])
+        settings["hidden_sizes"] = tuple(settings["hidden_sizes"])
+        agent = cls(cluster, costs, LDWPSettings(**settings))
+        if agent.settings.network == "paper" and list(cluster.node_ids) != metadata["nodes"]:
+            raise ModelFileError(f"{path} is a paper-layout model for nodes {metadata['nodes']}; "
+                                 "transfer it to this cluster first")
+        linears = [m for m in agent.q_network.modules() if isinstance(m, nn.Linear)]
+        if len(linears) != len(layers):
+            raise ModelFileError(f"{path} has {len(layers)} layers, the network needs "
+                                 f"{len(linears)}")
+        with torch.no_grad():
+            for module, (weight, bias) in zip(linears, layers):
+                if tuple(module.weight.shape) != weight.shape:
+                    raise ModelFileError(f"{path}: layer shape {weight.shape} does not fit "
+                                         f"{tuple(module.weight.shape)}")
+                module.weight.copy_(torch.from_numpy(weight))
+                module.bias.copy_(torch.from_numpy(bias))
+        agent.target_network.load_state_dict(agent.q_network.state_dict())
+        agent.updates = int(metadata.get("updates", 0))
+        agent.training = training
+        return agent

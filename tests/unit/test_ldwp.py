@@ -149,3 +149,14 @@ def test_pretraining_makes_the_agent_reproduce_its_teacher(costs):
     assert curve[-1] < curve[0]
     q = agent.q_network(torch.from_numpy(states)).argmax(dim=1).numpy()
     assert (q == actions).mean() >= 0.95
+
+
+def test_an_agent_saved_and_loaded_decides_the_same(tmp_path, costs):
+    cluster = _cluster(3)
+    agent = LDWPPolicy(cluster, costs, LDWPSettings(network="node_scoring", seed=5))
+    agent.training = False
+    agent.save(tmp_path / "a.spm", training_data="none")
+    loaded = LDWPPolicy.from_file(tmp_path / "a.spm", cluster, costs)
+    for seed in range(10):
+        obs = _observation(3, seed)
+        assert loaded.decide(obs).scores == agent.decide(obs).scores
