@@ -56,23 +56,30 @@ def node_rows(observation: Observation, estimates_s: dict[str, float] | None = N
               units: dict[str, int] | None = None) -> np.ndarray:
     """(M, NODE_ROW_SIZE) features. ``estimates_s[node]``: the public estimate of this task's
     time alone on that node; ``units[node]``: its parallel units (cores + GPUs). Missing
-    entries count as unknown (0) so the encoding still works without a cost model."""
-    task = _task_features(observation)
+    entries count as unknown (0) so the encoding still works without a cost model.
+    Vectorised: this runs once per routed record."""
     estimates_s = estimates_s or {}
     units = units or {}
-    known = [estimates_s[n] for n in observation.node_ids if n in estimates_s]
-    fastest = min(known) if known else 0.0
-    rows = np.zeros((len(observation.nodes), NODE_ROW_SIZE), dtype=np.float32)
-    for i, node in enumerate(observation.nodes):
-        estimate = estimates_s.get(node.node_id, 0.0)
-        unit_count = max(1, units.get(node.node_id, 1))
-        wait = node.backlog_s / unit_count
-        rows[i] = task + list(node.paper_features()) + [
-            math.log1p(node.queue_depth) / 5.0,
-            math.log1p(node.backlog_s) / 10.0,
-            math.log1p(estimate) / 10.0,
-            math.log1p(wait + estimate) / 10.0,
-            (fastest / estimate) if estimate > 0 else 0.0,
-            1.0,
-        ]
+    nodes = observation.nodes
+    m = len(nodes)
+    rows = np.empty((m, NODE_ROW_SIZE), dtype=np.float32)
+    task = _task_features(observation)
+    width = len(task)
+    rows[:, :width] = task
+    raw = np.array([(n.cpu_util, n.gpu_util, n.host_mem_util, n.gpu_mem_util, n.uplink_util,
+                     n.downlink_util, n.queue_depth, n.backlog_s,
+                     estimates_s.get(n.node_id, 0.0), units.get(n.node_id, 1)) for n in nodes],
+                   dtype=np.float64).reshape(m, 10)
+    rows[:, width:width + 6] = raw[:, :6]
+    estimate = raw[:, 8]
+    wait = raw[:, 7] / np.maximum(1.0, raw[:, 9])
+    known = estimate[estimate > 0]
+    fastest = known.min() if known.size else 0.0
+    rows[:, width + 6] = np.log1p(raw[:, 6]) / 5.0
+    rows[:, width + 7] = np.log1p(raw[:, 7]) / 10.0
+    rows[:, width + 8] = np.log1p(estimate) / 10.0
+    rows[:, width + 9] = np.log1p(wait + estimate) / 10.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rows[:, width + 10] = np.where(estimate > 0, fastest / estimate, 0.0)
+    rows[:, width + 11] = 1.0
     return rows

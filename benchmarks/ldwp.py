@@ -1,0 +1,334 @@
+"""LDWP against the frozen baselines, on the simulator's paper setting.
+
+1. Pre-training: rollouts of the MCT/ETC rule on TRAINING seeds (never the evaluation seeds)
+   -> supervised pre-training of each variant's Q-network to convergence.
+2. Online DQN learning (the paper's reward: change of cluster throughput) for a number of
+   training episodes; learning curves with and without pre-training.
+3. Evaluation, greedy, on the 5 evaluation seeds of benchmarks/baselines.py, at every arrival
+   rate of the sweep and saturated, with FCFS and with the best baseline node scheduler (HEFT),
+   compared with the frozen baseline results (benchmarks/results/baselines.json).
+4. Cluster change 8 -> 11 -> 9 nodes: paper-style transfer versus the size-agnostic network.
+5. Decision latency at batch 1 including observation encoding, numpy and torch paths.
+
+    python -m benchmarks.ldwp [--quick]
+
+Writes benchmarks/results/ldwp.json (ldwp-quick.json) and a PNG beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from benchmarks._common import RESULTS, write_result
+from benchmarks.baselines import EVALUATION_SEEDS, PAPER_PAIRS, confidence_interval
+
+TRAINING_SEEDS = tuple(range(1, 200))  # disjoint from EVALUATION_SEEDS (1001-1005)
+VARIANTS = {
+    # name: (network, settings overrides). The paper network keeps every paper value.
+    "paper": ("paper", {}),
+    # Our size-agnostic network: Adam and a smaller learning rate (shared weights see every
+    # node's row in each update, so the paper's SGD 0.1 diverges).
+    "node_scoring": ("node_scoring", {"optimizer": "adam", "learning_rate": 1e-4,
+                                      "hidden_sizes": (128, 64)}),
+}
+
+
+def _setup():
+    import torch
+    torch.set_num_threads(1)
+    from simulator.scenarios import paper_cluster, paper_costs
+    return paper_costs(), paper_cluster()
+
+
+def _agent(variant: str, cluster, costs, seed: int = 0, **overrides):
+    from placement.ldwp.agent import LDWPPolicy, LDWPSettings
+    network, settings = VARIANTS[variant]
+    return LDWPPolicy(cluster, costs, LDWPSettings(network=network, seed=seed,
+                                                   **{**settings, **overrides}))
+
+
+def train_variant(job: tuple) -> dict:
+    """Pre-train (or not) and train one variant online; save it; return its curves."""
+    variant, pretrained, episodes, tasks, out_dir = job
+    from interference.schedulers import make_node_scheduler
+    from placement.ldwp.pretrain import collect_demonstrations, demonstrations_hash, pretrain
+    from placement.policies import make_policy
+    from simulator import Simulator
+    from simulator.scenarios import paper_workload, saturated_workload
+    costs, cluster = _setup()
+    agent = _agent(variant, cluster, costs, seed=0, exploration_steps=episodes * tasks // 2,
+                   start_e=0.3 if not pretrained else 0.1)
+    curve_pre, data_hash = [], "none"
+    scheduler = make_node_scheduler("heft", costs)
+    if pretrained:
+        workloads = [(paper_workload(rate, tasks, seed=s), s)
+                     for rate, s in ((40, 1), (60, 2), (80, 3))]
+        workloads.append((saturated_workload(tasks, seed=4), 4))
+        states, actions = collect_demonstrations(agent, make_policy("mct", cluster, costs),
+                                                 scheduler, cluster, workloads, costs,
+                                                 progress=False)
+        curve_pre = pretrain(agent, states, actions, progress=False)
+        data_hash = demonstrations_hash(states, actions)
+    simulator = Simulator(costs)
+    learning = []
+    for episode in range(episodes):
+        seed = TRAINING_SEEDS[10 + episode]
+        workload = (saturated_workload(tasks, seed=seed) if episode % 2 == 0
+                    else paper_workload(60, tasks, seed=seed))
+        started = time.perf_counter()
+        metrics = simulator.run(agent, scheduler, cluster, workload, seed=seed).metrics
+        learning.append({"episode": episode, "saturated": episode % 2 == 0,
+                         "throughput_per_min": metrics.throughput_per_min,
+                         "epsilon": agent.epsilon(), "updates": agent.updates,
+                         "wall_s": time.perf_counter() - started})
+    path = Path(out_dir) / f"{variant}-{'pre' if pretrained else 'scratch'}.spm"
+    agent.save(path, pretraining_data=data_hash, training_seeds=[10, 10 + episodes])
+    return {"variant": variant, "pretrained": pretrained, "pretraining_loss": curve_pre,
+            "learning": learning, "model": str(path)}
+
+
+def evaluate(job: tuple) -> dict:
+    model, variant, scheduler_name, rate, seed, tasks = job
+    from interference.schedulers import make_node_scheduler
+    from placement.ldwp.agent import LDWPPolicy
+    from simulator import Simulator
+    from simulator.scenarios import paper_workload, saturated_workload
+    costs, cluster = _setup()
+    agent = LDWPPolicy.from_file(model, cluster, costs)
+    workload = (saturated_workload(tasks, seed=seed) if rate is None
+                else paper_workload(rate, tasks, seed=seed))
+    m = Simulator(costs).run(agent, make_node_scheduler(scheduler_name, costs), cluster,
+                             workload, seed=seed).metrics
+    return {"variant": variant, "scheduler": scheduler_name, "rate": rate, "seed": seed,
+            "throughput_per_min": m.throughput_per_min, "gpu_utilisation": m.gpu_utilisation,
+            "latency_p99_s": m.latency_p99_s, "load_balancing_degree": m.load_balancing_degree,
+            "useful_gpu_work_per_gpu_second": m.useful_gpu_work_per_gpu_second}
+
+
+def cluster_change(job: tuple) -> dict:
+    """8 -> 11 -> 9 nodes; the agent carries over (transferred) and keeps learning."""
+    model, variant, tasks_per_phase = job
+    from interference.schedulers import make_node_scheduler
+    from placement.ldwp.agent import LDWPPolicy
+    from placement.ldwp.transfer import transfer
+    from simulator import Simulator
+    from simulator.scenarios import paper_cluster, paper_workload
+    costs, full = _setup()
+    del full
+    series, regain = [], []
+    agent = None
+    offset = 0.0
+    for phase, nodes in enumerate((8, 11, 9)):
+        cluster = paper_cluster(nodes=nodes)
+        if agent is None:
+            base = LDWPPolicy.from_file(model, paper_cluster(), costs, training=True)
+            agent = transfer(base, cluster)
+        else:
+            agent = transfer(agent, cluster)
+        agent.training = True
+        rate = 60.0 * nodes / 11  # keep the load per node constant
+        workload = paper_workload(rate, tasks_per_phase, seed=TRAINING_SEEDS[100 + phase])
+        result = Simulator(costs).run(agent, make_node_scheduler("heft", costs), cluster,
+                                      workload, seed=TRAINING_SEEDS[100 + phase])
+        done = sorted(e.time for e in result.events if e.kind == "complete")
+        window = 120.0
+        points = []
+        t = window
+        while done and t <= done[-1]:
+            count = sum(1 for x in done if t - window < x <= t)
+            points.append((offset + t, 60.0 * count / window))
+            t += 30.0
+        steady = statistics.fmean(v for _, v in points[len(points) // 2:]) if points else 0.0
+        reached = next((tt - offset for tt, v in points if v >= 0.95 * steady), None)
+        regain.append({"phase": phase, "nodes": nodes, "steady_per_min": steady,
+                       "time_to_95pct_s": reached})
+        series.extend(points)
+        offset += done[-1] if done else 0.0
+    return {"variant": variant, "series": series, "regain": regain}
+
+
+def decision_latency(model: str, variant: str, decisions: int) -> dict:
+    import numpy as np
+
+    from placement.ldwp.agent import LDWPPolicy
+    from simulator.scenarios import paper_workload
+    from workload.model import NodeState, Observation
+    costs, cluster = _setup()
+    agent = LDWPPolicy.from_file(model, cluster, costs)
+    rng = np.random.default_rng(0)
+    tasks = paper_workload(50, decisions, seed=7)
+    observations = [Observation(t, tuple(NodeState(n, *rng.random(6), queue_depth=int(q),
+                                                   backlog_s=float(b))
+                                         for n, q, b in zip(cluster.node_ids,
+                                                            rng.integers(0, 9, 11),
+                                                            rng.random(11) * 100)), 0.0)
+                    for t in tasks]
+    result = {}
+    for path in ("numpy", "torch"):
+        timings = []
+        for obs in observations:
+            started = time.perf_counter_ns()
+            state = agent.encode(obs)
+            q = agent.q_values(state, use_numpy=(path == "numpy"))
+            int(np.argmax(q))
+            timings.append((time.perf_counter_ns() - started) / 1000.0)
+        timings = timings[len(timings) // 10:]  # warm-up excluded
+        timings.sort()
+        result[path] = {"p50_us": timings[len(timings) // 2],
+                        "p99_us": timings[int(len(timings) * 0.99)]}
+    return {"variant": variant, **result}
+
+
+def _frozen_baselines() -> dict:
+    path = RESULTS / "baselines.json"
+    if not path.exists():
+        raise SystemExit("run `python -m benchmarks.baselines` first: LDWP is compared with its "
+                         "frozen results")
+    data = json.loads(path.read_text())
+    return {"git_commit": data["git_commit"], "summary": [r for r in data["summary"]
+                                                          if r["scenario"] == "paper"]}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    args = parser.parse_args(argv)
+    from tqdm import tqdm
+
+    from workload.estimates import load_calibration
+    setting = load_calibration().paper_setting
+    if args.quick:
+        episodes, tasks, seeds, rates, phase_tasks = 2, 300, EVALUATION_SEEDS[:2], [50, None], 200
+    else:
+        episodes, tasks, seeds = 8, int(setting["tasks"]), EVALUATION_SEEDS
+        rates, phase_tasks = list(setting["arrival_sweep_per_min"]) + [None], 600
+    frozen = _frozen_baselines()
+    out_dir = Path(tempfile.mkdtemp(prefix="ldwp-models-"))
+    started = time.perf_counter()
+    train_jobs = [(v, True, episodes, tasks, out_dir) for v in VARIANTS]
+    train_jobs += [(v, False, episodes, tasks, out_dir) for v in VARIANTS]
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        trained = list(tqdm(pool.map(train_variant, train_jobs), total=len(train_jobs),
+                            desc="training", unit="agent"))
+        models = {t["variant"]: t["model"] for t in trained if t["pretrained"]}
+        eval_jobs = [(models[v], v, s, rate, seed, tasks) for v in VARIANTS
+                     for s in ("fcfs", "heft") for rate in rates for seed in seeds]
+        evaluations = list(tqdm(pool.map(evaluate, eval_jobs, chunksize=2),
+                                total=len(eval_jobs), desc="evaluation", unit="run"))
+        changes = list(pool.map(cluster_change, [(models[v], v, phase_tasks) for v in VARIANTS]))
+    latency = [decision_latency(models[v], v, 2000 if args.quick else 10000) for v in VARIANTS]
+    wall = time.perf_counter() - started
+
+    summary = []
+    for v in VARIANTS:
+        for s in ("fcfs", "heft"):
+            for rate in rates:
+                group = [e for e in evaluations if e["variant"] == v and e["scheduler"] == s
+                         and e["rate"] == rate]
+                row = {"variant": v, "scheduler": s, "rate": rate}
+                for metric in ("throughput_per_min", "gpu_utilisation", "latency_p99_s",
+                               "load_balancing_degree", "useful_gpu_work_per_gpu_second"):
+                    mean, low, high = confidence_interval([g[metric] for g in group])
+                    row[metric] = {"mean": mean, "ci95": [low, high]}
+                summary.append(row)
+    comparison = []
+    for rate in rates:
+        base = {r["pair"]: r for r in frozen["summary"] if r["rate"] == rate}
+        if not base:
+            continue
+        paper_mean = statistics.fmean(base[p]["throughput_per_min"]["mean"] for p in PAPER_PAIRS)
+        best_pair = max((p for p in base if not p.startswith("Oracle")),
+                        key=lambda p: base[p]["throughput_per_min"]["mean"])
+        for row in (r for r in summary if r["rate"] == rate):
+            t = row["throughput_per_min"]
+            comparison.append({
+                "rate": rate, "variant": row["variant"], "scheduler": row["scheduler"],
+                "throughput_per_min": t, "gain_vs_paper_baselines_mean":
+                    t["mean"] / paper_mean - 1.0, "best_baseline": best_pair,
+                "best_baseline_throughput": base[best_pair]["throughput_per_min"],
+                "ci_low_above_best_baseline": bool(
+                    t["ci95"][0] > base[best_pair]["throughput_per_min"]["mean"]),
+                "oracle": base.get("Oracle+MCT", {}).get("throughput_per_min")})
+    name = "ldwp-quick" if args.quick else "ldwp"
+    path = write_result(name, {
+        "frozen_baselines_commit": frozen["git_commit"], "evaluation_seeds": list(seeds),
+        "training_episodes": episodes, "tasks_per_run": tasks, "variants": {
+            k: {"network": n, "overrides": {a: list(b) if isinstance(b, tuple) else b
+                                            for a, b in o.items()}}
+            for k, (n, o) in VARIANTS.items()},
+        "wall_s": wall, "training": trained, "summary": summary, "comparison": comparison,
+        "cluster_change": changes, "decision_latency": latency, "evaluations": evaluations})
+    _plot(trained, comparison, changes, latency, RESULTS / f"{name}.png")
+    print(f"wrote {path} ({wall:.0f} s)")
+    for c in comparison:
+        t = c["throughput_per_min"]
+        print(f"rate {c['rate']!s:>5}  {c['variant']:12s} +{c['scheduler']:5s} "
+              f"{t['mean']:6.1f} [{t['ci95'][0]:6.1f}, {t['ci95'][1]:6.1f}]  vs paper mean "
+              f"{100 * c['gain_vs_paper_baselines_mean']:+5.1f}%  best {c['best_baseline']} "
+              f"{c['best_baseline_throughput']['mean']:.1f}  CI above: "
+              f"{c['ci_low_above_best_baseline']}")
+    for change in changes:
+        print(change["variant"], [(r["nodes"], round(r["steady_per_min"], 1),
+                                   r["time_to_95pct_s"]) for r in change["regain"]])
+    for lat in latency:
+        print(lat)
+
+
+def _plot(trained, comparison, changes, latency, path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 4, figsize=(22, 5))
+    for t in trained:
+        label = f"{t['variant']} ({'pre-trained' if t['pretrained'] else 'from scratch'})"
+        sat = [p for p in t["learning"] if p["saturated"]]
+        axes[0].plot([p["episode"] for p in sat], [p["throughput_per_min"] for p in sat],
+                     marker="o", label=label)
+    axes[0].set_title("Convergence: saturated training episodes")
+    axes[0].set_xlabel("episode")
+    axes[0].set_ylabel("throughput (tasks/min)")
+    axes[0].legend(fontsize=7)
+    saturated = [c for c in comparison if c["rate"] is None]
+    if saturated:
+        labels = [f"LDWP {c['variant']}+{c['scheduler']}" for c in saturated]
+        values = [c["throughput_per_min"]["mean"] for c in saturated]
+        errors = [c["throughput_per_min"]["mean"] - c["throughput_per_min"]["ci95"][0]
+                  for c in saturated]
+        best = saturated[0]
+        labels += [f"best baseline ({best['best_baseline']})", "oracle (greedy)"]
+        values += [best["best_baseline_throughput"]["mean"],
+                   (best["oracle"] or {}).get("mean", 0.0)]
+        errors += [0.0, 0.0]
+        axes[1].barh(labels, values, xerr=errors,
+                     color=["tab:blue"] * len(saturated) + ["tab:gray", "tab:green"])
+        axes[1].set_title("Saturated throughput (tasks/min, 95% CI)")
+        axes[1].tick_params(axis="y", labelsize=7)
+    for change in changes:
+        axes[2].plot([p[0] for p in change["series"]], [p[1] for p in change["series"]],
+                     label=change["variant"])
+    axes[2].set_title("Cluster change 8 -> 11 -> 9 nodes")
+    axes[2].set_xlabel("simulated time (s)")
+    axes[2].set_ylabel("throughput, 2-min window")
+    axes[2].legend(fontsize=7)
+    names = [f"{lat['variant']} {p}" for lat in latency for p in ("numpy", "torch")]
+    p99 = [lat[p]["p99_us"] for lat in latency for p in ("numpy", "torch")]
+    p50 = [lat[p]["p50_us"] for lat in latency for p in ("numpy", "torch")]
+    axes[3].barh(names, p99, color="tab:orange", label="p99")
+    axes[3].barh(names, p50, color="tab:blue", label="p50")
+    axes[3].axvline(50, color="k", linestyle="--", label="goal p99 50 µs")
+    axes[3].set_title("Decision latency incl. encoding (µs)")
+    axes[3].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
