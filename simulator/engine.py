@@ -91,6 +91,8 @@ class _Run:
     reference_gpu_s: float = 0.0   # its size in reference-GPU seconds (useful-work metric)
     memory_mb: float = 0.0
     stage: str = ""
+    estimate_s: float = 0.0        # public estimate of its alone time on this unit
+    partners: set = field(default_factory=set)  # stage types it shared the GPU with
 
 
 @dataclass
@@ -478,7 +480,7 @@ class _Execution:
                                        tuple(r.stage for r in unit.runs), v.capacity, free_at,
                                        1.0 if unit.runs else 0.0,
                                        (sum(r.memory_mb for r in unit.runs) / unit.memory_mb)
-                                       if unit.memory_mb else 0.0))
+                                       if unit.memory_mb else 0.0, unit.memory_mb))
         return views
 
     def _schedule_node(self, node_id: str) -> None:
@@ -519,6 +521,10 @@ class _Execution:
         memory = self.costs.gpu_memory_mb(stage.stage, stage.input_size) if unit.is_gpu else 0.0
         if unit.is_gpu and self._oom(unit, stage.stage, memory):
             self.oom += 1
+            observe = getattr(self.scheduler, "observe_corun", None)
+            if observe is not None and len(unit.runs) == 1:
+                # The executor sees the launch fail next to that partner: rate 0.
+                observe(stage.stage, unit.runs[0].stage, unit.view.model, 0.0)
             self._log("oom", stage.task_id, stage.stage, node.spec.node_id, unit.view.unit_id)
             self._push(self.now + self.cfg.oom_retry_s, OOM_RETRY,
                        (node.spec.node_id, Stage(stage.task_id, stage.app_id, stage.stage,
@@ -535,7 +541,7 @@ class _Execution:
         unit.last_update_s = self.now
         unit.runs.append(_Run((stage.task_id, stage.stage), true_s, started_s=self.now,
                               work_s=true_s, reference_gpu_s=reference_s, memory_mb=memory,
-                              stage=stage.stage))
+                              stage=stage.stage, estimate_s=est_ms / 1000.0))
         self._log("start", stage.task_id, stage.stage, node.spec.node_id, unit.view.unit_id)
         self._reschedule_unit(node, unit)
 
@@ -550,6 +556,8 @@ class _Execution:
             a, b = unit.runs
             rate_a, rate_b = self.truth.corun_rates(a.stage, b.stage, unit.view.model)
             a.rate, b.rate = rate_a, rate_b
+            a.partners.add(b.stage)
+            b.partners.add(a.stage)
         else:
             # Alone (or, beyond measured pairs, time-sliced equally).
             for run in unit.runs:
@@ -571,6 +579,13 @@ class _Execution:
         unit.last_update_s = self.now
         unit.runs.remove(run)
         self.gpu_useful_s += run.reference_gpu_s
+        if unit.is_gpu and len(run.partners) == 1 and self.now > run.started_s:
+            # What an executor can measure: its estimate of the stage alone over the time it
+            # took. Only stages that shared the GPU with one partner type report a slowdown.
+            observe = getattr(self.scheduler, "observe_corun", None)
+            if observe is not None:
+                observe(run.stage, next(iter(run.partners)), unit.view.model,
+                        run.estimate_s / (self.now - run.started_s))
         self._reschedule_unit(node, unit)
         task_id, stage_name = key
         state = node.tasks[task_id]

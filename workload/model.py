@@ -204,6 +204,7 @@ class ComputingUnit:
     free_at_s: float = 0.0  # estimated time this unit finishes what it runs now
     utilisation: float = 0.0
     memory_util: float = 0.0
+    memory_mb: float = 0.0  # device memory of a GPU (0 for CPU cores: host memory not modelled)
 
     @property
     def has_room(self) -> bool:
@@ -229,5 +230,12 @@ class NodeScheduler(ABC):
     @abstractmethod
     def assign(self, ready: Sequence[Stage], units: Sequence[ComputingUnit],
                now_s: float) -> list[Assignment]:
-        """Assignments for this instant; each stage and each idle CPU unit used at most once.
-        A CPU-only stage (``gpu_capable=False``) is never put on a GPU."""
+        """Assignments for this instant: each stage at most once, each unit at most
+        ``capacity - len(running)`` new stages. A CPU-only stage (``gpu_capable=False``) is
+        never put on a GPU."""
+
+    def observe_corun(self, stage: str, partner: str, gpu_model: str,
+                      measured_rate: float) -> None:
+        """A stage that shared a GPU with one partner type finished: its estimated alone time
+        over its elapsed time (< 1 means it was slowed down). No-op unless a scheduler learns."""
+        return None

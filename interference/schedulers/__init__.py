@@ -31,6 +31,7 @@ from __future__ import annotations
 from interference.schedulers._checks import validate_assignments
 from interference.schedulers.fcfs import FcfsScheduler
 from interference.schedulers.heft import HeftScheduler
+from interference.schedulers.iawp import IawpScheduler
 from interference.schedulers.mct_unit import MctUnitScheduler
 from interference.schedulers.mystic import MysticScheduler
 from interference.schedulers.pats import PatsScheduler
@@ -38,12 +39,14 @@ from workload.estimates import CostModel
 from workload.model import NodeScheduler
 
 __all__ = ["NODE_SCHEDULERS", "make_node_scheduler", "validate_assignments", "FcfsScheduler",
-           "MctUnitScheduler", "PatsScheduler", "HeftScheduler", "MysticScheduler"]
+           "MctUnitScheduler", "PatsScheduler", "HeftScheduler", "MysticScheduler",
+           "IawpScheduler"]
 
 #: Registry name -> scheduler class (the name is also the class's ``name``).
 NODE_SCHEDULERS: dict[str, type[NodeScheduler]] = {
     cls.name: cls
-    for cls in (FcfsScheduler, MctUnitScheduler, PatsScheduler, HeftScheduler, MysticScheduler)
+    for cls in (FcfsScheduler, MctUnitScheduler, PatsScheduler, HeftScheduler, MysticScheduler,
+                IawpScheduler)
 }
 
 

@@ -245,11 +245,11 @@ def test_mystic_similarity_guards_and_aggregates(costs):
 
 
 def test_registry_and_factory(costs):
-    assert set(NODE_SCHEDULERS) == {"fcfs", "mct", "pats", "heft", "mystic"}
+    assert set(NODE_SCHEDULERS) == {"fcfs", "mct", "pats", "heft", "mystic", "iawp"}
     for name, cls in NODE_SCHEDULERS.items():
         assert cls.name == name
         assert isinstance(make_node_scheduler(name.upper(), costs=costs, seed=3), cls)
-    with pytest.raises(ValueError, match="fcfs, heft, mct, mystic, pats"):
+    with pytest.raises(ValueError, match="fcfs, heft, iawp, mct, mystic, pats"):
         make_node_scheduler("random")
     with pytest.raises(TypeError):
         make_node_scheduler("pats", costs=costs, prefer_gpu=True)
@@ -331,3 +331,76 @@ def test_docstring_examples_run(module):
     name = "interference.schedulers" + ("" if module == "__init__" else f".{module}")
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted >= 1 and result.failed == 0
+
+
+# -- IAWP (the paper's node scheduler) ---------------------------------------------------------
+
+def _iawp_units(gpu_running=(), memory_util=0.0):
+    from workload.model import ComputingUnit
+    return [ComputingUnit("cpu:0", "cpu"), ComputingUnit("cpu:1", "cpu"),
+            ComputingUnit("gpu:0", "gpu", model="v100", running=tuple(gpu_running), capacity=2,
+                          memory_util=memory_util, memory_mb=16 * 1024)]
+
+
+def _stage(task, app, name, size=20_000_000, gpu_capable=True, ready=0.0):
+    from workload.model import Stage
+    return Stage(task, app, name, size, gpu_capable, ready)
+
+
+def test_iawp_paper_rules_scenarios():
+    from interference.schedulers import make_node_scheduler
+    from interference.schedulers._checks import validate_assignments
+    scheduler = make_node_scheduler("iawp")
+    ready = [_stage("t1", "intrusion_detection", "tracking", gpu_capable=False),
+             _stage("t2", "face_recognition", "face_encoding"),
+             _stage("t3", "video_synopsis", "frame_difference")]
+    units = _iawp_units()
+    got = scheduler.assign(ready, units, 0.0)
+    validate_assignments(got, ready, units)
+    where = {a.stage.stage: a.unit_id for a in got}
+    # Both GPU-capable stages are queued for the one GPU (queue length 4); the GPU has room for
+    # two, so both launch; the CPU-only stage takes an idle core.
+    assert where["tracking"].startswith("cpu")
+    assert where["face_encoding"] == "gpu:0" and where["frame_difference"] == "gpu:0"
+    assert all("IAWP" in a.reason for a in got)
+
+
+def test_iawp_prefers_the_stage_least_similar_to_what_runs():
+    from interference.schedulers import make_node_scheduler
+    from interference.schedulers.mystic import cosine
+    from workload.estimates import CostModel
+    costs = CostModel()
+    scheduler = make_node_scheduler("iawp", costs, queue_length=4)
+    candidates = ["face_detection", "frame_difference"]
+    running = "face_encoding"
+    similarity = {c: cosine(costs.stage(c).gpu_profile, costs.stage(running).gpu_profile)
+                  for c in candidates}
+    expected = min(candidates, key=similarity.get)
+    ready = [_stage(f"t{i}", "face_recognition" if c.startswith("face") else "video_synopsis", c)
+             for i, c in enumerate(candidates)]
+    got = scheduler.assign(ready, _iawp_units(gpu_running=(running,)), 0.0)
+    on_gpu = [a.stage.stage for a in got if a.unit_id == "gpu:0"]
+    assert on_gpu == [expected]
+
+
+def test_iawp_keeps_high_speedup_stages_for_the_gpu_and_respects_memory():
+    from interference.schedulers import make_node_scheduler
+    scheduler = make_node_scheduler("iawp", queue_length=1)
+    ready = [_stage("t1", "face_recognition", "face_encoding"),
+             _stage("t2", "video_synopsis", "frame_difference")]
+    got = scheduler.assign(ready, _iawp_units(memory_util=0.95), 0.0)
+    # The GPU is over the memory threshold: nothing launches there, and the queued stage (the
+    # larger speed-up) is not handed to a core either; the other one goes to a core.
+    assert {a.stage.stage: a.unit_id for a in got} == {"frame_difference": "cpu:0"}
+
+
+def test_iawp_slowdown_variant_learns_to_avoid_a_pair_that_fails():
+    from interference.schedulers import make_node_scheduler
+    scheduler = make_node_scheduler("iawp", interference="slowdown", min_combined_throughput=1.0)
+    for _ in range(20):
+        scheduler.observe_corun("face_detection", "face_encoding", "v100", 0.0)
+        scheduler.observe_corun("face_encoding", "face_detection", "v100", 0.0)
+    ready = [_stage("t1", "face_recognition", "face_detection")]
+    got = scheduler.assign(ready, _iawp_units(gpu_running=("face_encoding",)), 0.0)
+    assert got == [] or got[0].unit_id != "gpu:0"
+    assert scheduler.observed == 40
