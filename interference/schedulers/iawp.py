@@ -31,14 +31,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from interference.schedulers._checks import BaseNodeScheduler, can_run, free_slots, ready_order
+from interference.schedulers._checks import can_run, free_slots, ready_order
 from interference.schedulers.mystic import cosine
+from interference.schedulers.pats import PatsScheduler
 from workload.model import Assignment, ComputingUnit, Stage
 
 __all__ = ["IawpScheduler"]
 
 
-class IawpScheduler(BaseNodeScheduler):
+class IawpScheduler(PatsScheduler):
+    """PATS's speed-up prediction (``speedup``), with the paper's GPU queues on top."""
+
     name = "iawp"
 
     def __init__(self, costs=None, seed: int = 0, queue_length: int = 4,
@@ -68,17 +71,6 @@ class IawpScheduler(BaseNodeScheduler):
             self._model = InterferenceModel("matrix_factorization").fit_table(
                 load_or_generate_colocation(), seed=self.seed)
         return self._model
-
-    def speedup(self, stage: Stage, units: Sequence[ComputingUnit]) -> float:
-        if not stage.gpu_capable:
-            return 0.0
-        costs = self.costs
-        cpu_speed = max((u.speed for u in units if u.kind == "cpu"), default=1.0)
-        cpu_ms = costs.cpu_ms(stage.stage, stage.input_size, cpu_speed)
-        gpu_times = [costs.gpu_ms(stage.stage, stage.input_size, m)
-                     for m in {u.model for u in units if u.kind == "gpu"}]
-        gpu_times = [t for t in gpu_times if t]
-        return cpu_ms / min(gpu_times) if gpu_times else 0.0
 
     def _priority(self, stage: Stage, gpu: ComputingUnit) -> tuple[float, bool, str]:
         """(priority, may launch now, why)."""
