@@ -167,12 +167,19 @@ class LDWPPolicy(Policy):
         if use_numpy:
             if self._numpy_layers is None:
                 self._numpy_layers = export_layers(self.q_network)
-            x = state
+                if self.settings.network == "node_scoring":
+                    # [row, mean] @ W1.T == row @ W1a.T + mean @ W1b.T: split W1 once so the
+                    # hot path never builds the concatenated (M, 2F) matrix.
+                    weight, bias = self._numpy_layers[0]
+                    half = weight.shape[1] // 2
+                    self._split_first = (np.ascontiguousarray(weight[:, :half].T),
+                                         np.ascontiguousarray(weight[:, half:].T), bias)
             if self.settings.network == "node_scoring":
-                x = np.concatenate([state, np.broadcast_to(state.mean(axis=0), state.shape)],
-                                   axis=1)
-                return numpy_forward(self._numpy_layers, x)[:, 0]
-            return numpy_forward(self._numpy_layers, x[None, :])[0]
+                own, context, bias = self._split_first
+                hidden = state @ own + (state.mean(axis=0) @ context + bias)
+                np.maximum(hidden, 0.0, out=hidden)
+                return numpy_forward(self._numpy_layers[1:], hidden)[:, 0]
+            return numpy_forward(self._numpy_layers, state[None, :])[0]
         with torch.no_grad():
             out = self.q_network(torch.from_numpy(state).unsqueeze(0))
         return out[0].numpy()
