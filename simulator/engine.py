@@ -459,6 +459,9 @@ class _Execution:
         self.completion_times.append(self.now)
         self.last_completion = self.now
         self.latencies.append(self.now - state.task.arrival_s)
+        observe = getattr(self.policy, "observe_completion", None)
+        if observe is not None:  # what the feedback topic tells a learner about this task
+            observe(task_id, self.now - state.task.arrival_s, node_id)
         self.waits.append((state.first_start_s or self.now) - state.task.arrival_s)
         self._log("complete", task_id, node=node_id)
         return 1

@@ -57,13 +57,20 @@ class LDWPSettings:
     exploration_steps: int = 2_000     # (open) linear decay of epsilon over this many decisions
     learning_starts: int = 100         # (open) transitions before the first update
     train_frequency: int = 1           # (open) decisions per gradient step
+    reward: str = "throughput_change"  # paper: change of cluster throughput between decisions;
+    #                                    "task_latency" (ours): -latency of the placed task itself,
+    #                                    credited when it completes (feedback topic)
     reward_scale: float = 60.0         # (open) reward in tasks/min instead of tasks/s
+    latency_scale_s: float = 100.0     # (ours) task_latency reward = -latency / this
     max_grad_norm: float = 10.0        # (open) clips updates so lr 0.1 stays stable
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.network not in ("paper", "node_scoring"):
             raise ValueError(f"network must be 'paper' or 'node_scoring', got {self.network!r}")
+        if self.reward not in ("throughput_change", "task_latency"):
+            raise ValueError(f"reward must be 'throughput_change' or 'task_latency', got "
+                             f"{self.reward!r}")
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
         self.hidden_sizes = tuple(self.hidden_sizes)
@@ -104,6 +111,9 @@ class LDWPPolicy(Policy):
         self.updates = 0
         self.losses: list[float] = []
         self._pending: dict[int, tuple] = {}
+        self._awaiting_outcome: dict[str, tuple] = {}
+        self._early_outcomes: dict[str, float] = {}
+        self._stored = 0
         self._estimate_cache: dict = {}
         self._numpy_layers = None
 
@@ -218,13 +228,42 @@ class LDWPPolicy(Policy):
         state, action = pending
         next_state = (self.encode(transition.next_observation)
                       if transition.next_observation is not None else None)
-        reward = transition.reward * self.settings.reward_scale
-        self.replay.add((state, action, reward, next_state, transition.done))
+        if self.settings.reward == "task_latency":
+            # The reward is this task's own latency, known when it completes.
+            task_id = transition.observation.task.task_id
+            latency = self._early_outcomes.pop(task_id, None)
+            if latency is None:
+                self._awaiting_outcome[task_id] = (state, action, next_state, transition.done)
+            else:  # the task finished before the next decision arrived
+                self._store((state, action, -latency / self.settings.latency_scale_s,
+                             next_state, transition.done))
+            return
+        self._store((state, action, transition.reward * self.settings.reward_scale, next_state,
+                     transition.done))
+
+    def observe_completion(self, task_id: str, latency_s: float, node_id: str) -> None:
+        """A placed task finished (simulator, or the service reading the feedback topic)."""
+        if not self.training or self.settings.reward != "task_latency":
+            return
+        pending = self._awaiting_outcome.pop(task_id, None)
+        if pending is None:
+            if len(self._early_outcomes) > 100_000:
+                self._early_outcomes.clear()  # outcomes of decisions made while not training
+            self._early_outcomes[task_id] = latency_s
+            return
+        state, action, next_state, done = pending
+        self._store((state, action, -latency_s / self.settings.latency_scale_s, next_state,
+                     done))
+
+    def _store(self, item: tuple) -> None:
+        self.replay.add(item)
         s = self.settings
-        if (len(self.replay.items) >= s.learning_starts
-                and self.global_step % s.train_frequency == 0):
+        self._stored += 1
+        # The paper's schedule counts decisions; outcome rewards arrive later, so count those.
+        step = self.global_step if s.reward == "throughput_change" else self._stored
+        if len(self.replay.items) >= s.learning_starts and step % s.train_frequency == 0:
             self._train_step()
-        if self.global_step % s.target_network_frequency == 0:
+        if step % s.target_network_frequency == 0:
             self.target_network.load_state_dict(self.q_network.state_dict())
 
     def _train_step(self) -> None:

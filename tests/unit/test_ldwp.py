@@ -160,3 +160,20 @@ def test_an_agent_saved_and_loaded_decides_the_same(tmp_path, costs):
     for seed in range(10):
         obs = _observation(3, seed)
         assert loaded.decide(obs).scores == agent.decide(obs).scores
+
+
+def test_task_latency_reward_is_credited_when_each_task_completes(costs):
+    from interference.schedulers import make_node_scheduler
+    from simulator import Simulator
+    cluster = ClusterSpec((NodeSpec("a", 2, 16), NodeSpec("b", 2, 16)))
+    agent = LDWPPolicy(cluster, costs, LDWPSettings(network="node_scoring", reward="task_latency",
+                                                     learning_starts=10_000, seed=0))
+    tasks = _stream(30, 1, 20)
+    result = Simulator(costs).run(agent, make_node_scheduler("fcfs"), cluster, tasks, 0)
+    done = [e for e in result.events if e.kind == "complete"]
+    assert len(agent.replay.items) == len(done) == 30
+    latencies = sorted(e.time - next(t.arrival_s for t in tasks if t.task_id == e.task_id)
+                       for e in done)
+    rewards = sorted(-item[2] * agent.settings.latency_scale_s for item in agent.replay.items)
+    assert rewards == pytest.approx(latencies)
+    assert not agent._awaiting_outcome
