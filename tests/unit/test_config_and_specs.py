@@ -116,3 +116,18 @@ def test_cli_help_does_not_import_heavy_modules():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_cli_simulate_runs_a_pair_and_explains_decisions(capsys):
+    from streamplace.cli import main
+    assert main(["simulate", "--tasks", "12", "--nodes", "3", "--policy", "round_robin",
+                 "--scheduler", "fcfs", "--show-decisions", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "throughput_per_min" in out and "completed                        12" in out
+    assert out.count("  p0000") == 2
+
+
+def test_cli_simulate_names_the_known_policies_on_a_typo(capsys):
+    from streamplace.cli import main
+    assert main(["simulate", "--policy", "leastloaded", "--tasks", "2"]) == 2
+    assert "least_loaded" in capsys.readouterr().err
