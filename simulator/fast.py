@@ -67,26 +67,15 @@ class FastSimulator:
         self.noise_sigma = noise_sigma
 
     def _coefficients(self, cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
-        """Per (app, node): task seconds = fixed + per_pixel * input_size (fitted at two sizes
-        from the cost model's critical path, computed once per distinct node spec)."""
+        """Per (app, node): task seconds = fixed + per_pixel * input_size (the cost model's
+        affine fit of its critical-path estimate)."""
         apps = app_ids()
         fixed = np.zeros((len(apps), len(cluster.nodes)))
         slope = np.zeros_like(fixed)
-        cache: dict = {}
-        small, large = 1_000_000, 100_000_000
         for j, node in enumerate(cluster.nodes):
-            key = (node.cpu_cores, node.cpu_speed, tuple(g.model for g in node.gpus),
-                   node.downlink_mbps)
-            if key not in cache:
-                rows = []
-                for app in apps:
-                    t_small = self.costs.task_ms_on(Task("x", app, small), node) / 1000.0
-                    t_large = self.costs.task_ms_on(Task("x", app, large), node) / 1000.0
-                    b = (t_large - t_small) / (large - small)
-                    rows.append((t_small - b * small, b))
-                cache[key] = rows
-            for i, (a, b) in enumerate(cache[key]):
-                fixed[i, j], slope[i, j] = max(0.0, a), b
+            per_app = self.costs.task_time_coefficients(node)
+            for i, app in enumerate(apps):
+                fixed[i, j], slope[i, j] = per_app[app]
         return fixed, slope
 
     def run(self, policy: Policy, cluster: ClusterSpec, tasks: list[Task],

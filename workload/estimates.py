@@ -123,6 +123,7 @@ class CostModel:
         self.calibration = calibration or load_calibration()
         self.colocation = _default_colocation() if colocation == "default" else colocation
         self._speed_cache: dict[tuple[str, str], float] = {}
+        self._coefficient_cache: dict[tuple, dict[str, tuple[float, float]]] = {}
         self._memory = self.calibration.raw["stage_gpu_memory_mb_per_mpixel"]
 
     def stage(self, stage: str) -> StageCost:
@@ -192,6 +193,25 @@ class CostModel:
             start = max((finish[d] for d in stage.deps), default=0.0)
             finish[stage.name] = start + self.stage_best_ms(stage.name, task.input_size, node)
         return max(finish.values()) + 1000.0 * self.transfer_s(task, node)
+
+    def task_time_coefficients(self, node: NodeSpec) -> dict[str, tuple[float, float]]:
+        """Per application: (fixed_s, per_pixel_s) such that ``task_ms_on / 1000`` is about
+        ``fixed_s + per_pixel_s * input_size`` on this node. Fitted through two sizes (the
+        estimate is affine in the input size along a fixed critical path), cached per distinct
+        node shape, so hot paths (the router, the fast simulator) never walk a DAG per task."""
+        key = (node.cpu_cores, node.cpu_speed, tuple(g.model for g in node.gpus),
+               node.downlink_mbps)
+        cache = self._coefficient_cache
+        if key not in cache:
+            small, large = 1_000_000, 100_000_000
+            per_app = {}
+            for app in APPLICATIONS:
+                t_small = self.task_ms_on(Task("x", app, small), node) / 1000.0
+                t_large = self.task_ms_on(Task("x", app, large), node) / 1000.0
+                slope = (t_large - t_small) / (large - small)
+                per_app[app] = (max(0.0, t_small - slope * small), slope)
+            cache[key] = per_app
+        return cache[key]
 
     def task_work_ms(self, task: Task, node: NodeSpec) -> float:
         """Sum of the task's stage times on their best units: the unit-time it occupies."""

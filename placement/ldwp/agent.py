@@ -153,23 +153,13 @@ class LDWPPolicy(Policy):
         return node_rows(observation, estimates, units)
 
     def _coefficients(self) -> dict:
-        """Per node: {app: (fixed_s, per_pixel_s)} of the public task-time estimate, fitted at
-        two sizes once per cluster (the estimate is affine in the input size for a fixed DAG
-        path), so encoding costs no cost-model call on the router's hot path."""
+        """Per node of the agent's cluster: ({app: (fixed_s, per_pixel_s)}, parallel units),
+        built once per cluster so encoding costs no cost-model call on the router's hot path."""
         key = tuple(self.cluster.node_ids)
         if self._estimate_cache.get("key") != key:
-            from workload.catalog import app_ids
-            from workload.model import Task
-            small, large = 1_000_000, 100_000_000
-            table = {}
-            for spec in self.cluster.nodes:
-                per_app = {}
-                for app in app_ids():
-                    t_small = self.costs.task_ms_on(Task("x", app, small), spec) / 1000.0
-                    t_large = self.costs.task_ms_on(Task("x", app, large), spec) / 1000.0
-                    slope = (t_large - t_small) / (large - small)
-                    per_app[app] = (max(0.0, t_small - slope * small), slope)
-                table[spec.node_id] = (per_app, spec.cpu_cores + len(spec.gpus))
+            table = {spec.node_id: (self.costs.task_time_coefficients(spec),
+                                    spec.cpu_cores + len(spec.gpus))
+                     for spec in self.cluster.nodes}
             self._estimate_cache = {"key": key, "table": table}
         return self._estimate_cache["table"]
 
