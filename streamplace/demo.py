@@ -20,18 +20,12 @@ from streamplace.jars import fetch_jars
 from streamplace.jobs import submit_task_pipeline
 from streamplace.kafka_broker import KafkaBroker
 from streamplace.kafka_io import produce_task_events, read_topic, synthetic_task_events
+from simulator.metrics import percentile
 from streamplace.topics import ensure_topics
 
 __all__ = ["run_demo"]
 
 WARMUP_TASKS = 30
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def run_demo(config: StreamplaceConfig, tasks: int | None = None, quick: bool = False,
@@ -93,8 +87,8 @@ def run_demo(config: StreamplaceConfig, tasks: int | None = None, quick: bool = 
               "distinct task ids)")
         print(f"  throughput            {len(mine) / elapsed:.0f} tasks/s end to end "
               f"({elapsed:.1f} s)")
-        print(f"  latency p50 / p99     {_percentile(latencies, .5):.0f} / "
-              f"{_percentile(latencies, .99):.0f} ms (submit -> executed; commit adds up to "
+        print(f"  latency p50 / p99     {percentile(latencies, 50):.0f} / "
+              f"{percentile(latencies, 99):.0f} ms (submit -> executed; commit adds up to "
               f"one checkpoint interval, {config.job.checkpoint_interval_ms} ms)")
         for node, count in sorted(per_node.items()):
             print(f"  executed on {node:10s} {count}")

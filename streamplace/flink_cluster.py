@@ -26,7 +26,7 @@ import yaml
 
 from streamplace.cluster_spec import LocalClusterSpec, TaskManagerSpec, load_cluster_spec
 from streamplace.config import StreamplaceConfig
-from streamplace.processes import LaunchError, ManagedProcess, require_java
+from streamplace.processes import LaunchError, ManagedProcess, require_java, tail
 
 __all__ = ["FlinkCluster", "flink_home", "TaskManagerStatus", "ClusterStatus"]
 
@@ -209,8 +209,7 @@ class FlinkCluster:
     # Public API -------------------------------------------------------------------------------
     def start(self) -> "ClusterStatus":
         """Start whatever is not running yet and wait until every TaskManager registered."""
-        java = require_java()
-        del java
+        require_java()  # fail with the install hint before writing any configuration
         self.spec.check_fits_machine()
         common = self._common_config()
         if not self.jobmanager.is_running():
@@ -243,7 +242,6 @@ class FlinkCluster:
                 break
             for tm in missing:
                 if not self._tm_process(tm).is_running():
-                    from streamplace.processes import tail
                     log = self._newest_log(tm.id)
                     raise LaunchError(f"TaskManager {tm.id} exited during start-up. Last log "
                                       f"lines ({log}):\n{tail(log)}")

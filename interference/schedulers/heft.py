@@ -32,10 +32,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from interference.schedulers._checks import BaseNodeScheduler, ready_order
-from interference.schedulers.mct_unit import earliest_finish_placement
+from interference.schedulers._checks import ready_order
+from interference.schedulers.mct_unit import MctUnitScheduler, earliest_finish_placement
 from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
 from workload.model import Assignment, ComputingUnit, Stage
 
 __all__ = ["HeftScheduler", "successors"]
@@ -58,17 +57,11 @@ def _unit_kinds(units: Sequence[ComputingUnit]) -> list[ComputingUnit]:
     return list(kinds.values())
 
 
-class HeftScheduler(BaseNodeScheduler):
-    """Decreasing upward rank, each stage to its earliest-finishing unit."""
+class HeftScheduler(MctUnitScheduler):
+    """Decreasing upward rank, each stage to its earliest-finishing unit: MCT's placement and
+    settings (``wait_for_busy``, ``reserve_waiting``), in rank order instead of arrival order."""
 
     name = "heft"
-
-    def __init__(self, costs: CostModel | None = None, seed: int = 0, *,
-                 wait_for_busy: bool = True, reserve_waiting: bool = True) -> None:
-        super().__init__(costs, seed)
-        self.wait_for_busy = wait_for_busy
-        self.reserve_waiting = reserve_waiting
-        self.last_waiting: dict[tuple[str, str], str] = {}
 
     def mean_ms(self, stage: str, input_size: int, units: Sequence[ComputingUnit]) -> float:
         """Mean estimated ms of ``stage`` over the unit kinds that can run it."""
