@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, fields
 
 __all__ = ["PipelineSettings", "DecodeTaskEvents", "ChecksumExecutor", "build_pipeline", "main",
-           "executor_slot_sharing_group"]
+           "executor_slot_sharing_group", "parse_plan", "parse_retired"]
 
 DEAD_LETTER_TAG_NAME = "dead-letter"
 
@@ -56,6 +56,22 @@ class PipelineSettings:
     source_parallelism: int = 1
     pin_executor_to: str = ""  # a TaskManager / external resource id, or "" for anywhere
     python_bundle_time_ms: int = 20  # PyFlink buffers records per bundle; 1 s by default
+    # How tasks reach executors:
+    #   "single": one executor operator (optionally pinned with pin_executor_to);
+    #   "rebalance": Flink's default placement: executor_parallelism unpinned instances fed
+    #                round-robin (where the instances land is Flink's slot allocation);
+    #   "hook": the streamplace hook (router + one pinned executor per TaskManager).
+    placement: str = "single"
+    executor: str = "checksum"  # "checksum" (the foundation's trivial one) or "iawp"
+    node_scheduler: str = "iawp"  # the IAWP executor's node scheduler
+    policy: str = "ldwp"  # the hook's cluster policy ("ldwp" or a placement.policies rule)
+    service_url: str = ""
+    service_token: str = ""
+    plan: str = ""  # "tm_a=2,tm_b=1" (hook); "" = the service's plan, else one per node
+    retired: str = ""  # "tm_c=tm_a": tm_c left; its executor operator now runs on tm_a
+    cluster_spec: str = "default"
+    initial_model: str = ""
+    topic_feedback: str = "feedback"
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,6 +122,28 @@ class DecodeTaskEvents(ProcessFunction):
                                               "decode")
             return
         yield event
+
+
+def parse_plan(text: str) -> dict[str, int]:
+    """``"tm_a=2,tm_b=1"`` -> ``{"tm_a": 2, "tm_b": 1}``, with a clear error for bad input."""
+    plan = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        node, sep, count = part.partition("=")
+        if not sep or not node or not count.strip().isdigit():
+            raise ValueError(f"bad plan entry {part!r}: expected node=count, e.g. tm_a=2")
+        plan[node.strip()] = int(count)
+    return plan
+
+
+def parse_retired(text: str) -> dict[str, str]:
+    """``"tm_c=tm_a"`` -> ``{"tm_c": "tm_a"}`` (retired node -> host node)."""
+    retired = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        node, sep, host = part.partition("=")
+        if not sep or not node.strip() or not host.strip():
+            raise ValueError(f"bad retired entry {part!r}: expected node=host, e.g. tm_c=tm_a")
+        retired[node.strip()] = host.strip()
+    return retired
 
 
 class ChecksumExecutor(AsyncFunction):
@@ -219,21 +257,43 @@ def build_pipeline(env, t_env, settings: PipelineSettings) -> None:
     from pyflink.datastream import AsyncDataStream
 
     env.register_slot_sharing_group(io_slot_sharing_group())
+    if settings.placement == "rebalance" and not settings.pin_executor_to:
+        env.register_slot_sharing_group(io_slot_sharing_group("executors"))
     t_env.execute_sql(_tasks_table_ddl(settings))
     rows = t_env.to_data_stream(t_env.from_path("streamplace_tasks"))
 
-    decoded = (rows.process(DecodeTaskEvents(), output_type=Types.PICKLED_BYTE_ARRAY())
-               .name("decode-task-events").uid("decode-task-events"))
-    dead_letters = decoded.get_side_output(dead_letter_tag())
-
-    executed = AsyncDataStream.unordered_wait(
-        decoded, ChecksumExecutor(), Time.milliseconds(int(settings.executor_timeout_s * 1000)),
-        capacity=settings.executor_capacity, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
-    executed = executed.name("executor").uid("executor").set_parallelism(
-        settings.executor_parallelism)
-    if settings.pin_executor_to:
-        executed = executed.slot_sharing_group(
-            executor_slot_sharing_group(settings.pin_executor_to))
+    if settings.placement == "hook":
+        from pyflink_jobs.hook import HookSettings, StreamplaceHook
+        hook = StreamplaceHook(HookSettings(
+            bootstrap_servers=settings.bootstrap_servers, feedback_topic=settings.topic_feedback,
+            service_url=settings.service_url, service_token=settings.service_token,
+            cluster_spec=settings.cluster_spec, plan=parse_plan(settings.plan),
+            retired=parse_retired(settings.retired),
+            policy=settings.policy, initial_model=settings.initial_model,
+            scheduler=settings.node_scheduler, executor_capacity=settings.executor_capacity,
+            executor_timeout_s=settings.executor_timeout_s, executor=settings.executor))
+        executed = hook.apply(env, rows)
+        dead_letters = hook.dead_letters
+    elif settings.placement in ("single", "rebalance"):
+        decoded = (rows.process(DecodeTaskEvents(), output_type=Types.PICKLED_BYTE_ARRAY())
+                   .name("decode-task-events").uid("decode-task-events"))
+        dead_letters = decoded.get_side_output(dead_letter_tag())
+        if settings.placement == "rebalance":
+            decoded = decoded.rebalance()
+        executed = AsyncDataStream.unordered_wait(
+            decoded, _make_executor(settings),
+            Time.milliseconds(int(settings.executor_timeout_s * 1000)),
+            capacity=settings.executor_capacity, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
+        executed = executed.name("executor").uid("executor").set_parallelism(
+            settings.executor_parallelism)
+        if settings.pin_executor_to:
+            executed = executed.slot_sharing_group(
+                executor_slot_sharing_group(settings.pin_executor_to))
+        elif settings.placement == "rebalance":
+            executed = executed.slot_sharing_group(io_slot_sharing_group("executors"))
+    else:
+        raise ValueError(f"placement must be 'single', 'rebalance' or 'hook', got "
+                         f"{settings.placement!r}")
 
     (executed.sink_to(kafka_bytes_sink(settings, settings.topic_results,
                                        settings.transactional_id_prefix + "-results"))
@@ -241,6 +301,17 @@ def build_pipeline(env, t_env, settings: PipelineSettings) -> None:
     (dead_letters.sink_to(kafka_bytes_sink(settings, settings.topic_dead_letter,
                                            settings.transactional_id_prefix + "-dlq"))
      .name("dead-letter-sink").uid("dead-letter-sink").slot_sharing_group("default"))
+
+
+def _make_executor(settings: PipelineSettings):
+    if settings.executor == "checksum":
+        return ChecksumExecutor()
+    if settings.executor == "iawp":
+        from pyflink_jobs.executor_function import ExecutorFunctionSettings, NodeExecutorFunction
+        return NodeExecutorFunction(settings.pin_executor_to, ExecutorFunctionSettings(
+            bootstrap_servers=settings.bootstrap_servers, feedback_topic=settings.topic_feedback,
+            scheduler=settings.node_scheduler))
+    raise ValueError(f"executor must be 'checksum' or 'iawp', got {settings.executor!r}")
 
 
 def create_environments(settings: PipelineSettings):

@@ -145,6 +145,10 @@ class FlinkCluster:
             "restart-strategy.type": "fixed-delay",
             "restart-strategy.fixed-delay.attempts": 50,
             "restart-strategy.fixed-delay.delay": "2 s",
+            # A cancelled job keeps its last checkpoint, so a job whose pinned TaskManager died
+            # can be resubmitted from it on the remaining nodes (streamplace.supervisor).
+            "execution.checkpointing.externalized-checkpoint-retention":
+                "RETAIN_ON_CANCELLATION",
         })
         conf.update(f.extra_config)
         return conf
@@ -262,9 +266,11 @@ class FlinkCluster:
             stopped.append("jobmanager")
         return stopped
 
-    def kill_taskmanager(self, node_id: str) -> bool:
-        """Stop one TaskManager (failure tests, node leaving)."""
-        return self._tm_process(self.spec.node(node_id)).stop(timeout_s=10)
+    def kill_taskmanager(self, node_id: str, hard: bool = False) -> bool:
+        """Stop one TaskManager (node leaving), or with ``hard`` SIGKILL it and its Python
+        workers at once, as a crash would (failure tests)."""
+        process = self._tm_process(self.spec.node(node_id))
+        return process.stop(timeout_s=0 if hard else 10)
 
     def status(self) -> ClusterStatus:
         overview = self._get("/taskmanagers") if self.jobmanager.is_running() else None
@@ -303,12 +309,16 @@ class FlinkCluster:
         return logs[-1] if logs else self.dir / name / "log" / "console.out"
 
     # Jobs --------------------------------------------------------------------------------------
-    def submit_python_job(self, script: Path, args: list[str], timeout_s: float = 180) -> str:
-        """``flink run -d -py script -- args`` against this cluster; returns the job id."""
+    def submit_python_job(self, script: Path, args: list[str], timeout_s: float = 180,
+                          restore_from: str | None = None) -> str:
+        """``flink run -d -py script -- args`` against this cluster; returns the job id.
+        ``restore_from``: a savepoint or retained checkpoint to start from (state of operators
+        that no longer exist is skipped: ``--allowNonRestoredState``)."""
         env = self._env("client")
         env["FLINK_CONF_DIR"] = str(self.conf_dir("jobmanager"))
+        restore = ["-s", restore_from, "-n"] if restore_from else []
         cmd = [str(flink_home() / "bin" / "flink"), "run", "-d",
-               "-m", f"{self.config.flink.host}:{self.config.flink.rest_port}",
+               "-m", f"{self.config.flink.host}:{self.config.flink.rest_port}", *restore,
                "-pyexec", sys.executable, "-pyclientexec", sys.executable,
                "-py", str(script), *args]
         result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
@@ -336,6 +346,40 @@ class FlinkCluster:
             time.sleep(0.5)
         raise LaunchError(f"job {job_id} did not reach {states} within {timeout_s:.0f} s "
                           f"(last state {state})")
+
+    def taskmanager_ids(self) -> set[str]:
+        """Resource ids of the TaskManagers registered now (empty when REST is down)."""
+        return self._registered_ids()
+
+    def latest_checkpoint(self, job_id: str) -> str | None:
+        """External path of the job's newest completed checkpoint (or savepoint), if any."""
+        info = self._get(f"/jobs/{job_id}/checkpoints") or {}
+        latest = info.get("latest") or {}
+        candidates = [c for c in (latest.get("completed"), latest.get("savepoint")) if c]
+        if not candidates:
+            return None
+        newest = max(candidates, key=lambda c: c.get("latest_ack_timestamp", 0))
+        return newest.get("external_path")
+
+    def stop_with_savepoint(self, job_id: str, timeout_s: float = 120) -> str:
+        """Stop the job with a savepoint (no drain: in-flight async tasks stay in the savepoint
+        and are re-issued on restore); returns the savepoint path."""
+        target = (self.dir / "savepoints").as_uri()
+        response = requests.post(f"{self.rest_url}/jobs/{job_id}/stop",
+                                 json={"drain": False, "targetDirectory": target}, timeout=10)
+        response.raise_for_status()
+        trigger = response.json()["request-id"]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = self._get(f"/jobs/{job_id}/savepoints/{trigger}") or {}
+            if status.get("status", {}).get("id") == "COMPLETED":
+                operation = status.get("operation") or {}
+                if "location" in operation:
+                    return operation["location"]
+                raise LaunchError(f"stop-with-savepoint of {job_id} failed: "
+                                  f"{operation.get('failure-cause', operation)}")
+            time.sleep(0.5)
+        raise LaunchError(f"stop-with-savepoint of {job_id} did not finish in {timeout_s:.0f} s")
 
     def cancel_job(self, job_id: str) -> None:
         try:

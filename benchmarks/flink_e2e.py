@@ -1,0 +1,376 @@
+"""The same workload through the same real Flink cluster with five placements.
+
+    python -m benchmarks.flink_e2e [--quick] [--runs 3] [--tasks 1200]
+
+Variants (each a real job on the local broker and the heterogeneous 3-TaskManager cluster of
+``streamplace/specs/default.yaml``; the IAWP executor does the work in every one of them):
+
+==============================  ================================================================
+Flink default (rebalance)       3 unpinned executor instances fed round-robin; where they run is
+                                Flink's slot allocation
+Flink load-balance TASKS        the same job on a cluster started with
+                                ``taskmanager.load-balance.mode: TASKS``
+capacity-weighted round-robin   the hook with ``weighted_round_robin`` (weight = cores x speed)
+least-outstanding               the hook with ``least_outstanding`` (fewest tasks in flight)
+streamplace (LDWP + IAWP)       the hook with the LDWP model from the placement service, which
+                                learns online from the feedback topic
+==============================  ================================================================
+
+Protocol: the variants run in alternating order (``--runs`` rounds, the order rotated each
+round), each on fresh topics, with the same checkpoint interval. A run submits the job, sends a
+warm-up batch and waits for it (Python workers, torch imports), then sends the measured tasks all
+at once (a backlog: throughput is the cluster's capacity under that placement). Throughput counts
+committed results (read_committed) per second between the arrival of the first 10% and the last
+result; latency is result commit minus submission. Before the rounds, one training run of the
+LDWP variant lets the service publish its first model (reported, not measured). Also measured:
+the hook's own overhead with light records (trivial checksum work) against rebalance, and the
+router's decision latency inside the running job (its Flink gauge).
+
+Writes benchmarks/results/flink_e2e.json and flink_e2e.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import requests
+
+from benchmarks._common import RESULTS, write_result
+
+NODES = ("tm_a", "tm_b", "tm_c")
+EXECUTOR_CAPACITY = 8
+MAX_INPUT = 150_000
+VARIANTS = [
+    ("Flink default (rebalance)", "default",
+     {"placement": "rebalance", "executor_parallelism": 3}),
+    ("Flink load-balance TASKS", "tasks_mode",
+     {"placement": "rebalance", "executor_parallelism": 3}),
+    ("capacity-weighted round-robin", "default",
+     {"placement": "hook", "policy": "weighted_round_robin"}),
+    ("least-outstanding", "default", {"placement": "hook", "policy": "least_outstanding"}),
+    ("streamplace (LDWP + IAWP)", "default", {"placement": "hook", "policy": "ldwp"}),
+]
+OVERHEAD_VARIANTS = [
+    ("rebalance, light records", "default",
+     {"placement": "rebalance", "executor_parallelism": 3, "executor": "checksum"}),
+    ("hook, light records", "default",
+     {"placement": "hook", "policy": "least_outstanding", "executor": "checksum"}),
+]
+CLUSTER_MODES = {"default": {}, "tasks_mode": {"taskmanager.load-balance.mode": "TASKS"}}
+
+
+def bench_config(cluster_mode: str):
+    from streamplace.config import load_config
+    from streamplace.resources import default_home
+    overrides = ["kafka.port=39092", "kafka.controller_port=39093", "flink.rest_port=38081",
+                 "flink.rpc_port=36123", "job.checkpoint_interval_ms=1000",
+                 f"home={default_home() / 'bench'}"]
+    cfg = load_config(path=None, overrides=overrides)
+    cfg.flink.extra_config = dict(CLUSTER_MODES[cluster_mode])
+    return cfg
+
+
+def events_for(count: int, seed: int, prefix: str) -> list[dict]:
+    from streamplace.kafka_io import synthetic_task_events
+    events = list(synthetic_task_events(count, seed=seed, prefix=prefix))
+    for event in events:
+        event["input_size"] = min(event["input_size"], MAX_INPUT)
+    return events
+
+
+def collect_results(cfg, topic: str, expected_ids: set[str], timeout_s: float) -> list[dict]:
+    """Read ``topic`` (read_committed) until every expected id arrived; each record gets the
+    wall time it became visible (``_seen_s``)."""
+    from confluent_kafka import Consumer, KafkaError
+
+    from workload.codec import decode
+    consumer = Consumer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
+                         "group.id": f"bench-reader-{time.time_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    seen: dict[str, dict] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        consumer.subscribe([topic])
+        while len(seen) < len(expected_ids) and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=500, timeout=0.2):
+                if msg.error():
+                    if msg.error().code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"reading {topic}: {msg.error()}")
+                    continue
+                record = decode("TaskResult", msg.value())
+                if record["task_id"] in expected_ids and record["task_id"] not in seen:
+                    record["_seen_s"] = time.time()
+                    seen[record["task_id"]] = record
+    finally:
+        consumer.close()
+    return list(seen.values())
+
+
+def router_gauges(rest_url: str, job_id: str) -> dict:
+    job = requests.get(f"{rest_url}/jobs/{job_id}", timeout=10).json()
+    router = [v for v in job.get("vertices", []) if "router" in v["name"]]
+    if not router:
+        return {}
+    base = f"{rest_url}/jobs/{job_id}/vertices/{router[0]['id']}/metrics"
+    ids = [m["id"] for m in requests.get(base, timeout=10).json() if "streamplace_" in m["id"]]
+    values = requests.get(base, params={"get": ",".join(ids)}, timeout=10).json() if ids else []
+    return {v["id"].rsplit(".", 1)[-1]: float(v["value"]) for v in values}
+
+
+def summarise_run(results: list[dict], sent_at: float) -> dict:
+    results = sorted(results, key=lambda r: r["_seen_s"])
+    n = len(results)
+    start = results[max(0, n // 10 - 1)]["_seen_s"] if n >= 10 else sent_at
+    span = max(1e-6, results[-1]["_seen_s"] - start)
+    measured = n - max(0, n // 10)
+    latencies = sorted(r["_seen_s"] * 1000 - r["submitted_at_ms"] for r in results)
+    per_node = {node: sum(1 for r in results if r["node_id"] == node) for node in NODES}
+    bins: dict[str, dict[int, int]] = {node: {} for node in NODES}
+    for r in results:
+        second = int((r["_seen_s"] - sent_at) // 2) * 2
+        bins.setdefault(r["node_id"], {})
+        bins[r["node_id"]][second] = bins[r["node_id"]].get(second, 0) + 1
+    return {"results": n, "throughput_per_s": measured / span,
+            "latency_p50_ms": latencies[n // 2], "latency_p99_ms": latencies[min(n - 1,
+                                                                                int(0.99 * n))],
+            "per_node": per_node, "failed": sum(1 for r in results if r["status"] != "OK"),
+            "load_over_time": {node: sorted(b.items()) for node, b in bins.items()},
+            "wall_s": results[-1]["_seen_s"] - sent_at}
+
+
+class Bench:
+    """Owns the broker, the cluster (restarted when the cluster mode changes) and the service."""
+
+    def __init__(self):
+        self.mode = None
+        self.cfg = None
+        self.broker = self.cluster = self.service = None
+
+    def ensure(self, mode: str):
+        from streamplace.flink_cluster import FlinkCluster
+        from streamplace.kafka_broker import KafkaBroker
+        cfg = bench_config(mode)
+        if self.broker is None:
+            self.broker = KafkaBroker(cfg)
+            self.broker.start()
+        if self.mode != mode:
+            if self.cluster is not None:
+                self.cluster.stop()
+            self.cluster = FlinkCluster(cfg)
+            self.cluster.stop()
+            self.cluster.start()
+            self.mode = mode
+        self.cfg = cfg
+        if self.service is None:
+            from placement.service import PlacementService, ServiceSettings
+            self.service = PlacementService(ServiceSettings(
+                port=0, bootstrap_servers=cfg.kafka.bootstrap_servers,
+                feedback_topic="bench-feedback", group_id=f"bench-service-{time.time_ns()}",
+                flink_rest_url=cfg.flink.rest_url,
+                model_dir=str(cfg.home / "bench-models" / str(time.time_ns()))))
+            self.service.start()
+        return cfg
+
+    def close(self):
+        for part in (self.service, self.cluster, self.broker):
+            if part is not None:
+                try:
+                    part.stop()
+                except Exception as exc:  # noqa: BLE001 - stop what can be stopped
+                    print(f"stopping {part}: {exc}")
+
+    def run(self, label: str, mode: str, settings: dict, tag: str, tasks: int, warmup: int,
+            seed: int) -> dict:
+        from streamplace.jobs import submit_task_pipeline
+        from streamplace.kafka_io import produce_task_events
+        from streamplace.topics import ensure_topics
+        cfg = self.ensure(mode).model_copy(deep=True)
+        cfg.job.topic_tasks, cfg.job.topic_results = f"{tag}-tasks", f"{tag}-results"
+        cfg.job.topic_dead_letter, cfg.job.topic_feedback = f"{tag}-dlq", "bench-feedback"
+        ensure_topics(cfg)
+        extra = {"executor": "iawp", **settings}
+        if extra.get("placement") == "hook":
+            extra.setdefault("plan", ",".join(f"{n}=1" for n in NODES))
+            extra["service_url"] = self.service.url
+        job_id = submit_task_pipeline(cfg, self.cluster, topic_feedback="bench-feedback",
+                                      group_id=f"{tag}-job", transactional_id_prefix=tag,
+                                      executor_capacity=EXECUTOR_CAPACITY,
+                                      executor_timeout_s=600, **extra)
+        try:
+            self.cluster.wait_job_state(job_id, {"RUNNING"}, timeout_s=180)
+            warm = events_for(warmup, seed=seed + 1000, prefix=f"{tag}-warm")
+            produce_task_events(cfg, warm)
+            collect_results(cfg, cfg.job.topic_results, {e["task_id"] for e in warm}, 300)
+            measured = events_for(tasks, seed=seed, prefix=f"{tag}-run")
+            sent_at = time.time()
+            report = produce_task_events(cfg, measured)
+            if report.errors:
+                raise RuntimeError(f"producing failed: {report.errors[:3]}")
+            results = collect_results(cfg, cfg.job.topic_results,
+                                      {e["task_id"] for e in measured}, 900)
+            row = {"variant": label, "cluster_mode": mode, "seed": seed,
+                   **summarise_run(results, sent_at)}
+            if row["results"] < tasks:
+                row["missing"] = tasks - row["results"]
+            if extra.get("placement") == "hook":
+                row["router"] = router_gauges(self.cluster.rest_url, job_id)
+            return row
+        finally:
+            self.cluster.cancel_job(job_id)
+
+
+def confidence(values: list[float]) -> dict:
+    from benchmarks.baselines import confidence_interval
+    mean, low, high = confidence_interval(values)
+    return {"mean": mean, "ci95": [low, high], "runs": values}
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    out = []
+    for label in dict.fromkeys(r["variant"] for r in rows):
+        group = [r for r in rows if r["variant"] == label]
+        entry = {"variant": label,
+                 "throughput_per_s": confidence([r["throughput_per_s"] for r in group]),
+                 "latency_p50_ms": confidence([r["latency_p50_ms"] for r in group]),
+                 "latency_p99_ms": confidence([r["latency_p99_ms"] for r in group]),
+                 "per_node_share": {n: statistics.fmean(r["per_node"][n] / max(1, r["results"])
+                                                        for r in group) for n in NODES}}
+        routers = [r["router"] for r in group if r.get("router")]
+        if routers:
+            entry["decision_p99_us"] = max(r.get("streamplace_decision_p99_us", 0)
+                                           for r in routers)
+            entry["model_version"] = max(r.get("streamplace_model_version", 0) for r in routers)
+        out.append(entry)
+    return out
+
+
+def plot(summary: list[dict], rows: list[dict], overhead: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    labels = [s["variant"] for s in summary]
+    means = [s["throughput_per_s"]["mean"] for s in summary]
+    errs = [[m - s["throughput_per_s"]["ci95"][0] for m, s in zip(means, summary)],
+            [s["throughput_per_s"]["ci95"][1] - m for m, s in zip(means, summary)]]
+    ax = axes[0][0]
+    ax.barh(labels, means, xerr=errs, color="#4c72b0")
+    ax.set_xlabel("committed results / s (mean, 95% CI)")
+    ax.set_title("Throughput, same workload and cluster")
+    ax.invert_yaxis()
+    ax = axes[0][1]
+    for i, s in enumerate(summary):
+        ax.scatter([s["latency_p50_ms"]["mean"] / 1000], [i], marker="o", color="#55a868",
+                   label="p50" if i == 0 else None)
+        ax.scatter([s["latency_p99_ms"]["mean"] / 1000], [i], marker="x", color="#c44e52",
+                   label="p99" if i == 0 else None)
+    ax.set_yticks(range(len(summary)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("latency, submit -> committed result (s)")
+    ax.set_title("Latency of the backlog")
+    ax.legend()
+    ax = axes[1][0]
+    left = [0.0] * len(summary)
+    for node, color in zip(NODES, ("#4c72b0", "#dd8452", "#8172b3")):
+        share = [s["per_node_share"][node] for s in summary]
+        ax.barh(labels, share, left=left, color=color, label=node)
+        left = [a + b for a, b in zip(left, share)]
+    ax.set_xlabel("share of tasks per TaskManager (tm_c does every unit of work twice)")
+    ax.legend()
+    ax.invert_yaxis()
+    ax = axes[1][1]
+    last = {r["variant"]: r for r in rows}
+    for label, style in zip(last, ("-", "--", ":", "-.", "-")):
+        series = last[label]["load_over_time"]
+        for node, color in zip(NODES, ("#4c72b0", "#dd8452", "#8172b3")):
+            points = series.get(node, [])
+            if points and label in (labels[0], labels[-1]):
+                ax.plot([p[0] for p in points], [p[1] / 2 for p in points], style, color=color,
+                        label=f"{node} · {label}")
+    ax.set_xlabel("seconds since the backlog was sent")
+    ax.set_ylabel("results / s per node")
+    ax.set_title("Per-node load over time (last run)")
+    ax.legend(fontsize=7)
+    if overhead:
+        text = "; ".join(f"{o['variant']}: {o['throughput_per_s']['mean']:.0f}/s"
+                         for o in overhead)
+        fig.suptitle(f"Light records — {text}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 round, 300 tasks")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=1200)
+    parser.add_argument("--warmup", type=int, default=90)
+    parser.add_argument("--light-tasks", type=int, default=20_000)
+    args = parser.parse_args(argv)
+    from tqdm import tqdm
+    runs, tasks = (1, 300) if args.quick else (args.runs, args.tasks)
+    light_tasks = 3000 if args.quick else args.light_tasks
+    bench = Bench()
+    rows, overhead_rows, training = [], [], None
+    started = time.time()
+    try:
+        label, mode, settings = VARIANTS[-1]
+        print("training run of the LDWP variant (not measured) ...")
+        training = bench.run(label, mode, settings, f"train{int(started)}", tasks, args.warmup, 7)
+        from placement.service.client import PlacementClient
+        training["model_after"] = PlacementClient(bench.service.url).latest()
+        plan = []
+        for r in range(runs):
+            order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
+            plan += [(r, v) for v in order]
+            light = OVERHEAD_VARIANTS if r % 2 == 0 else OVERHEAD_VARIANTS[::-1]
+            plan += [(r, v) for v in light]
+        for i, (r, (label, mode, settings)) in enumerate(tqdm(plan, desc="runs", unit="run")):
+            tag = f"b{int(started)}-{i}"
+            is_light = settings.get("executor") == "checksum"
+            row = bench.run(label, mode, settings, tag, light_tasks if is_light else tasks,
+                            args.warmup, seed=100 + r)
+            (overhead_rows if is_light else rows).append(row)
+            tqdm.write(f"  {label:32s} {row['throughput_per_s']:7.1f}/s  "
+                       f"p99 {row['latency_p99_ms'] / 1000:6.1f} s  {row['per_node']}")
+    finally:
+        bench.close()
+    summary = summarise(rows)
+    overhead = summarise(overhead_rows) if overhead_rows else []
+    default = next(s for s in summary if s["variant"].startswith("Flink default"))
+    ours = next(s for s in summary if s["variant"].startswith("streamplace"))
+    outstanding = next(s for s in summary if s["variant"] == "least-outstanding")
+    verdict = {
+        "speedup_vs_flink_default": ours["throughput_per_s"]["mean"] /
+        default["throughput_per_s"]["mean"],
+        "goal_1_25x_flink_default": ours["throughput_per_s"]["mean"] >=
+        1.25 * default["throughput_per_s"]["mean"],
+        "ahead_of_least_outstanding": ours["throughput_per_s"]["ci95"][0] >
+        outstanding["throughput_per_s"]["mean"],
+    }
+    if len(overhead) == 2:
+        rebalance, hook = overhead
+        verdict["hook_overhead_light_records"] = 1 - (hook["throughput_per_s"]["mean"] /
+                                                      rebalance["throughput_per_s"]["mean"])
+    path = write_result("flink_e2e", {
+        "tasks_per_run": tasks, "rounds": runs, "warmup_tasks": args.warmup,
+        "light_tasks_per_run": light_tasks, "max_input_size": MAX_INPUT,
+        "executor_capacity": EXECUTOR_CAPACITY, "checkpoint_interval_ms": 1000,
+        "wall_s": time.time() - started, "training_run": training, "summary": summary,
+        "overhead": overhead, "verdict": verdict, "runs": rows, "overhead_runs": overhead_rows})
+    plot(summary, rows, overhead, RESULTS / "flink_e2e.png")
+    print(f"wrote {path}")
+    for s in summary:
+        t = s["throughput_per_s"]
+        print(f"  {s['variant']:32s} {t['mean']:7.1f}/s [{t['ci95'][0]:6.1f}, {t['ci95'][1]:6.1f}]"
+              f"  p50 {s['latency_p50_ms']['mean'] / 1000:5.1f} s  "
+              f"p99 {s['latency_p99_ms']['mean'] / 1000:5.1f} s")
+    print(f"  verdict: {verdict}")
+
+
+if __name__ == "__main__":
+    main()

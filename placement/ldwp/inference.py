@@ -1,0 +1,141 @@
+"""LDWP inference without torch: what the Flink router runs on its hot path.
+
+:class:`NumpyLDWPPolicy` reads a model file (``placement.ldwp.modelfile``: weights plus metadata,
+never pickle) and answers :meth:`decide` with the same Q-values as the torch agent
+(:class:`placement.ldwp.agent.LDWPPolicy` with ``use_numpy=True``; a test checks they agree). It
+never imports torch (about 2-3 s and hundreds of MB per Python worker), and it never learns:
+learning happens in the placement service, which publishes new model files that the router
+swaps in with :meth:`NumpyLDWPPolicy.from_bytes`.
+
+Both observation layouts work:
+
+- ``node_rows`` (the size-agnostic network): any nodes; a node that the model's cluster spec
+  does not know gets an unknown (0) cost estimate, as in the torch agent.
+- ``paper_vector``: the nodes must be exactly the ones the model was built for, in order.
+
+Example::
+
+    >>> policy = NumpyLDWPPolicy.from_file("ldwp.spmodel", cluster)        # doctest: +SKIP
+    >>> policy.decide(observation).reason                                  # doctest: +SKIP
+    'LDWP: highest Q -0.412 on tm_a, next tm_b -0.530'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from placement.ldwp.features import node_rows, paper_vector
+from placement.ldwp.modelfile import ModelFileError, load_model
+from workload.estimates import CostModel
+from workload.model import ClusterSpec, Decision, Observation, Policy
+
+__all__ = ["NumpyLDWPPolicy", "load_model_bytes"]
+
+
+def load_model_bytes(data: bytes) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
+    """:func:`load_model` for bytes (a download); the same checks, the same errors."""
+    # load_model reads a path; a private temporary file keeps one implementation of the checks.
+    fd, name = tempfile.mkstemp(suffix=".spmodel")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return load_model(name)
+    finally:
+        os.unlink(name)
+
+
+class NumpyLDWPPolicy(Policy):
+    """A frozen LDWP Q-network evaluated with numpy (greedy: no exploration on the router)."""
+
+    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray]], metadata: dict,
+                 cluster: ClusterSpec | None = None, costs: CostModel | None = None):
+        kind = metadata.get("kind")
+        if kind not in ("paper", "node_scoring"):
+            raise ModelFileError(f"unknown LDWP network kind {kind!r} in the model metadata")
+        if not layers:
+            raise ModelFileError("the model file holds no layers")
+        self.kind = kind
+        self.metadata = dict(metadata)
+        self.version = metadata.get("version")
+        self.name = f"ldwp-{kind}"
+        self.cluster = cluster
+        self.costs = costs
+        self._layers = [(np.ascontiguousarray(w.T, dtype=np.float32), b.astype(np.float32))
+                        for w, b in layers]
+        if kind == "node_scoring":
+            # [row, mean] @ W1.T == row @ W1a.T + mean @ W1b.T: split once so the hot path never
+            # builds the concatenated (M, 2F) matrix.
+            first = self._layers[0][0]
+            half = first.shape[0] // 2
+            self._own, self._context = first[:half], first[half:]
+        self._coefficients: dict[str, tuple[dict, int]] = {}
+        if kind == "node_scoring" and cluster is not None:
+            costs = costs or CostModel(colocation=None)
+            for spec in cluster.nodes:
+                self._coefficients[spec.node_id] = (costs.task_time_coefficients(spec),
+                                                    spec.cpu_cores + len(spec.gpus))
+        self.digest = hashlib.sha256(b"".join(w.tobytes() + b.tobytes() for w, b in layers)
+                                     ).hexdigest()[:12]
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_file(cls, path: str | Path, cluster: ClusterSpec | None = None,
+                  costs: CostModel | None = None) -> "NumpyLDWPPolicy":
+        layers, metadata = load_model(path)
+        return cls(layers, metadata, cluster, costs)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, cluster: ClusterSpec | None = None,
+                   costs: CostModel | None = None) -> "NumpyLDWPPolicy":
+        layers, metadata = load_model_bytes(data)
+        return cls(layers, metadata, cluster, costs)
+
+    # -- inference --------------------------------------------------------------------------
+    def encode(self, observation: Observation) -> np.ndarray:
+        if self.kind == "paper":
+            expected = self.metadata.get("nodes")
+            if expected is not None and list(observation.node_ids) != list(expected):
+                raise ValueError(f"this paper-layout model was built for nodes {expected} and "
+                                 f"sees {list(observation.node_ids)}; transfer it first")
+            return paper_vector(observation)
+        task = observation.task
+        estimates, units = {}, {}
+        for node_id in observation.node_ids:
+            entry = self._coefficients.get(node_id)
+            if entry is None:
+                continue
+            per_app, unit_count = entry
+            fixed, slope = per_app.get(task.app_id, (0.0, 0.0))
+            estimates[node_id] = fixed + slope * task.input_size
+            units[node_id] = unit_count
+        return node_rows(observation, estimates, units)
+
+    def q_values(self, state: np.ndarray) -> np.ndarray:
+        layers = self._layers
+        if self.kind == "node_scoring":
+            hidden = state @ self._own + (state.mean(axis=0) @ self._context + layers[0][1])
+            start = 1
+        else:
+            hidden = state[None, :] @ layers[0][0] + layers[0][1]
+            start = 1
+        for weight_t, bias in layers[start:]:
+            np.maximum(hidden, 0.0, out=hidden)
+            hidden = hidden @ weight_t + bias
+        return hidden[:, 0] if self.kind == "node_scoring" else hidden[0]
+
+    def decide(self, observation: Observation) -> Decision:
+        q = self.q_values(self.encode(observation))
+        ids = observation.node_ids
+        index = int(np.argmax(q))
+        if len(ids) > 1:
+            ranked = np.argsort(-q)
+            runner = f", next {ids[ranked[1]]} {q[ranked[1]]:.3f}"
+        else:
+            runner = ""
+        return Decision(ids[index], f"LDWP: highest Q {q[index]:.3f} on {ids[index]}{runner}",
+                        {n: float(v) for n, v in zip(ids, q)})

@@ -1,0 +1,283 @@
+"""The record router's brain, without Flink: node view, in-flight counts, policy, model refresh.
+
+The Flink operator (:class:`pyflink_jobs.hook.RouterFunction`) is a thin shell around
+:class:`Router`, so everything here is plain Python and unit-tested without a JVM.
+
+Per task, :meth:`Router.decide` builds the paper's observation from
+
+- the latest NodeFeedback of every node (utilisations; stale by the feedback interval), and
+- the router's OWN count of tasks it sent to each node and has not yet seen completed in the
+  feedback (exact, so a burst of records cannot all herd onto the node that looked idle in the
+  last report),
+
+drops nodes whose queue is full (``instances x capacity`` tasks in flight), and asks the policy:
+a local copy of the current LDWP model evaluated with numpy (:class:`NumpyLDWPPolicy`), or any
+rule of ``placement.policies``. A background thread polls the placement service for new model
+versions and swaps them in; when the service is unreachable the router keeps the last model, and
+with no model at all it uses the fallback rule (least-loaded), so routing never stops.
+
+Example::
+
+    >>> from pyflink_jobs.router import Router, RouterSettings, RouterNode
+    >>> router = Router(RouterSettings(nodes=[RouterNode("tm_a", cpu_cores=2),
+    ...                                       RouterNode("tm_b", cpu_cores=1)],
+    ...                                policy="least_outstanding"))
+    >>> router.decide_event({"task_id": "t1", "app_id": "video_synopsis", "input_size": 4096}).node
+    'tm_a'
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from workload.model import ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task
+
+__all__ = ["RouterNode", "RouterSettings", "Router", "ModelRefresher"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RouterNode:
+    """A TaskManager the router may send tasks to, with what the cost model needs of it."""
+
+    node_id: str
+    cpu_cores: int = 1
+    work_multiplier: float = 1.0
+    instances: int = 1            # executor instances the plan gives it
+    gpus: int = 0
+    link_mbps: float = 1000.0     # to express feedback byte rates as link utilisation
+
+    def spec(self) -> NodeSpec:
+        return NodeSpec(self.node_id, max(1, int(self.cpu_cores)), 16.0,
+                        cpu_speed=1.0 / max(1.0, self.work_multiplier),
+                        slots=max(1, self.instances))
+
+
+@dataclass
+class RouterSettings:
+    """Everything the router needs; the hook fills it from the plan and the cluster spec."""
+
+    nodes: list[RouterNode] = field(default_factory=list)
+    policy: str = "ldwp"                 # "ldwp" or a placement.policies name
+    fallback: str = "least_loaded"       # used while no LDWP model is available
+    initial_model: bytes | None = None   # model file bytes to start from (else: the service's)
+    service_url: str = ""                # "" = no service (fixed policy or initial model only)
+    service_token: str = ""
+    refresh_interval_s: float = 2.0      # how often to ask the service for a new model version
+    executor_capacity: int = 16          # async capacity of one executor instance
+    in_flight_timeout_s: float = 300.0   # forget a sent task never reported complete (lost
+    #                                      feedback) after this long, so counts cannot drift up
+    latency_samples: int = 20_000        # decision latencies kept for p50/p99
+
+    def __post_init__(self) -> None:
+        ids = [n.node_id for n in self.nodes]
+        if not ids:
+            raise ValueError("the router needs at least one node")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"node ids must be unique, got {ids}")
+
+
+class Router:
+    """Decides a node per task; see the module docstring."""
+
+    def __init__(self, settings: RouterSettings, clock=time.time):
+        from placement.policies import make_policy
+        self.settings = settings
+        self.clock = clock
+        self.node_ids = tuple(n.node_id for n in settings.nodes)
+        self._nodes = {n.node_id: n for n in settings.nodes}
+        self.cluster = ClusterSpec(tuple(n.spec() for n in settings.nodes), name="flink")
+        self._states: dict[str, NodeState] = {n: NodeState(n) for n in self.node_ids}
+        self._feedback_at: dict[str, float] = {}
+        self._in_flight: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._in_flight_count = {n: 0 for n in self.node_ids}
+        self._lock = threading.Lock()
+        self.fallback: Policy = make_policy(settings.fallback, self.cluster)
+        self.model_policy = None
+        self.model_version: int | None = None
+        self.fixed_policy: Policy | None = None
+        if settings.policy != "ldwp":
+            self.fixed_policy = make_policy(settings.policy, self.cluster)
+        elif settings.initial_model:
+            self.install_model(settings.initial_model)
+        self.routed = {n: 0 for n in self.node_ids}
+        self.fallback_decisions = 0
+        self.full_skips = 0
+        self.feedback_records = 0
+        self._latencies_us: list[float] = []
+        self._latency_index = 0
+
+    # -- model ------------------------------------------------------------------------------
+    def install_model(self, data: bytes, version: int | None = None) -> None:
+        """Swap in a model file (bytes); raises ModelFileError for a bad one (old model kept)."""
+        from placement.ldwp.inference import NumpyLDWPPolicy
+        policy = NumpyLDWPPolicy.from_bytes(data, self.cluster)
+        with self._lock:
+            self.model_policy = policy
+            self.model_version = version if version is not None else policy.version
+
+    @property
+    def policy(self) -> Policy:
+        return self.fixed_policy or self.model_policy or self.fallback
+
+    # -- node view --------------------------------------------------------------------------
+    def on_feedback(self, feedback: dict) -> None:
+        """A NodeFeedback record (decoded): refresh the node's numbers, retire completed tasks.
+        Duplicates are harmless: a task id already retired is ignored."""
+        node_id = feedback.get("node_id")
+        self.feedback_records += 1
+        with self._lock:
+            for timing in feedback.get("completed") or ():
+                entry = self._in_flight.pop(timing["task_id"], None)
+                if entry is not None:
+                    self._in_flight_count[entry[0]] -= 1
+            if node_id not in self._nodes:
+                return  # a node outside this job's plan (e.g. another job's executor)
+            link = self._nodes[node_id].link_mbps * 125_000.0  # Mbit/s -> bytes/s
+            self._states[node_id] = NodeState(
+                node_id,
+                cpu_util=_unit(feedback.get("cpu_util")),
+                gpu_util=_unit(feedback.get("gpu_util")),
+                host_mem_util=_unit(feedback.get("host_mem_util")),
+                gpu_mem_util=_unit(feedback.get("gpu_mem_util")),
+                uplink_util=_unit(float(feedback.get("uplink_bytes_per_s") or 0.0) / link),
+                downlink_util=_unit(float(feedback.get("downlink_bytes_per_s") or 0.0) / link))
+            self._feedback_at[node_id] = float(feedback.get("emitted_at_ms", 0)) / 1000.0
+
+    def in_flight(self) -> dict[str, int]:
+        return dict(self._in_flight_count)
+
+    def _expire(self, now: float) -> None:
+        limit = now - self.settings.in_flight_timeout_s
+        while self._in_flight:
+            task_id, (node, sent_at) = next(iter(self._in_flight.items()))
+            if sent_at >= limit:
+                break
+            self._in_flight.popitem(last=False)
+            self._in_flight_count[node] -= 1
+
+    def observation(self, task: Task) -> Observation:
+        now = self.clock()
+        capacity = self.settings.executor_capacity
+        states = []
+        for node_id in self.node_ids:
+            count = self._in_flight_count[node_id]
+            if count >= self._nodes[node_id].instances * capacity:
+                self.full_skips += 1
+                continue
+            base = self._states[node_id]
+            age = now - self._feedback_at.get(node_id, now)
+            states.append(NodeState(node_id, base.cpu_util, base.gpu_util, base.host_mem_util,
+                                    base.gpu_mem_util, base.uplink_util, base.downlink_util,
+                                    queue_depth=count, age_s=max(0.0, age)))
+        if not states:  # every queue full: choose among all (Flink's backpressure waits for us)
+            states = [NodeState(n, queue_depth=self._in_flight_count[n]) for n in self.node_ids]
+        return Observation(task, tuple(states), now)
+
+    # -- deciding ---------------------------------------------------------------------------
+    def decide(self, task: Task) -> Decision:
+        started = time.perf_counter()
+        with self._lock:
+            now = self.clock()
+            self._expire(now)
+            observation = self.observation(task)
+            policy = self.policy
+            if policy is self.fallback and self.settings.policy == "ldwp":
+                self.fallback_decisions += 1
+            try:
+                decision = policy.decide(observation)
+            except Exception as exc:  # noqa: BLE001 - a bad model must not stop routing
+                log.warning("policy %s failed (%s); using %s", policy.name, exc,
+                            self.fallback.name)
+                self.fallback_decisions += 1
+                decision = self.fallback.decide(observation)
+            if task.task_id in self._in_flight:  # a replayed record: count it once
+                old_node, _ = self._in_flight.pop(task.task_id)
+                self._in_flight_count[old_node] -= 1
+            self._in_flight[task.task_id] = (decision.node, now)
+            self._in_flight_count[decision.node] += 1
+            self.routed[decision.node] += 1
+        self._record_latency((time.perf_counter() - started) * 1e6)
+        return decision
+
+    def decide_event(self, event: dict) -> Decision:
+        """:meth:`decide` for a decoded TaskEvent."""
+        return self.decide(Task(event["task_id"], event["app_id"], int(event["input_size"]),
+                                expected_work_ms=event.get("expected_work_ms")))
+
+    def _record_latency(self, micros: float) -> None:
+        samples, limit = self._latencies_us, self.settings.latency_samples
+        if len(samples) < limit:
+            samples.append(micros)
+        else:  # a ring: the newest samples
+            samples[self._latency_index] = micros
+            self._latency_index = (self._latency_index + 1) % limit
+
+    def latency_percentile_us(self, q: float) -> float:
+        if not self._latencies_us:
+            return 0.0
+        ordered = sorted(self._latencies_us)
+        return ordered[min(len(ordered) - 1, int(q / 100.0 * len(ordered)))]
+
+    def stats(self) -> dict:
+        return {"routed": dict(self.routed), "in_flight": self.in_flight(),
+                "model_version": self.model_version, "policy": self.policy.name,
+                "fallback_decisions": self.fallback_decisions, "full_skips": self.full_skips,
+                "feedback_records": self.feedback_records,
+                "decision_p50_us": self.latency_percentile_us(50),
+                "decision_p99_us": self.latency_percentile_us(99)}
+
+
+def _unit(value) -> float:
+    try:
+        return min(1.0, max(0.0, float(value or 0.0)))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+class ModelRefresher(threading.Thread):
+    """Polls the placement service for new model versions and installs them in a router.
+
+    Failures (service down, bad download, tampered file) are counted and logged; the router
+    keeps its last model. ``stop()`` ends the thread within one poll interval."""
+
+    def __init__(self, router: Router, client, interval_s: float = 2.0):
+        super().__init__(name="streamplace-model-refresher", daemon=True)
+        self.router = router
+        self.client = client
+        self.interval_s = interval_s
+        self.failures = 0
+        self.installed = 0
+        self.last_error = ""
+        self._stop = threading.Event()
+
+    def poll_once(self) -> bool:
+        """One check; True when a new version was installed."""
+        try:
+            latest = self.client.latest()
+            if not latest:
+                return False
+            version = int(latest["version"])
+            current = self.router.model_version
+            if current is not None and version <= int(current):
+                return False
+            self.router.install_model(self.client.download(version), version)
+            self.installed += 1
+            return True
+        except Exception as exc:  # noqa: BLE001 - keep routing on the last model
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return False
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,142 @@
+"""The hook end to end on the real broker and the real heterogeneous 3-TaskManager cluster.
+
+The task pipeline runs with ``placement=hook``: the router (LDWP, numpy inference) sends each task
+through a side output to the executor operator pinned to the chosen TaskManager, where the IAWP
+executor runs the task's stage DAG; executors publish NodeFeedback; the placement service learns
+from it and publishes model versions that the router pulls while the job runs.
+
+Phases: (1) 1,400 tasks while the service learns -> a version trained on >= 1,000 feedback
+records; (2) the router installs it (its model-version gauge); (3) the service is stopped and
+600 more tasks still go through. Then: every task exactly once (read_committed), each executor
+on its planned TaskManager, per-node routed counts equal the results per node.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+
+from streamplace.jobs import submit_task_pipeline
+from streamplace.kafka_io import produce_task_events, read_topic, synthetic_task_events
+from streamplace.topics import ensure_topics
+
+PHASE_ONE, PHASE_TWO = 1_400, 600
+PLAN = {"tm_a": 1, "tm_b": 1, "tm_c": 1}
+MAX_INPUT = 60_000  # keeps the run short on 2 cores: tasks of 5-40 ms
+
+
+def _events(count, seed, prefix):
+    events = list(synthetic_task_events(count, seed=seed, prefix=prefix))
+    for e in events:
+        e["input_size"] = min(e["input_size"], MAX_INPUT)
+    return events
+
+
+def _router_metric(cluster, job_id, name):
+    job = cluster.job(job_id)
+    router = next(v for v in job["vertices"] if "router" in v["name"])
+    base = f"{cluster.rest_url}/jobs/{job_id}/vertices/{router['id']}/metrics"
+    listing = requests.get(base, timeout=10).json()
+    ids = [m["id"] for m in listing if m["id"].endswith(name)]
+    if not ids:
+        return None
+    values = requests.get(base, params={"get": ",".join(ids)}, timeout=10).json()
+    return sum(float(v["value"]) for v in values)
+
+
+def _wait(predicate, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(1.0)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def hook_run(stack_config, flink_cluster, tmp_path_factory):
+    from placement.service import PlacementService, ServiceSettings
+    from placement.service.client import PlacementClient
+
+    cfg = stack_config.model_copy(deep=True)
+    cfg.job.topic_tasks, cfg.job.topic_results = "hook-tasks", "hook-results"
+    cfg.job.topic_dead_letter, cfg.job.topic_feedback = "hook-dead-letter", "hook-feedback"
+    ensure_topics(cfg)
+    service = PlacementService(ServiceSettings(
+        port=0, bootstrap_servers=cfg.kafka.bootstrap_servers, feedback_topic="hook-feedback",
+        group_id="hook-service", flink_rest_url=flink_cluster.rest_url,
+        model_dir=str(tmp_path_factory.mktemp("models")), publish_every=500,
+        min_records_first_version=300))
+    service.start()
+    client = PlacementClient(service.url)
+    job_id = submit_task_pipeline(
+        cfg, flink_cluster, placement="hook", executor="iawp", policy="ldwp",
+        service_url=service.url, plan=",".join(f"{k}={v}" for k, v in PLAN.items()),
+        topic_feedback="hook-feedback", group_id="hook-pipeline", transactional_id_prefix="hook",
+        executor_capacity=8)
+    flink_cluster.wait_job_state(job_id, {"RUNNING"}, timeout_s=180)
+    run = {"cfg": cfg, "job_id": job_id, "service": service}
+    try:
+        first = _events(PHASE_ONE, seed=11, prefix="hook1")
+        report = produce_task_events(cfg, first)
+        assert report.errors == [] and report.delivered == PHASE_ONE
+        run["version"] = _wait(
+            lambda: (lambda m: m if m and m["trained_on_records"] >= 1_000 else None)(
+                client.latest()), 300, "a model version trained on >= 1,000 feedback records")
+        run["versions"] = client.versions() if hasattr(client, "versions") else None
+        run["router_version"] = _wait(
+            lambda: (lambda v: v if v and v >= run["version"]["version"] else None)(
+                _router_metric(flink_cluster, job_id, "streamplace_model_version")),
+            120, "the router to install that model version")
+        service.stop()  # the service dies mid-run: routing must go on, nothing lost
+        run["service_stopped"] = True
+        second = _events(PHASE_TWO, seed=12, prefix="hook2")
+        report = produce_task_events(cfg, second)
+        assert report.errors == [] and report.delivered == PHASE_TWO
+        run["events"] = first + second
+        run["results"] = read_topic(cfg, cfg.job.topic_results, "TaskResult",
+                                    expected=PHASE_ONE + PHASE_TWO, timeout_s=400, settle_s=5)
+        time.sleep(6)  # metrics are reported every few seconds
+        run["routed"] = {n: _router_metric(flink_cluster, job_id, f"streamplace_routed_{n}")
+                         for n in PLAN}
+        yield run
+    finally:
+        if not run.get("service_stopped"):
+            service.stop()
+        flink_cluster.cancel_job(job_id)
+
+
+def test_every_task_exactly_once(hook_run):
+    ids = [r["task_id"] for r in hook_run["results"].records]
+    expected = {e["task_id"] for e in hook_run["events"]}
+    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicated results"
+    assert set(ids) == expected, (f"{len(expected - set(ids))} missing, "
+                                  f"{len(set(ids) - expected)} unexpected")
+    failed = [r for r in hook_run["results"].records if r["status"] != "OK"]
+    assert failed == [], failed[:3]
+
+
+def test_each_executor_runs_on_its_planned_taskmanager(hook_run, flink_cluster):
+    job = flink_cluster.job(hook_run["job_id"])
+    for node, instances in PLAN.items():
+        vertex = next(v for v in job["vertices"] if v["name"].endswith(f"executor-{node}"))
+        detail = requests.get(f"{flink_cluster.rest_url}/jobs/{hook_run['job_id']}/vertices/"
+                              f"{vertex['id']}", timeout=10).json()
+        assert [s["taskmanager-id"] for s in detail["subtasks"]] == [node] * instances
+
+
+def test_routed_counts_equal_results_per_node(hook_run):
+    per_node = {n: 0 for n in PLAN}
+    for r in hook_run["results"].records:
+        per_node[r["node_id"]] += 1
+    assert {n: int(v) for n, v in hook_run["routed"].items()} == per_node
+    assert all(v > 0 for v in per_node.values()), per_node
+
+
+def test_a_model_learned_from_this_runs_feedback_reached_the_router(hook_run):
+    version = hook_run["version"]
+    assert version["trained_on_records"] >= 1_000
+    assert hook_run["router_version"] >= version["version"] >= 1

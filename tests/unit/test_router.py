@@ -1,0 +1,252 @@
+"""The Flink router's brain without Flink: node view, in-flight counts, model swaps, fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from placement.ldwp.agent import LDWPPolicy, LDWPSettings
+from placement.ldwp.inference import NumpyLDWPPolicy
+from placement.ldwp.modelfile import ModelFileError
+from pyflink_jobs.executor_function import FeedbackPublisher
+from pyflink_jobs.hook import HookSettings, StreamplaceHook, nodes_from_cluster_spec
+from pyflink_jobs.router import ModelRefresher, Router, RouterNode, RouterSettings
+from workload.model import NodeState, Observation, Task
+
+NODES = [RouterNode("tm_a", cpu_cores=2), RouterNode("tm_b", cpu_cores=1),
+         RouterNode("tm_c", cpu_cores=1, work_multiplier=2.0)]
+
+
+class FakeClock:
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def event(i, app="video_synopsis"):
+    return {"task_id": f"t{i}", "app_id": app, "input_size": 4096}
+
+
+def feedback(node, completed=(), cpu=0.0, at_ms=1_000_000):
+    return {"node_id": node, "emitted_at_ms": at_ms, "cpu_util": cpu, "gpu_util": 0.0,
+            "host_mem_util": 0.1, "gpu_mem_util": 0.0, "uplink_bytes_per_s": 0.0,
+            "downlink_bytes_per_s": 0.0, "queue_depth": 0, "in_flight": 0,
+            "completed": [{"task_id": t, "app_id": "video_synopsis", "input_size": 4096,
+                           "queue_ms": 1.0, "service_ms": 2.0, "finished_at_ms": at_ms}
+                          for t in completed], "sequence": at_ms}
+
+
+def make_router(policy="least_outstanding", **kw):
+    return Router(RouterSettings(nodes=NODES, policy=policy, **kw), clock=FakeClock())
+
+
+# Scenario table (HiveD style): in-flight counts before the decision -> the expected node.
+LEAST_OUTSTANDING_CASES = [
+    ("all idle: first node", {}, "tm_a"),
+    ("tm_a busy: next idle", {"tm_a": 1}, "tm_b"),
+    ("a and b busy: tm_c", {"tm_a": 1, "tm_b": 1}, "tm_c"),
+    ("everyone one: first again", {"tm_a": 1, "tm_b": 1, "tm_c": 1}, "tm_a"),
+    ("b has fewest", {"tm_a": 3, "tm_b": 1, "tm_c": 2}, "tm_b"),
+]
+
+
+@pytest.mark.parametrize("name,in_flight,expected", LEAST_OUTSTANDING_CASES,
+                         ids=[c[0] for c in LEAST_OUTSTANDING_CASES])
+def test_least_outstanding_counts_the_routers_own_in_flight_tasks(name, in_flight, expected):
+    router = make_router()
+    i = 0
+    for node, count in in_flight.items():
+        for _ in range(count):
+            # force the placement to build the in-flight counts of the scenario
+            router._in_flight[f"pre{i}"] = (node, 1000.0)
+            router._in_flight_count[node] += 1
+            i += 1
+    decision = router.decide_event(event(99))
+    assert decision.node == expected, decision.reason
+    assert router.in_flight()[expected] == in_flight.get(expected, 0) + 1
+
+
+def test_feedback_retires_completed_tasks_once_and_duplicates_are_harmless():
+    router = make_router()
+    nodes = [router.decide_event(event(i)).node for i in range(6)]
+    assert nodes == ["tm_a", "tm_b", "tm_c", "tm_a", "tm_b", "tm_c"]
+    router.on_feedback(feedback("tm_a", completed=["t0", "t3"]))
+    router.on_feedback(feedback("tm_a", completed=["t0", "t3"]))  # at-least-once duplicate
+    router.on_feedback(feedback("tm_b", completed=["unknown-task"]))
+    assert router.in_flight() == {"tm_a": 0, "tm_b": 2, "tm_c": 2}
+    assert router.decide_event(event(7)).node == "tm_a"
+
+
+def test_full_nodes_are_avoided_until_every_queue_is_full():
+    router = make_router(policy="round_robin", executor_capacity=1)
+    # capacity 1 x 1 instance: after three tasks every node is full; round-robin would go on
+    # cycling, so the fourth still gets a node (backpressure is Flink's job), but while some
+    # node has room the full ones are skipped.
+    first = [router.decide_event(event(i)).node for i in range(3)]
+    assert sorted(first) == ["tm_a", "tm_b", "tm_c"]
+    router.on_feedback(feedback("tm_b", completed=[f"t{first.index('tm_b')}"]))
+    assert router.decide_event(event(10)).node == "tm_b"
+    assert router.full_skips >= 2
+    assert router.decide_event(event(11)).node in ("tm_a", "tm_b", "tm_c")
+
+
+def test_a_replayed_task_id_is_counted_once():
+    router = make_router()
+    router.decide_event(event(1))
+    router.decide_event(event(1))
+    assert sum(router.in_flight().values()) == 1
+    assert sum(router.routed.values()) == 2  # both decisions are still counted as routed
+
+
+def test_in_flight_entries_expire_when_feedback_never_arrives():
+    clock = FakeClock()
+    router = Router(RouterSettings(nodes=NODES, policy="least_outstanding",
+                                   in_flight_timeout_s=10.0), clock=clock)
+    router.decide_event(event(1))
+    clock.now += 11.0
+    router.decide_event(event(2))
+    assert sum(router.in_flight().values()) == 1
+
+
+def test_feedback_updates_the_utilisation_the_policy_sees():
+    router = make_router(policy="least_loaded")
+    router.on_feedback(feedback("tm_a", cpu=0.9))
+    router.on_feedback(feedback("tm_b", cpu=0.5))
+    router.on_feedback(feedback("tm_c", cpu=0.1))
+    assert router.decide_event(event(1)).node == "tm_c"
+    obs = router.observation(Task("x", "video_synopsis", 1))
+    assert [round(n.cpu_util, 2) for n in obs.nodes] == [0.9, 0.5, 0.1]
+
+
+def test_feedback_from_nodes_outside_the_plan_is_ignored():
+    router = make_router()
+    router.on_feedback(feedback("tm_z", cpu=1.0))
+    assert set(router.observation(Task("x", "video_synopsis", 1)).node_ids) == \
+        {"tm_a", "tm_b", "tm_c"}
+
+
+# -- LDWP models on the router -------------------------------------------------------------
+
+def _agent(network="node_scoring", seed=3):
+    router = make_router()
+    settings = LDWPSettings(network=network, seed=seed, hidden_sizes=(16, 8))
+    return router.cluster, LDWPPolicy(router.cluster, settings=settings)
+
+
+@pytest.mark.parametrize("network", ["node_scoring", "paper"])
+def test_numpy_policy_agrees_with_the_torch_agent(tmp_path, network):
+    cluster, agent = _agent(network)
+    path = tmp_path / "m.spmodel"
+    agent.save(path)
+    policy = NumpyLDWPPolicy.from_file(path, cluster)
+    rng = np.random.default_rng(0)
+    for i in range(20):
+        states = tuple(NodeState(n, cpu_util=float(rng.random()), gpu_util=float(rng.random()),
+                                 queue_depth=int(rng.integers(0, 9)))
+                       for n in cluster.node_ids)
+        obs = Observation(Task(f"t{i}", ["video_synopsis", "face_recognition"][i % 2],
+                               int(rng.integers(1000, 10**6))), states, 0.0)
+        expected = agent.q_values(agent.encode(obs))
+        got = policy.q_values(policy.encode(obs))
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+        assert policy.decide(obs).node == cluster.node_ids[int(np.argmax(expected))]
+
+
+def test_paper_model_refuses_other_nodes(tmp_path):
+    cluster, agent = _agent("paper")
+    agent.save(tmp_path / "m.spmodel")
+    policy = NumpyLDWPPolicy.from_file(tmp_path / "m.spmodel", cluster)
+    obs = Observation(Task("t", "video_synopsis", 5), (NodeState("tm_a"), NodeState("tm_b")), 0)
+    with pytest.raises(ValueError, match="transfer it first"):
+        policy.decide(obs)
+
+
+class FakeService:
+    """Stands in for the HTTP client (the service itself is tested against Kafka elsewhere)."""
+
+    def __init__(self):
+        self.versions: dict[int, bytes] = {}
+        self.down = False
+
+    def latest(self):
+        if self.down:
+            raise ConnectionError("service unreachable")
+        return {"version": max(self.versions)} if self.versions else None
+
+    def download(self, version):
+        return self.versions[version]
+
+
+def test_router_uses_the_fallback_then_swaps_in_new_models_and_survives_outages(tmp_path):
+    router = Router(RouterSettings(nodes=NODES, policy="ldwp"), clock=FakeClock())
+    assert router.policy.name == "least_loaded"
+    router.decide_event(event(0))
+    assert router.fallback_decisions == 1
+
+    cluster, agent = _agent(seed=1)
+    agent.save(tmp_path / "v1")
+    service = FakeService()
+    service.versions[1] = (tmp_path / "v1").read_bytes()
+    refresher = ModelRefresher(router, service, interval_s=0.01)
+    assert refresher.poll_once() is True
+    assert router.model_version == 1 and router.policy.name == "ldwp-node_scoring"
+    assert refresher.poll_once() is False  # nothing newer
+
+    service.down = True
+    assert refresher.poll_once() is False and refresher.failures == 1
+    assert router.decide_event(event(1)).reason.startswith("LDWP")  # keeps the last model
+
+    service.down = False
+    data = bytearray((tmp_path / "v1").read_bytes())
+    data[-3] ^= 0xFF  # a tampered download
+    service.versions[2] = bytes(data)
+    assert refresher.poll_once() is False
+    assert "SHA-256" in refresher.last_error and router.model_version == 1
+    with pytest.raises(ModelFileError):
+        router.install_model(bytes(data))
+
+
+# -- feedback records ----------------------------------------------------------------------
+
+class Outcome:
+    def __init__(self, queue_ms, service_ms, finished):
+        self.queue_ms, self.service_ms, self.finished_at_ms = queue_ms, service_ms, finished
+
+
+def test_feedback_publisher_reports_each_finished_task_once_with_rates():
+    clock = FakeClock(100.0)
+    snap = {"cpu_util": 0.5, "host_mem_util": 0.2, "in_flight": 3, "queue_depth": 1}
+    publisher = FeedbackPublisher("tm_a", lambda: snap, producer=None, clock=clock, instance=1)
+    publisher.task_finished(event(1), Outcome(3.0, 40.0, 100_000), bytes_in=100, bytes_out=50)
+    publisher.task_finished(event(2), Outcome(1.0, 20.0, 100_010), bytes_in=300, bytes_out=150)
+    clock.now = 102.0
+    first = publisher.build_record()
+    assert [t["task_id"] for t in first["completed"]] == ["t1", "t2"]
+    assert first["downlink_bytes_per_s"] == pytest.approx(200.0)
+    assert first["uplink_bytes_per_s"] == pytest.approx(100.0)
+    assert (first["cpu_util"], first["in_flight"], first["queue_depth"]) == (0.5, 3, 1)
+    assert first["sequence"] == 102_000 * 1000 + 1
+    clock.now = 102.0  # same millisecond: the sequence still grows
+    second = publisher.build_record()
+    assert second["completed"] == [] and second["sequence"] == first["sequence"] + 1
+    from workload.codec import decode, encode
+    assert decode("NodeFeedback", encode("NodeFeedback", first))["completed"][1]["task_id"] == "t2"
+
+
+# -- hook settings -------------------------------------------------------------------------
+
+def test_hook_resolves_the_plan_against_the_cluster_spec():
+    nodes = nodes_from_cluster_spec("default")
+    assert [(n.node_id, n.cpu_cores, n.work_multiplier) for n in nodes] == \
+        [("tm_a", 2, 1.0), ("tm_b", 1, 1.0), ("tm_c", 1, 2.0)]
+    settings = HookSettings(plan={"tm_a": 2, "tm_b": 1, "tm_c": 0})
+    resolved = settings.resolved_nodes()
+    assert [(n.node_id, n.instances) for n in resolved] == [("tm_a", 2), ("tm_b", 1)]
+    with pytest.raises(ValueError, match="lacks"):
+        HookSettings(plan={"tm_x": 1}).resolved_nodes()
+    with pytest.raises(ValueError, match="unknown policy"):
+        StreamplaceHook.builder().policy("fastest-please").build()
+    with pytest.raises(ValueError, match=">= 0"):
+        StreamplaceHook.builder().plan({"tm_a": -1})

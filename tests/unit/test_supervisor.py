@@ -1,0 +1,110 @@
+"""The supervisor's decisions on a scripted cluster (the real one is in tests/integration)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamplace.supervisor import JobSupervisor, choose_host
+
+
+class ScriptedCluster:
+    """Answers like FlinkCluster and records what the supervisor asked of it."""
+
+    def __init__(self, alive):
+        self.alive = set(alive)
+        self.log: list[tuple] = []
+
+    def taskmanager_ids(self):
+        return set(self.alive)
+
+    def latest_checkpoint(self, job_id):
+        self.log.append(("checkpoint", job_id))
+        return f"file:///chk/{job_id}/chk-7"
+
+    def cancel_job(self, job_id):
+        self.log.append(("cancel", job_id))
+
+    def stop_with_savepoint(self, job_id):
+        self.log.append(("savepoint", job_id))
+        return f"file:///sp/{job_id}"
+
+    def wait_job_state(self, job_id, states, timeout_s=0):
+        self.log.append(("wait", job_id, tuple(sorted(states))))
+        return next(iter(states))
+
+
+def make(alive=("tm_a", "tm_b", "tm_c")):
+    cluster = ScriptedCluster(alive)
+    submitted = []
+
+    def submit(plan, retired, restore):
+        submitted.append((dict(plan), dict(retired), restore))
+        return f"job{len(submitted)}"
+
+    supervisor = JobSupervisor(cluster, submit, "job0", {"tm_a": 1, "tm_b": 1, "tm_c": 1},
+                               capacities={"tm_a": 2.0, "tm_b": 1.0, "tm_c": 0.5},
+                               clock=iter(range(100)).__next__)
+    return cluster, supervisor, submitted
+
+
+def test_nothing_happens_while_every_planned_node_is_alive():
+    cluster, supervisor, submitted = make()
+    assert supervisor.check_once() is None
+    cluster.alive = set()  # REST down: no conclusion either
+    assert supervisor.check_once() is None
+    assert submitted == [] and cluster.log == []
+
+
+def test_a_dead_taskmanager_is_replaced_from_the_last_checkpoint_with_its_operator_retired():
+    cluster, supervisor, submitted = make()
+    cluster.alive.discard("tm_c")
+    report = supervisor.check_once()
+    assert submitted == [({"tm_a": 1, "tm_b": 1}, {"tm_c": "tm_a"}, "file:///chk/job0/chk-7")]
+    assert [entry[0] for entry in cluster.log] == ["checkpoint", "cancel", "wait", "wait"]
+    assert report.lost_nodes == ["tm_c"] and report.new_job == "job1"
+    assert report.recovery_s > 0 and supervisor.job_id == "job1"
+    assert supervisor.check_once() is None  # the new plan no longer names tm_c
+
+
+def test_a_returning_node_gets_its_own_executor_back_through_a_savepoint():
+    cluster, supervisor, submitted = make()
+    cluster.alive.discard("tm_c")
+    supervisor.check_once()
+    cluster.alive.add("tm_c")
+    report = supervisor.apply_plan({"tm_a": 2, "tm_b": 1, "tm_c": 1})
+    assert submitted[-1] == ({"tm_a": 2, "tm_b": 1, "tm_c": 1}, {}, "file:///sp/job1")
+    assert report.retired == {} and supervisor.plan["tm_a"] == 2
+
+
+def test_when_a_host_dies_its_retired_operators_move_with_it():
+    cluster, supervisor, submitted = make()
+    cluster.alive.discard("tm_c")
+    supervisor.check_once()
+    cluster.alive.discard("tm_a")
+    supervisor.check_once()
+    assert submitted[-1][:2] == ({"tm_b": 1}, {"tm_c": "tm_b", "tm_a": "tm_b"})
+
+
+def test_removing_a_node_from_the_plan_retires_it():
+    cluster, supervisor, submitted = make()
+    supervisor.apply_plan({"tm_a": 1, "tm_b": 1})
+    assert submitted[-1] == ({"tm_a": 1, "tm_b": 1}, {"tm_c": "tm_a"}, "file:///sp/job0")
+
+
+HOST_CASES = [
+    ("most capable wins", {"tm_a": 1, "tm_b": 1}, {"tm_a": 2.0, "tm_b": 1.0}, "tm_a"),
+    ("capacity beats instances", {"tm_a": 1, "tm_b": 3}, {"tm_a": 2.0, "tm_b": 1.0}, "tm_a"),
+    ("equal capacity: more instances", {"tm_a": 1, "tm_b": 3}, {}, "tm_b"),
+    ("full tie: the first name", {"tm_a": 1, "tm_b": 1}, {}, "tm_a"),
+]
+
+
+@pytest.mark.parametrize("name,plan,capacities,expected", HOST_CASES,
+                         ids=[c[0] for c in HOST_CASES])
+def test_choose_host(name, plan, capacities, expected):
+    assert choose_host(plan, capacities) == expected
+
+
+def test_no_host_left_is_a_clear_error():
+    with pytest.raises(ValueError, match="no node left"):
+        choose_host({})
