@@ -164,6 +164,60 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+# -- serve ---------------------------------------------------------------------------------------
+def service_settings(cfg, host=None, port=None, token=None):
+    """The service's settings: the ``service`` section, with what it leaves unset taken from the
+    rest of the configuration (broker, feedback topic, Flink REST, cluster spec, home/models),
+    then the command-line flags, then ``$STREAMPLACE_SERVICE_TOKEN`` for a token (a token on
+    the command line is visible to every user in ``ps``)."""
+    import os
+
+    from pydantic import ValidationError
+
+    from streamplace.config import ConfigError, ServiceSettings
+    given = cfg.service.model_fields_set
+    data = cfg.service.model_dump()
+    inherited = {"bootstrap_servers": cfg.kafka.bootstrap_servers,
+                 "feedback_topic": cfg.job.topic_feedback, "flink_rest_url": cfg.flink.rest_url,
+                 "cluster_spec": cfg.flink.cluster_spec, "model_dir": cfg.home / "models"}
+    data.update({k: v for k, v in inherited.items() if k not in given})
+    flags = {"host": host, "port": port,
+             "token": token or (None if "token" in given
+                                else os.environ.get("STREAMPLACE_SERVICE_TOKEN"))}
+    data.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        settings = ServiceSettings.model_validate(data)
+        settings.check_security()
+    except ValidationError as exc:
+        raise ConfigError(f"invalid service settings:\n{exc}") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return settings
+
+
+def cmd_serve(args) -> int:
+    import logging
+
+    from streamplace.cluster_spec import load_cluster_spec
+    cfg = _config(args)
+    settings = service_settings(cfg, args.host, args.port, args.token)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    from placement.service.app import PlacementService
+    try:
+        service = PlacementService(settings, load_cluster_spec(settings.cluster_spec))
+    except ValueError as exc:  # a bad spec, initial model or learning setting: say which
+        print(f"streamplace serve: {exc}", file=sys.stderr)
+        return 2
+    print(f"placement service on {settings.url} (model dir {settings.resolved_model_dir()}, "
+          f"feedback {settings.feedback_topic} at {settings.bootstrap_servers}, "
+          f"token {'required' if settings.token else 'off (loopback only)'}); Ctrl-C stops it",
+          flush=True)
+    service.serve_forever()
+    print("placement service: stopped (consumer closed)")
+    return 0
+
+
 # -- info ----------------------------------------------------------------------------------------
 def cmd_info(args) -> int:
     from streamplace import __version__
@@ -248,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the first N decisions with their reasons")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("serve", help="the placement service: learns from feedback, serves "
+                                     "model versions, decisions and the slot plan over HTTP")
+    p.add_argument("--host", help="bind address (default 127.0.0.1; others need a token)")
+    p.add_argument("--port", type=int, help="HTTP port (default 8471)")
+    p.add_argument("--token", help="bearer token (prefer $STREAMPLACE_SERVICE_TOKEN or the "
+                                   "config file: command lines are visible in ps)")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("info", help="versions, paths and endpoints")
     p.add_argument("--json", action="store_true")

@@ -19,10 +19,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from placement.service.settings import ServiceSettings  # pydantic only: no torch, no FastAPI
 from streamplace.resources import default_home
 
-__all__ = ["KafkaSettings", "FlinkSettings", "JobSettings", "StreamplaceConfig", "load_config",
-           "ConfigError"]
+__all__ = ["KafkaSettings", "FlinkSettings", "JobSettings", "ServiceSettings", "StreamplaceConfig",
+           "load_config", "ConfigError"]
 
 
 class ConfigError(ValueError):
@@ -93,6 +94,10 @@ class StreamplaceConfig(_Section):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     flink: FlinkSettings = Field(default_factory=FlinkSettings)
     job: JobSettings = Field(default_factory=JobSettings)
+    service: ServiceSettings = Field(default_factory=ServiceSettings,
+                                     description="the placement service (streamplace serve); "
+                                     "unset Kafka, Flink, spec and model_dir settings follow "
+                                     "the kafka, flink and job sections and home/models")
 
     @field_validator("home")
     @classmethod

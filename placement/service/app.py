@@ -1,0 +1,547 @@
+"""The placement service: HTTP API (FastAPI), feedback consumer, online learner, model store.
+
+The service is the learner, never on the per-record path: routers decide locally and pull the
+newest weights from here; non-Flink clients may ask ``POST /decide`` directly. Endpoints (all
+JSON unless said; OpenAPI at ``/openapi.json``; with a token set, every endpoint except
+``/health`` needs ``Authorization: Bearer <token>``):
+
+==============================  ===========================================================
+``GET /health``                 status, model version, feedback counts (no token needed)
+``GET /cluster``                TaskManagers from Flink REST merged with the latest feedback
+``GET /models``                 every kept model version's metadata
+``GET /models/latest``          the newest version's metadata (404 while there is none)
+``GET /models/{v}``             one version's metadata
+``GET /models/{v}/weights``     the model file (application/octet-stream, ETag = sha256)
+``POST /decide``                batch placement decisions for non-Flink clients
+``GET /plan``                   executor instances per TaskManager (the slot-level plan)
+``GET /metrics``                Prometheus text
+==============================  ===========================================================
+
+Python API::
+
+    service = PlacementService(ServiceSettings(port=0, model_dir="/tmp/models")).start()
+    PlacementClient(service.url).health()
+    service.stop()          # stops the HTTP server, the consumer (closed) and the learner
+
+and the pure slot planner :func:`plan_executors` (unit-tested with a scenario table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path as PathParam, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from placement.ldwp.modelfile import ModelFileError
+from placement.service.feedback import FeedbackConsumer, FeedbackIngest, consumer_config
+from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
+from placement.service.learner import OnlineLearner, to_cluster_spec
+from placement.service.metrics import CONTENT_TYPE_LATEST, ServiceMetrics
+from placement.service.settings import ServiceSettings
+from placement.service.store import ModelStore, UnknownVersion
+from workload.model import ClusterSpec, NodeState, Observation, Task
+
+__all__ = ["PlacementService", "create_app", "plan_executors", "Plan", "NodeCapacity",
+           "node_capacities", "ServingPolicy"]
+
+log = logging.getLogger(__name__)
+
+
+# -- the slot-level plan -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeCapacity:
+    """What the plan knows of one TaskManager from the cluster spec."""
+
+    node_id: str
+    capacity: float   # static service capacity: cpu_cores / work_multiplier (+ GPUs)
+    slots: int        # amount of its external resource: the most executor instances it hosts
+    cores: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    nodes: dict[str, int]
+    total: int
+    reason: str
+
+
+def node_capacities(cluster_spec) -> list[NodeCapacity]:
+    """Capacities from a local cluster spec (``.taskmanagers``: cpu_cores, work_multiplier,
+    slots) or a ``workload.model.ClusterSpec`` (cores x cpu_speed + GPU speeds, task_slots)."""
+    if isinstance(cluster_spec, ClusterSpec):
+        return [NodeCapacity(n.node_id, n.cpu_cores * n.cpu_speed + sum(g.speed for g in n.gpus),
+                             n.task_slots, float(n.cpu_cores)) for n in cluster_spec.nodes]
+    return [NodeCapacity(tm.id, float(tm.cpu_cores) / float(tm.work_multiplier)
+                         + len(getattr(tm, "gpu_ids", ())), int(tm.slots), float(tm.cpu_cores))
+            for tm in cluster_spec.taskmanagers]
+
+
+def plan_executors(cluster_spec, measured_rates: dict[str, float] | None = None,
+                   alive_nodes=None, max_total: int | None = None) -> Plan:
+    """How many executor instances each TaskManager hosts.
+
+    - Candidates: the spec's nodes, minus those not in ``alive_nodes`` (the TaskManagers Flink
+      REST lists; None when Flink is unreachable: keep them all). Alive nodes the spec lacks
+      are left out (their capacity and slots are unknown).
+    - Rate of a node: its measured service rate (``measured_rates``, tasks/s) when known; a node
+      without a measurement gets its static capacity (cpu_cores / work_multiplier) scaled by the
+      median measured/static ratio of the measured nodes, so both kinds compare.
+    - Total: ``max_total`` (default: one instance per core, at most the slots) raised to the
+      node count (every alive node keeps one instance) and capped by the sum of slots.
+    - Counts: one each, then one more at a time to the node with the highest rate per instance
+      (``rate / count``, D'Hondt; ties in spec order), never beyond a node's ``slots``. The
+      counts are thus proportional to rate as far as whole instances and the bounds allow.
+    """
+    capacities = node_capacities(cluster_spec)
+    alive = None if alive_nodes is None else set(alive_nodes)
+    nodes = [c for c in capacities if alive is None or c.node_id in alive]
+    if not nodes:
+        return Plan({}, 0, "no TaskManager of the cluster spec is alive in Flink"
+                    if alive is not None else "the cluster spec has no TaskManagers")
+    measured = {n.node_id: float(measured_rates[n.node_id]) for n in nodes
+                if measured_rates and measured_rates.get(n.node_id, 0) > 0}
+    scale = (statistics.median(measured[n.node_id] / n.capacity for n in nodes
+                               if n.node_id in measured) if measured else 1.0)
+    rate = {n.node_id: measured.get(n.node_id, n.capacity * scale) for n in nodes}
+    slots_total = sum(n.slots for n in nodes)
+    wanted = (max_total if max_total is not None
+              else sum(min(n.slots, max(1, round(n.cores))) for n in nodes))
+    total = min(slots_total, max(len(nodes), wanted))
+    counts = {n.node_id: 1 for n in nodes}
+    for _ in range(total - len(nodes)):
+        open_nodes = [n for n in nodes if counts[n.node_id] < n.slots]
+        best = max(open_nodes, key=lambda n: rate[n.node_id] / counts[n.node_id])
+        counts[best.node_id] += 1  # max() keeps the first of equals: spec order on ties
+    parts = [f"{n.node_id} {counts[n.node_id]}/{n.slots} slots "
+             f"(rate {rate[n.node_id]:.2f}, {'measured' if n.node_id in measured else 'spec'})"
+             for n in nodes]
+    notes = []
+    if max_total is not None and max_total < len(nodes):
+        notes.append(f"max_total {max_total} raised to {len(nodes)}: one instance per alive node")
+    if max_total is not None and max_total > slots_total:
+        notes.append(f"max_total {max_total} capped at the {slots_total} slots")
+    if alive is not None:
+        left = [c.node_id for c in capacities if c.node_id not in alive]
+        if left:
+            notes.append(f"not in Flink, left out: {', '.join(left)}")
+    reason = ("proportional to service rate: " + "; ".join(parts)
+              + (". " + "; ".join(notes) if notes else ""))
+    return Plan(counts, total, reason)
+
+
+# -- decisions from the newest published model --------------------------------------------------
+class ServingPolicy:
+    """The policy ``/decide`` uses: the newest published model (reloaded when a new version
+    appears), else the fallback rule. Decisions never explore."""
+
+    def __init__(self, store: ModelStore, cluster: ClusterSpec, costs, fallback: str):
+        from placement.policies import make_policy
+        self.store, self.cluster, self.costs = store, cluster, costs
+        self.fallback = make_policy(fallback, cluster, costs)
+        self.version: int | None = None
+        self._policy = None
+        self._lock = threading.Lock()
+
+    def current(self):
+        """(policy, source, version): source is "model" or "fallback"."""
+        latest = self.store.latest()
+        if latest is not None and latest["version"] != self.version:
+            with self._lock:
+                if latest["version"] != self.version:
+                    from placement.ldwp.agent import LDWPPolicy
+                    try:
+                        policy = LDWPPolicy.from_file(self.store.path(latest["version"]),
+                                                      self.cluster, self.costs, training=False)
+                        self._policy, self.version = policy, latest["version"]
+                    except (ModelFileError, UnknownVersion, OSError) as exc:
+                        log.error("cannot load model version %s (%s); keeping version %s",
+                                  latest["version"], exc, self.version)
+        if self._policy is None:
+            return self.fallback, "fallback", None
+        return self._policy, "model", self.version
+
+
+# -- request and response bodies ----------------------------------------------------------------
+class TaskIn(BaseModel):
+    """One task to place (the paper's TID and TSize)."""
+
+    model_config = ConfigDict(extra="forbid")
+    task_id: str = Field(min_length=1, max_length=512, strict=True)
+    app_id: str = Field(min_length=1, max_length=128, strict=True,
+                        description="application id, e.g. face_recognition")
+    input_size: int = Field(ge=0, strict=True, description="input size in pixels (TSize)")
+
+
+class NodeStateIn(BaseModel):
+    """A node's state as the caller sees it (fractions in [0, 1])."""
+
+    model_config = ConfigDict(extra="forbid")
+    node_id: str = Field(min_length=1, strict=True)
+    cpu_util: float = Field(0.0, ge=0, le=1)
+    gpu_util: float = Field(0.0, ge=0, le=1)
+    host_mem_util: float = Field(0.0, ge=0, le=1)
+    gpu_mem_util: float = Field(0.0, ge=0, le=1)
+    uplink_util: float = Field(0.0, ge=0, le=1)
+    downlink_util: float = Field(0.0, ge=0, le=1)
+    queue_depth: int = Field(0, ge=0, description="tasks at the node (queued + running)")
+    backlog_s: float = Field(0.0, ge=0)
+    age_s: float = Field(0.0, ge=0)
+
+
+class DecideRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tasks: list[TaskIn] = Field(min_length=1, max_length=10_000)
+    nodes: list[NodeStateIn] | None = Field(
+        None, min_length=1, description="node states to decide on; default: the service's "
+        "latest view (cluster spec + feedback)")
+
+    @field_validator("nodes")
+    @classmethod
+    def _unique_nodes(cls, nodes):
+        if nodes is not None:
+            ids = [n.node_id for n in nodes]
+            repeated = sorted({i for i in ids if ids.count(i) > 1})
+            if repeated:
+                raise ValueError(f"node ids must be unique; repeated: {repeated}")
+        return nodes
+
+
+class DecisionOut(BaseModel):
+    task_id: str
+    node: str
+    reason: str
+    scores: dict[str, float]
+    policy: str = Field(description="'ldwp v<version>' or the fallback rule's name")
+
+
+class PlanOut(BaseModel):
+    nodes: dict[str, int]
+    total: int
+    reason: str
+    flink: dict
+    measured_rates: dict[str, float]
+
+
+# -- the app --------------------------------------------------------------------------------------
+def _validation_handler(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = jsonable_encoder(exc.errors(), custom_encoder={Exception: str})
+    summary = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: "
+                        f"{e.get('msg')}" for e in errors)
+    return JSONResponse({"detail": errors, "message": f"invalid request: {summary}"},
+                        status_code=422)
+
+
+def create_app(service: "PlacementService") -> FastAPI:
+    """The FastAPI app over a service's components (``service.settings``, ``.store``,
+    ``.learner``, ``.ingest``, ``.consumer``, ``.flink``, ``.metrics``, ``.spec``)."""
+    settings = service.settings
+    app = FastAPI(title="streamplace placement service",
+                  description="Learns LDWP placement from Kafka feedback and serves model "
+                              "versions, decisions and the slot-level plan.",
+                  version="1", openapi_url=None, docs_url=None, redoc_url=None)
+    app.add_exception_handler(RequestValidationError, _validation_handler)
+    bearer = HTTPBearer(auto_error=False, description="service.token, when one is set")
+    started = time.monotonic()
+
+    def check_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if not settings.token:
+            return
+        if credentials is None or not secrets.compare_digest(
+                credentials.credentials.encode(), settings.token.encode()):
+            raise HTTPException(401, "missing or wrong bearer token: send 'Authorization: "
+                                "Bearer <service.token>'", headers={"WWW-Authenticate": "Bearer"})
+
+    api = APIRouter(dependencies=[Depends(check_token)])
+
+    @app.get("/health", tags=["service"])
+    def health() -> dict:
+        """Liveness and progress; needs no token (load balancers, `streamplace doctor`)."""
+        latest = service.store.latest()
+        consumer = service.consumer
+        return {"status": "ok", "model_version": latest["version"] if latest else None,
+                "feedback_records": service.learner.records_taken,
+                "records_trained": service.learner.records_trained,
+                "pending_records": service.learner.pending(),
+                "feedback_messages": service.ingest.messages,
+                "duplicates_dropped": dict(service.ingest.dedup.dropped),
+                "undecodable_messages": service.ingest.undecodable,
+                "consumer": None if consumer is None else {
+                    "running": consumer.running, "topic": consumer.topic,
+                    "last_error": consumer.last_error},
+                "learner": {"running": service.learner.running,
+                            "last_error": service.learner.last_error},
+                "nodes": service.learner.node_ids(),
+                "uptime_s": round(time.monotonic() - started, 3)}
+
+    @api.get("/openapi.json", include_in_schema=False)
+    def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @api.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=app.title)
+
+    @api.get("/cluster", tags=["cluster"])
+    def cluster() -> dict:
+        """TaskManagers from Flink REST merged with each node's latest NodeFeedback (and its
+        age); when Flink is unreachable, the feedback view and ``flink.reachable: false``."""
+        try:
+            taskmanagers = {tm["id"]: tm for tm in service.flink.taskmanagers()}
+            flink = {"reachable": True, "url": service.flink.base_url}
+        except (FlinkUnreachable, FlinkRestError) as exc:
+            taskmanagers = None
+            flink = {"reachable": False, "url": service.flink.base_url, "error": str(exc)}
+        feedback = service.learner.latest_feedback()
+        spec = {c.node_id: c for c in node_capacities(service.spec)}
+        now_ms = int(time.time() * 1000)
+        ids = list(dict.fromkeys([*(taskmanagers or {}), *spec, *feedback]))
+        nodes = []
+        for node in ids:
+            tm = (taskmanagers or {}).get(node)
+            record = feedback.get(node)
+            nodes.append({
+                "node": node,
+                "in_flink": None if taskmanagers is None else tm is not None,
+                "flink": tm,
+                "spec": dataclasses.asdict(spec[node]) if node in spec else None,
+                "feedback": None if record is None else {
+                    **record, "age_s": round((now_ms - record["emitted_at_ms"]) / 1000.0, 3)}})
+        return {"nodes": nodes, "flink": flink}
+
+    @api.get("/models", tags=["models"])
+    def models() -> dict:
+        """Metadata of every kept version, oldest first."""
+        return {"versions": service.store.versions()}
+
+    @api.get("/models/latest", tags=["models"])
+    def latest_model() -> dict:
+        latest = service.store.latest()
+        if latest is None:
+            raise HTTPException(404, "no model version yet: the service publishes the first "
+                                f"after {settings.min_records_first_version} feedback task "
+                                "records (or set service.initial_model)")
+        return latest
+
+    def _meta(version: int) -> dict:
+        try:
+            return service.store.metadata(version)
+        except UnknownVersion as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    @api.get("/models/{version}", tags=["models"])
+    def model(version: int = PathParam(ge=1)) -> dict:
+        return _meta(version)
+
+    @api.get("/models/{version}/weights", tags=["models"],
+             response_class=Response,
+             responses={200: {"content": {"application/octet-stream": {}}}})
+    def weights(request: Request, version: int = PathParam(ge=1)) -> Response:
+        """The model file (placement.ldwp.modelfile format); ETag is its sha256."""
+        meta = _meta(version)
+        etag = f'"{meta["sha256"]}"'
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers={"ETag": etag})
+        try:
+            data = service.store.read_bytes(version)
+        except (UnknownVersion, FileNotFoundError) as exc:
+            raise HTTPException(404, f"model version {version} is gone: {exc}") from None
+        except ModelFileError as exc:
+            raise HTTPException(500, str(exc)) from None
+        return Response(data, media_type="application/octet-stream", headers={
+            "ETag": etag, "Content-Disposition": f'attachment; filename="{meta["filename"]}"'})
+
+    @api.post("/decide", tags=["placement"], response_model=list[DecisionOut])
+    def decide(body: DecideRequest) -> list[DecisionOut]:
+        """Place a batch of tasks. Each decision counts one more task in flight on its node
+        for the rest of the batch (optimistic, as a router does between feedback reports)."""
+        policy, source, version = service.serving.current()
+        if body.nodes is not None:
+            nodes = [NodeState(**n.model_dump()) for n in body.nodes]
+        else:
+            nodes = service.learner.node_states()
+        label = f"ldwp v{version}" if source == "model" else policy.name
+        index = {n.node_id: i for i, n in enumerate(nodes)}
+        out = []
+        now = time.time()
+        for task in body.tasks:
+            observation = Observation(Task(task.task_id, task.app_id, task.input_size),
+                                      tuple(nodes), now)
+            try:
+                decision = policy.decide(observation)
+            except (KeyError, ValueError) as exc:  # e.g. a rule that needs specs of nodes
+                message = exc.args[0] if exc.args else str(exc)
+                raise HTTPException(422, f"cannot place task {task.task_id!r} with "
+                                    f"{label} on nodes {list(index)}: {message}") from None
+            reason = decision.reason if source == "model" else \
+                f"no model version yet, fallback {policy.name}: {decision.reason}"
+            out.append(DecisionOut(task_id=task.task_id, node=decision.node, reason=reason,
+                                   scores={k: float(v) for k, v in decision.scores.items()},
+                                   policy=label))
+            i = index[decision.node]
+            nodes[i] = dataclasses.replace(nodes[i], queue_depth=nodes[i].queue_depth + 1)
+        service.metrics.decisions.labels(source=source).inc(len(out))
+        return out
+
+    @api.get("/plan", tags=["placement"], response_model=PlanOut)
+    def plan(max_total: int | None = Query(None, ge=1, le=10_000, description="instances "
+                                           "in all (default: one per core)")) -> PlanOut:
+        """Executor instances per TaskManager: proportional to capacity (measured service
+        rate once feedback exists), at least 1, at most the node's slots; TaskManagers absent
+        from Flink are left out when Flink is reachable."""
+        try:
+            alive = [tm["id"] for tm in service.flink.taskmanagers()]
+            flink = {"reachable": True}
+        except (FlinkUnreachable, FlinkRestError) as exc:
+            alive, flink = None, {"reachable": False, "error": str(exc)}
+        rates = service.learner.measured_rates()
+        result = plan_executors(service.spec, rates, alive, max_total)
+        return PlanOut(nodes=result.nodes, total=result.total, reason=result.reason,
+                       flink=flink, measured_rates=rates)
+
+    @api.get("/metrics", tags=["service"], response_class=Response)
+    def metrics() -> Response:
+        now_ms = int(time.time() * 1000)
+        for node, record in service.learner.latest_feedback().items():
+            service.metrics.feedback_age.labels(node=node).set(
+                (now_ms - record["emitted_at_ms"]) / 1000.0)
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(api)
+    return app
+
+
+# -- the service ---------------------------------------------------------------------------------
+def _load_spec(name: str):
+    # The spec files and their loader belong to streamplace (the launcher); imported here only
+    # when the caller passed no spec, so placement does not depend on streamplace otherwise.
+    from streamplace.cluster_spec import load_cluster_spec
+    return load_cluster_spec(name)
+
+
+class PlacementService:
+    """Everything ``streamplace serve`` runs, as one object.
+
+    ``cluster_spec``: a ``LocalClusterSpec`` or ``workload.model.ClusterSpec`` (default: load
+    ``settings.cluster_spec``); ``flink``: a :class:`FlinkRestClient` (default from settings).
+    ``start()`` runs the learner, the consumer and uvicorn in background threads (tests, demo);
+    ``serve_forever()`` runs uvicorn in the calling thread until Ctrl-C (the CLI).
+    """
+
+    def __init__(self, settings: ServiceSettings | None = None, cluster_spec=None,
+                 flink: FlinkRestClient | None = None):
+        self.settings = settings or ServiceSettings()
+        self.settings.check_security()
+        import torch
+        torch.set_num_threads(self.settings.torch_threads)  # process-wide; see the setting
+        self.spec = cluster_spec if cluster_spec is not None else \
+            _load_spec(self.settings.cluster_spec)
+        self.cluster = to_cluster_spec(self.spec, self.settings.gpu_model)
+        self.metrics = ServiceMetrics()
+        self.store = ModelStore(self.settings.resolved_model_dir(), keep=self.settings.max_models)
+        self.learner = OnlineLearner(
+            self.cluster, self.store, self.settings.learning,
+            publish_every=self.settings.publish_every,
+            min_records_first_version=self.settings.min_records_first_version,
+            initial_model=self.settings.initial_model, metrics=self.metrics,
+            history_per_node=self.settings.history_per_node)
+        self.ingest = FeedbackIngest(self.learner, self.metrics, self.settings.dedup_capacity)
+        self.consumer = None
+        if self.settings.consume_feedback:
+            self.consumer = FeedbackConsumer(
+                consumer_config(self.settings.bootstrap_servers, self.settings.group_id),
+                self.settings.feedback_topic, self.ingest, self.settings.poll_timeout_s,
+                self.settings.consume_batch)
+        self.flink = flink or FlinkRestClient(self.settings.flink_rest_url,
+                                              self.settings.flink_timeout_s)
+        self.serving = ServingPolicy(self.store, self.cluster, self.learner.costs,
+                                     self.settings.fallback)
+        self.app = create_app(self)
+        self._server = None
+        self._thread: threading.Thread | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the service is not started")
+        host = self.settings.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        return f"http://{host if ':' not in host else f'[{host}]'}:{self.port}"
+
+    def _uvicorn(self):
+        import uvicorn
+        config = uvicorn.Config(self.app, host=self.settings.host, port=self.settings.port,
+                                log_level="warning", access_log=False, lifespan="off")
+        return uvicorn.Server(config)
+
+    def _start_workers(self) -> None:
+        self.learner.start()
+        if self.consumer is not None:
+            self.consumer.start()
+
+    def _stop_workers(self) -> None:
+        if self.consumer is not None:
+            self.consumer.stop()
+        self.learner.stop()
+
+    def start(self, timeout_s: float = 30.0) -> "PlacementService":
+        """Run everything in background threads; returns once the HTTP port is open."""
+        if self._thread is not None:
+            return self
+        self._start_workers()
+        self._server = self._uvicorn()
+        self._thread = threading.Thread(target=self._server.run, name="streamplace-http",
+                                        daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the placement service did not start on "
+                                   f"{self.settings.host}:{self.settings.port} (port in use?)")
+            time.sleep(0.02)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop the HTTP server, then the consumer (which closes its Kafka consumer) and the
+        learner; safe to call twice."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        self._server = None
+        self._stop_workers()
+
+    def serve_forever(self) -> None:
+        """The CLI's foreground mode: uvicorn in this thread (Ctrl-C ends it cleanly)."""
+        self._start_workers()
+        try:
+            self._server = self._uvicorn()
+            self.port = self.settings.port
+            self._server.run()
+        except KeyboardInterrupt:
+            # uvicorn shut down gracefully on SIGINT and re-raised it for the default handler
+            pass
+        finally:
+            self._server = None
+            self._stop_workers()
+
+    def __enter__(self) -> "PlacementService":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,438 @@
+"""The service's online learner: NodeFeedback in, LDWP model versions out.
+
+What it does with each de-duplicated NodeFeedback record (see :mod:`placement.service.feedback`
+for the consumer that hands them over):
+
+1. Keeps the node's state: ``NodeState`` from the record's utilisations, with
+   ``queue_depth = in_flight + queue_depth`` and link rates as fractions of the node's link,
+   in a short per-node history ordered by ``emitted_at_ms``.
+2. Turns every completed ``TaskTiming`` into one training example of a *contextual bandit*:
+
+   - context (observation): ``Task(task_id, app_id, input_size)`` and the state of every known
+     node as of the task's decision time, approximated as
+     ``finished_at_ms - service_ms - queue_ms`` (when it reached the node's queue; the routing
+     hop before that is ignored). Each node's state is its newest report emitted at or before
+     that instant (all zeros if it had none yet, which is also what the router saw then);
+   - action: the node that ran it;
+   - reward: ``-(queue_ms + service_ms) / 1000 / latency_scale_s`` (LDWP's ``task_latency``
+     reward; the agent's ``latency_reward`` where it defines one, e.g. a log transform);
+   - terminal (``done=True``).
+
+   Why a bandit and not the DQN's discounted chain: the service sees outcomes, not the router's
+   decision sequence (routers decide locally, possibly several in parallel, and only completed
+   tasks come back), so it cannot know which decision followed which. With ``done=True`` the
+   TD target is the reward itself: the network learns each node's expected (negative) latency
+   for this task in this cluster state, and the router's greedy choice is the node with the
+   lowest predicted latency.
+
+   Approximations, stated: the router corrected the feedback with its own in-flight counts,
+   the learner only has the feedback; node states come from reports up to one feedback
+   interval older than the decision; tasks are learned from in the order their feedback
+   arrives.
+3. Trains an :class:`placement.ldwp.agent.LDWPPolicy` (``network="node_scoring"``,
+   ``reward="task_latency"``) through its replay buffer and training step, in the learner's
+   own thread (the consumer thread only appends to a queue), one record at a time in arrival
+   order, so a given record sequence always gives the same weights (seeds fixed).
+4. Publishes a new model version to the :class:`~placement.service.store.ModelStore` when
+   ``min_records_first_version`` records were trained on, then after every ``publish_every``
+   new ones. Metadata: version, trained_on_records, new_records, training_data_hash (SHA-256
+   over the ``task_id, node, latency_ms`` lines trained on, chained to the previous version's
+   hash), nodes, training_steps, loss.
+
+Example::
+
+    learner = OnlineLearner(cluster, ModelStore(tmp), publish_every=500)
+    learner.take(feedback_records)   # consumer thread: cheap, returns how many timings queued
+    learner.train_pending()          # learner thread (or start() for a background thread)
+    store.latest()["trained_on_records"]
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from placement.ldwp.agent import LDWPPolicy, LDWPSettings
+from placement.service.store import ModelStore
+from workload.estimates import CostModel
+from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation, Task
+
+__all__ = ["OnlineLearner", "NodeHistory", "node_state_from_feedback", "to_cluster_spec",
+           "learning_settings", "SERVICE_LEARNING_DEFAULTS"]
+
+log = logging.getLogger(__name__)
+
+#: LDWPSettings the service changes from the paper's defaults (users override any of them in
+#: ``service.learning``): a bandit regression on small, noisy latencies learns steadily with
+#: Adam at 1e-3; the paper's SGD at 0.1 is tuned to its throughput reward. Epsilon does not
+#: matter (the service never explores; routers decide).
+SERVICE_LEARNING_DEFAULTS: dict = {"optimizer": "adam", "learning_rate": 1e-3,
+                                   "batch_size": 32, "learning_starts": 32,
+                                   "latency_scale_s": 10.0, "hidden_sizes": (128, 64)}
+
+_RATE_WINDOW = 200       # service times kept per node for the measured service rate
+_RATE_MIN_SAMPLES = 20   # below this, the plan uses the spec's capacity for the node
+
+
+def learning_settings(learning: Mapping | None = None, network: str = "node_scoring",
+                      reward: str = "task_latency") -> LDWPSettings:
+    """LDWPSettings from the service defaults plus ``learning``; unknown keys raise ValueError
+    naming them and the valid ones."""
+    known = {f.name for f in fields(LDWPSettings)}
+    learning = dict(learning or {})
+    unknown = sorted(set(learning) - known)
+    if unknown:
+        raise ValueError(f"unknown service.learning setting(s) {unknown}; LDWPSettings has "
+                         f"{sorted(known - {'network', 'reward'})}")
+    values = {**SERVICE_LEARNING_DEFAULTS, **learning, "network": network, "reward": reward}
+    try:
+        return LDWPSettings(**values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"invalid service.learning settings: {exc}") from None
+
+
+def to_cluster_spec(spec, gpu_model: str = "t4") -> ClusterSpec:
+    """A ``workload.model.ClusterSpec`` from a local cluster spec (anything with
+    ``.taskmanagers`` of ``id, cpu_cores, work_multiplier, slots, gpu_ids`` such as
+    ``streamplace.cluster_spec.LocalClusterSpec``) or a ClusterSpec (returned as is).
+    ``work_multiplier`` becomes ``cpu_speed = 1 / work_multiplier``."""
+    if isinstance(spec, ClusterSpec):
+        return spec
+    nodes = []
+    for tm in spec.taskmanagers:
+        memory_gb = (getattr(tm, "task_heap_mb", 256) + getattr(tm, "managed_mb", 256)) / 1024
+        gpus = tuple(GpuSpec(gpu_model, 16.0) for _ in getattr(tm, "gpu_ids", ()))
+        nodes.append(NodeSpec(tm.id, max(1, round(float(tm.cpu_cores))), memory_gb, gpus=gpus,
+                              cpu_speed=1.0 / float(getattr(tm, "work_multiplier", 1.0)),
+                              slots=int(getattr(tm, "slots", 0))))
+    return ClusterSpec(tuple(nodes), name=getattr(spec, "source", "") or "cluster")
+
+
+def _fraction(value: float) -> float:
+    return min(1.0, max(0.0, float(value)))
+
+
+def node_state_from_feedback(record: Mapping, spec: NodeSpec | None = None,
+                             age_s: float = 0.0) -> NodeState:
+    """The ``NodeState`` a NodeFeedback record describes (link rates as fractions of the
+    node's links from ``spec``, 1 Gbit/s when unknown)."""
+    up = (spec.uplink_mbps if spec else 1000.0) * 125_000.0     # Mbit/s -> bytes/s
+    down = (spec.downlink_mbps if spec else 1000.0) * 125_000.0
+    return NodeState(
+        record["node_id"], cpu_util=_fraction(record["cpu_util"]),
+        gpu_util=_fraction(record["gpu_util"]), host_mem_util=_fraction(record["host_mem_util"]),
+        gpu_mem_util=_fraction(record["gpu_mem_util"]),
+        uplink_util=_fraction(record["uplink_bytes_per_s"] / up),
+        downlink_util=_fraction(record["downlink_bytes_per_s"] / down),
+        queue_depth=max(0, int(record["in_flight"]) + int(record["queue_depth"])),
+        age_s=max(0.0, age_s))
+
+
+class NodeHistory:
+    """The last ``size`` states of each node, by emission time, to answer "what did node X
+    report as of time t" (``state_at``) and "what is its newest report" (``latest``)."""
+
+    def __init__(self, size: int = 512):
+        self.size = size
+        self._times: dict[str, list[int]] = {}
+        self._states: dict[str, list[NodeState]] = {}
+        self._records: dict[str, dict] = {}
+
+    def add(self, record: Mapping, state: NodeState) -> None:
+        node, at = record["node_id"], int(record["emitted_at_ms"])
+        times = self._times.setdefault(node, [])
+        states = self._states.setdefault(node, [])
+        i = bisect.bisect_right(times, at)  # usually the end: reports arrive in order
+        times.insert(i, at)
+        states.insert(i, state)
+        if len(times) > self.size:
+            del times[0], states[0]
+        newest = self._records.get(node)
+        if newest is None or at >= newest["emitted_at_ms"]:
+            self._records[node] = {k: v for k, v in record.items() if k != "completed"}
+
+    def nodes(self) -> list[str]:
+        return list(self._times)
+
+    def state_at(self, node: str, at_ms: int) -> NodeState:
+        """Newest state emitted at or before ``at_ms`` (with its age then); a zero state when
+        the node had not reported yet (what a router saw then too)."""
+        times = self._times.get(node)
+        if times:
+            i = bisect.bisect_right(times, at_ms) - 1
+            if i >= 0:
+                state = self._states[node][i]
+                return _with_age(state, (at_ms - times[i]) / 1000.0)
+        return NodeState(node)
+
+    def latest(self, node: str, now_ms: int | None = None) -> NodeState:
+        times = self._times.get(node)
+        if not times:
+            return NodeState(node)
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        return _with_age(self._states[node][-1], (now_ms - times[-1]) / 1000.0)
+
+    def latest_record(self, node: str) -> dict | None:
+        """The newest NodeFeedback of ``node`` without its completed list."""
+        record = self._records.get(node)
+        return dict(record) if record else None
+
+
+def _with_age(state: NodeState, age_s: float) -> NodeState:
+    return NodeState(state.node_id, state.cpu_util, state.gpu_util, state.host_mem_util,
+                     state.gpu_mem_util, state.uplink_util, state.downlink_util,
+                     state.queue_depth, state.backlog_s, max(0.0, age_s))
+
+
+@dataclass(frozen=True)
+class _Example:
+    """One completed task, ready to train on: the context and the outcome."""
+
+    task: Task
+    node: str
+    latency_ms: float
+    decided_at_ms: int
+    states: tuple[NodeState, ...]
+
+
+class OnlineLearner:
+    """Learns LDWP from feedback and publishes model versions (see the module docstring).
+
+    ``take`` is called by the consumer thread; ``train_pending`` by the learner's own thread
+    (``start``/``stop``) or, in tests, directly. ``metrics`` is an optional
+    :class:`placement.service.metrics.ServiceMetrics`.
+    """
+
+    def __init__(self, cluster, store: ModelStore, learning: Mapping | LDWPSettings | None = None,
+                 publish_every: int = 500, min_records_first_version: int = 200,
+                 initial_model: str | Path | None = None, costs: CostModel | None = None,
+                 metrics=None, history_per_node: int = 512, gpu_model: str = "t4"):
+        if publish_every < 1 or min_records_first_version < 1:
+            raise ValueError("publish_every and min_records_first_version must be at least 1")
+        self.cluster = to_cluster_spec(cluster, gpu_model)
+        self.specs = {n.node_id: n for n in self.cluster.nodes}
+        self.store = store
+        self.costs = costs or CostModel()
+        self.metrics = metrics
+        self.publish_every = publish_every
+        self.min_records_first_version = min_records_first_version
+        settings = (learning if isinstance(learning, LDWPSettings)
+                    else learning_settings(learning))
+        self.history = NodeHistory(history_per_node)
+        self._node_order: list[str] = list(self.cluster.node_ids)
+        self._pending: deque[_Example] = deque()
+        self._service_s: dict[str, deque] = {}
+        self._lock = threading.Lock()        # guards history, pending queue, rates
+        self._train_lock = threading.Lock()  # one trainer at a time (thread or caller)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.records_taken = 0
+        self.last_error: str | None = None
+
+        latest = store.latest()
+        previous_hash = ""
+        if latest is not None:  # resume from the newest version (restart)
+            self.agent = LDWPPolicy.from_file(store.path(latest["version"]), self.cluster,
+                                              self.costs, training=True)
+            self.records_trained = int(latest.get("trained_on_records", 0))
+            previous_hash = latest.get("training_data_hash", "")
+            log.info("resuming from model version %d (trained on %d records)",
+                     latest["version"], self.records_trained)
+        elif initial_model is not None:
+            self.agent = LDWPPolicy.from_file(initial_model, self.cluster, self.costs,
+                                              training=True)
+            self.records_trained = 0
+            meta = store.publish_file(initial_model, {
+                "trained_on_records": 0, "new_records": 0, "training_data_hash": "",
+                "nodes": list(self.cluster.node_ids), "source": f"initial model {initial_model}",
+                "policy": "ldwp", "network": self.agent.settings.network})
+            log.info("published the initial model %s as version %d", initial_model,
+                     meta["version"])
+        else:
+            self.agent = LDWPPolicy(self.cluster, self.costs, settings)
+            self.records_trained = 0
+        if self.agent.settings.network != "node_scoring":
+            raise ValueError("the service learns the size-agnostic 'node_scoring' network; the "
+                             f"model it starts from is {self.agent.settings.network!r}")
+        self.agent.training = True
+        self._published_records = self.records_trained if latest is not None else 0
+        self._learned_version = latest is not None and self.records_trained > 0
+        self._hash = hashlib.sha256(f"previous:{previous_hash}\n".encode())
+        self._nodes_trained: set[str] = set()
+        if metrics is not None and store.latest() is not None:
+            metrics.model_version.set(store.latest()["version"])
+
+    # -- consumer side (cheap) --------------------------------------------------------------
+    def take(self, records: Iterable[Mapping]) -> int:
+        """Record node states and queue every completed task of these NodeFeedback records
+        (already de-duplicated) for training; returns how many task records were queued."""
+        queued = 0
+        with self._lock:
+            records = list(records)
+            for record in records:
+                node = record["node_id"]
+                if node not in self.specs and node not in self._node_order:
+                    self._node_order.append(node)  # a node the spec does not know: learn anyway
+                self.history.add(record, node_state_from_feedback(record, self.specs.get(node)))
+            for record in records:
+                node = record["node_id"]
+                for timing in record.get("completed") or ():
+                    latency = float(timing["queue_ms"]) + float(timing["service_ms"])
+                    decided = int(timing["finished_at_ms"] - latency)
+                    states = tuple(self.history.state_at(n, decided) for n in self._node_order)
+                    task = Task(timing["task_id"], timing["app_id"], int(timing["input_size"]))
+                    self._pending.append(_Example(task, node, latency, decided, states))
+                    rates = self._service_s.setdefault(node, deque(maxlen=_RATE_WINDOW))
+                    rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))
+                    queued += 1
+                if self.metrics is not None:
+                    self.metrics.queue_depth.labels(node=node).set(
+                        int(record["in_flight"]) + int(record["queue_depth"]))
+            self.records_taken += queued
+        if queued:
+            self._wake.set()
+        return queued
+
+    # -- learner side -------------------------------------------------------------------------
+    def train_pending(self, max_records: int | None = None) -> int:
+        """Train on queued records (at most ``max_records``), publishing versions as they fall
+        due; returns how many were trained on."""
+        done = 0
+        with self._train_lock:
+            while max_records is None or done < max_records:
+                with self._lock:
+                    if not self._pending:
+                        break
+                    example = self._pending.popleft()
+                self._train_one(example)
+                done += 1
+                if self._publish_due():
+                    self.publish()
+        return done
+
+    def _train_one(self, example: _Example) -> None:
+        agent, s = self.agent, self.agent.settings
+        observation = Observation(example.task, example.states, example.decided_at_ms / 1000.0)
+        action = [n.node_id for n in example.states].index(example.node)
+        latency_s = example.latency_ms / 1000.0
+        # The agent's own reward of a latency when it has one (its settings may choose a
+        # transform), else LDWP's task_latency reward as documented.
+        reward_of = getattr(agent, "latency_reward", None)
+        reward = reward_of(latency_s) if reward_of else -latency_s / s.latency_scale_s
+        # A terminal transition: the TD target is the reward (contextual bandit, see above).
+        agent.replay.add((agent.encode(observation), action, reward, None, True))
+        self.records_trained += 1
+        if len(agent.replay.items) >= s.learning_starts and \
+                self.records_trained % s.train_frequency == 0:
+            agent._train_step()  # LDWP's own step: sample the replay, MSE to the TD target
+            if self.metrics is not None:
+                self.metrics.training_steps.inc()
+        self._hash.update(f"{example.task.task_id}\t{example.node}\t"
+                          f"{example.latency_ms:.3f}\n".encode())
+        self._nodes_trained.add(example.node)
+        if self.metrics is not None:
+            self.metrics.records_trained.inc()
+
+    def _publish_due(self) -> bool:
+        new = self.records_trained - self._published_records
+        if not self._learned_version:
+            return self.records_trained >= self.min_records_first_version
+        return new >= self.publish_every
+
+    def publish(self) -> dict:
+        """Save the current weights as a new version now (also used by ``_publish_due``)."""
+        agent = self.agent
+        losses = agent.losses[-100:]
+        meta = {"trained_on_records": self.records_trained,
+                "new_records": self.records_trained - self._published_records,
+                "training_data_hash": self._hash.hexdigest(),
+                "nodes": sorted(self._nodes_trained) or list(self.cluster.node_ids),
+                "training_steps": agent.updates,
+                "loss": (sum(losses) / len(losses)) if losses else None,
+                "policy": "ldwp", "network": agent.settings.network,
+                "reward": agent.settings.reward}
+        entry = self.store.publish(
+            lambda path, version: agent.save(path, version=version, **{
+                k: v for k, v in meta.items() if k != "nodes"}), meta)
+        self._published_records = self.records_trained
+        self._learned_version = True
+        if self.metrics is not None:
+            self.metrics.model_version.set(entry["version"])
+        log.info("published model version %d (trained on %d records, %d new)",
+                 entry["version"], meta["trained_on_records"], meta["new_records"])
+        return entry
+
+    # -- background thread --------------------------------------------------------------------
+    def start(self) -> "OnlineLearner":
+        """Train in a daemon thread until :meth:`stop`."""
+        if self._thread is not None:
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="streamplace-learner",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.5)
+            self._wake.clear()
+            try:
+                # Small slices: stop() never waits long, and publishing stays timely.
+                while not self._stop.is_set() and self.train_pending(max_records=64):
+                    pass
+            except Exception as exc:  # noqa: BLE001 - keep serving; /health shows the error
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("online learner failed on a record; continuing")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    # -- views for the API -------------------------------------------------------------------
+    def node_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._node_order)
+
+    def node_states(self, now_ms: int | None = None) -> list[NodeState]:
+        """Every known node's newest state (a zero state for nodes that never reported)."""
+        with self._lock:
+            return [self.history.latest(n, now_ms) for n in self._node_order]
+
+    def latest_feedback(self) -> dict[str, dict]:
+        """node -> its newest NodeFeedback (without the completed list)."""
+        with self._lock:
+            return {n: r for n in self.history.nodes()
+                    if (r := self.history.latest_record(n)) is not None}
+
+    def measured_rates(self) -> dict[str, float]:
+        """node -> measured service rate in tasks/s: its parallel units (cores + GPUs) over the
+        mean service time of its last tasks; only nodes with enough samples. Approximate: it
+        mixes the applications and sizes the node happened to get."""
+        with self._lock:
+            rates = {}
+            for node, times in self._service_s.items():
+                if len(times) >= _RATE_MIN_SAMPLES:
+                    spec = self.specs.get(node)
+                    units = spec.cpu_cores + len(spec.gpus) if spec else 1
+                    rates[node] = units * len(times) / sum(times)
+            return rates

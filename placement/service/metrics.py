@@ -1,0 +1,73 @@
+"""Prometheus metrics of the placement service, on a private registry per service instance.
+
+A private :class:`prometheus_client.CollectorRegistry` (not the process-global default) lets
+several services, and the unit tests, live in one process without "duplicated timeseries" errors.
+
+Example::
+
+    metrics = ServiceMetrics()
+    metrics.feedback_messages.inc()
+    text = metrics.render()   # what GET /metrics returns
+    metrics.value("feedback_messages_total")   # 1.0 (sample names end in _total)
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["ServiceMetrics", "CONTENT_TYPE_LATEST"]
+
+
+class ServiceMetrics:
+    """Every metric the service exposes (names start with ``streamplace_service_``)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        p = "streamplace_service_"
+        self.feedback_messages = Counter(
+            p + "feedback_messages", "NodeFeedback messages consumed from Kafka (decoded)",
+            registry=r)
+        self.feedback_records = Counter(
+            p + "feedback_records", "completed-task records (TaskTiming) handed to the learner",
+            registry=r)
+        self.duplicates = Counter(
+            p + "duplicates_dropped", "re-delivered feedback dropped, by what identified it: "
+            "kind=sequence (a whole NodeFeedback seen before), kind=task_id (a TaskTiming seen "
+            "before)", ["kind"], registry=r)
+        self.undecodable = Counter(
+            p + "undecodable_messages", "feedback messages that are not a NodeFeedback "
+            "(skipped)", registry=r)
+        self.commit_failures = Counter(
+            p + "commit_failures", "offset commits that failed (messages will be re-read, "
+            "duplicates dropped)", registry=r)
+        self.decisions = Counter(
+            p + "decisions", "placement decisions served by POST /decide, by source",
+            ["source"], registry=r)
+        self.model_version = Gauge(
+            p + "model_version", "newest published model version (0: none yet)", registry=r)
+        self.training_steps = Counter(
+            p + "training_steps", "gradient steps taken by the online learner", registry=r)
+        self.records_trained = Counter(
+            p + "records_trained", "task records the online learner trained on", registry=r)
+        self.queue_depth = Gauge(
+            p + "node_queue_depth", "tasks at each node (queued + in flight) in its latest "
+            "NodeFeedback", ["node"], registry=r)
+        self.feedback_age = Gauge(
+            p + "node_feedback_age_seconds", "age of each node's latest NodeFeedback when last "
+            "read", ["node"], registry=r)
+        # Make the labelled counters show up (at 0) before the first event.
+        for kind in ("sequence", "task_id"):
+            self.duplicates.labels(kind=kind)
+        for source in ("model", "fallback"):
+            self.decisions.labels(source=source)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition format."""
+        return generate_latest(self.registry)
+
+    def value(self, name: str, **labels) -> float:
+        """A sample's current value, e.g. ``value("duplicates_dropped_total", kind="sequence")``."""
+        sample = self.registry.get_sample_value("streamplace_service_" + name, labels or None)
+        return float(sample or 0.0)

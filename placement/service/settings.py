@@ -1,0 +1,151 @@
+"""Settings of the placement service (``streamplace serve``): one validated pydantic model.
+
+Only pydantic is imported here (no torch, no FastAPI), so ``streamplace.config`` can compose this
+block into the one configuration file without slowing the CLI's start-up.
+
+Security rule, checked when the service starts (:meth:`ServiceSettings.check_security`): the
+service listens on loopback by default; binding any other address requires a bearer ``token``
+(else anyone on the network could read the cluster view and steer placement).
+
+Example::
+
+    >>> s = ServiceSettings(port=9000)
+    >>> s.url
+    'http://127.0.0.1:9000'
+    >>> ServiceSettings(host="0.0.0.0", token="a-long-secret").token is not None
+    True
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["ServiceSettings", "is_loopback", "INSECURE_HOST_MESSAGE"]
+
+INSECURE_HOST_MESSAGE = (
+    "the placement service would listen on {host!r}, which is not a loopback address, without "
+    "a token: set service.token, --token or $STREAMPLACE_SERVICE_TOKEN so every request must carry "
+    "'Authorization: Bearer <token>', or keep host=127.0.0.1")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IPs (127.0.0.0/8, ::1)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost: it may resolve to anything
+
+
+class ServiceSettings(BaseModel):
+    """Everything ``streamplace serve`` and :class:`placement.service.PlacementService` read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="address the HTTP API binds; loopback by default")
+    port: int = Field(8471, ge=0, le=65535, description="HTTP port (0: any free port, tests)")
+    token: str | None = Field(None, min_length=8, description="bearer token required on every "
+                              "endpoint except /health; mandatory when host is not loopback")
+    # -- Kafka feedback --------------------------------------------------------------------------
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Kafka bootstrap.servers")
+    feedback_topic: str = Field("feedback", description="topic of NodeFeedback records")
+    group_id: str = Field("streamplace-service", description="consumer group of the service")
+    consume_feedback: bool = Field(True, description="run the Kafka feedback consumer (off: "
+                                   "HTTP API only, e.g. decide with an initial model)")
+    poll_timeout_s: float = Field(0.5, gt=0, description="consumer poll timeout; also bounds "
+                                  "how long stop() waits for the poll loop")
+    consume_batch: int = Field(500, ge=1, description="messages per consume() call; offsets "
+                               "are committed once per batch, after the learner took it")
+    dedup_capacity: int = Field(200_000, ge=1, description="task ids remembered to drop "
+                                "re-delivered timings (LRU)")
+    # -- Flink -----------------------------------------------------------------------------------
+    flink_rest_url: str = Field("http://127.0.0.1:8081", description="JobManager REST API")
+    flink_timeout_s: float = Field(1.0, gt=0, description="timeout of each Flink REST call")
+    # -- cluster and models ----------------------------------------------------------------------
+    cluster_spec: str = Field("default", description="cluster spec name (streamplace/specs) or "
+                              "YAML path: node capacities for the plan and the cost model")
+    gpu_model: str = Field("t4", description="calibration GPU model assumed for the spec's "
+                           "GPUs (local cluster specs list GPU ids, not models)")
+    model_dir: Path | None = Field(None, description="where model versions are kept; None: "
+                                   "<streamplace home>/models")
+    max_models: int = Field(20, ge=1, description="versions kept on disk (oldest pruned)")
+    initial_model: Path | None = Field(None, description="pre-trained model file (streamplace "
+                                       "pretrain) published as version 1 of an empty store")
+    # -- learning --------------------------------------------------------------------------------
+    policy: str = Field("ldwp", description="the learned policy (only 'ldwp' today)")
+    network: str = Field("node_scoring", description="LDWP network; the service needs the "
+                         "size-agnostic 'node_scoring' (nodes join and leave)")
+    reward: str = Field("task_latency", description="LDWP reward; feedback carries per-task "
+                        "latencies, so 'task_latency'")
+    learning: dict[str, Any] = Field(default_factory=dict, description="more LDWPSettings "
+                                     "fields (placement.ldwp.agent), e.g. {learning_rate: 0.01}")
+    publish_every: int = Field(500, ge=1, description="publish a new model version after this "
+                               "many NEW feedback task records trained on")
+    min_records_first_version: int = Field(200, ge=1, description="task records needed before "
+                                           "the first learned version")
+    history_per_node: int = Field(512, ge=1, description="NodeFeedback reports kept per node to "
+                                  "reconstruct node states at decision time")
+    torch_threads: int = Field(1, ge=1, description="torch intra-op threads of the service "
+                               "process (torch.set_num_threads): the network is tiny, more "
+                               "threads only contend for the cores (15x slower measured on 2 "
+                               "busy cores)")
+    fallback: str = Field("least_loaded", description="placement.policies rule /decide uses "
+                          "while no model version exists")
+
+    @field_validator("policy")
+    @classmethod
+    def _ldwp_only(cls, value: str) -> str:
+        if value != "ldwp":
+            raise ValueError(f"policy must be 'ldwp' (the only learned policy), got {value!r}")
+        return value
+
+    @field_validator("network")
+    @classmethod
+    def _node_scoring(cls, value: str) -> str:
+        if value != "node_scoring":
+            raise ValueError("network must be 'node_scoring': the paper network's size is fixed "
+                             f"to one node count, and the service's nodes change; got {value!r}")
+        return value
+
+    @field_validator("reward")
+    @classmethod
+    def _latency_reward(cls, value: str) -> str:
+        if value != "task_latency":
+            raise ValueError("reward must be 'task_latency': feedback carries each task's "
+                             f"latency, not the router's decision sequence; got {value!r}")
+        return value
+
+    @field_validator("learning")
+    @classmethod
+    def _no_overlap(cls, value: dict[str, Any]) -> dict[str, Any]:
+        clash = sorted({"network", "reward"} & set(value))
+        if clash:
+            raise ValueError(f"set {', '.join(clash)} at the top level of the service settings, "
+                             "not inside learning")
+        return value
+
+    def check_security(self) -> None:
+        """Raise ValueError unless the host is loopback or a token is set. Checked when the
+        service starts (not when the settings are built, so a token given by flag or
+        environment after a config file chose the host still counts)."""
+        if not is_loopback(self.host) and not self.token:
+            raise ValueError(INSECURE_HOST_MESSAGE.format(host=self.host))
+
+    def resolved_model_dir(self) -> Path:
+        """``model_dir``, or ``<streamplace home>/models`` when unset."""
+        if self.model_dir is not None:
+            return Path(self.model_dir).expanduser().resolve()
+        # Imported here: placement sits below streamplace; only this default reaches up.
+        from streamplace.resources import default_home
+        return default_home() / "models"
+
+    @property
+    def url(self) -> str:
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        return f"http://{host}:{self.port}"

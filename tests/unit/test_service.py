@@ -1,0 +1,437 @@
+"""The placement service without Kafka: HTTP validation and security, decisions, the slot plan,
+the model store, learning from synthetic feedback, de-duplication and metrics."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import warnings
+from collections import Counter
+
+import pytest
+
+from placement.ldwp.modelfile import ModelFileError
+from placement.service.app import PlacementService, plan_executors
+from placement.service.client import PlacementClient, ServiceError, ServiceUnavailable
+from placement.service.feedback import Deduplicator
+from placement.service.flink_rest import FlinkRestClient, FlinkUnreachable
+from placement.service.learner import learning_settings
+from placement.service.settings import ServiceSettings, is_loopback
+from placement.service.store import ModelStore, UnknownVersion
+from streamplace.cluster_spec import LocalClusterSpec, load_cluster_spec
+from workload.catalog import app_ids
+from workload.codec import encode
+
+with warnings.catch_warnings():  # starlette asks for httpx2; httpx works (FastAPI's docs)
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+NODES = ("tm_a", "tm_b", "tm_c")
+FAST = "tm_b"            # 5x lower latency in the synthetic feedback
+UNREACHABLE = "http://127.0.0.1:9"   # discard port: nothing listens, connection refused
+SPEC = load_cluster_spec("default")  # tm_a 2 cores, tm_b 1, tm_c 1 at half speed
+
+
+def synthetic_feedback(n_tasks: int, seed: int = 0, prefix: str = "t",
+                       t0_ms: int = 1_700_000_000_000) -> list[dict]:
+    """NodeFeedback records of ``n_tasks`` tasks spread at random over NODES; FAST serves in
+    about 200 ms and queues little, the others take about 1 s and queue more. One report per
+    node per second of finishing time, with its utilisations."""
+    rng = random.Random(seed)
+    apps = app_ids()
+    per_node: dict[str, list[dict]] = {n: [] for n in NODES}
+    for i in range(n_tasks):
+        node = rng.choice(NODES)
+        fast = node == FAST
+        service = (200.0 if fast else 1000.0) * rng.uniform(0.8, 1.2)
+        queue = (20.0 if fast else 100.0) * rng.uniform(0.5, 1.5)
+        decided = t0_ms + i * 50
+        per_node[node].append({"task_id": f"{prefix}-{i:06d}", "app_id": apps[i % len(apps)],
+                               "input_size": int(rng.lognormvariate(10.5, 0.5)),
+                               "queue_ms": queue, "service_ms": service,
+                               "finished_at_ms": int(decided + queue + service)})
+    reports = []
+    for node, timings in per_node.items():
+        windows: dict[int, list[dict]] = {}
+        for timing in timings:
+            windows.setdefault(timing["finished_at_ms"] // 1000, []).append(timing)
+        for sequence, (second, done) in enumerate(sorted(windows.items())):
+            slow = node != FAST
+            reports.append({
+                "node_id": node, "emitted_at_ms": (second + 1) * 1000,
+                "cpu_util": rng.uniform(0.8, 0.95) if slow else rng.uniform(0.3, 0.5),
+                "gpu_util": 0.0, "host_mem_util": 0.5, "gpu_mem_util": 0.0,
+                "uplink_bytes_per_s": 1e5, "downlink_bytes_per_s": 1e6,
+                "queue_depth": rng.randint(3, 8) if slow else rng.randint(0, 1),
+                "in_flight": 2 if slow else 1, "backpressure": 0.0, "completed": done,
+                "sequence": sequence})
+    reports.sort(key=lambda r: (r["emitted_at_ms"], r["node_id"]))
+    return reports
+
+
+def make_service(tmp_path, spec=SPEC, **settings) -> PlacementService:
+    values = {"model_dir": tmp_path / "models", "consume_feedback": False,
+              "flink_rest_url": UNREACHABLE, "flink_timeout_s": 0.5, "port": 0, **settings}
+    return PlacementService(ServiceSettings(**values), spec)
+
+
+def client_for(service: PlacementService) -> TestClient:
+    return TestClient(service.app)
+
+
+PROBE_TASKS = [{"task_id": f"p{i}", "app_id": app, "input_size": size}
+               for i, (app, size) in enumerate((a, s) for a in app_ids()
+                                               for s in (1_000, 40_000, 300_000))]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A service that learned from 1,200 synthetic task records (about 4 s on one core)."""
+    service = make_service(tmp_path_factory.mktemp("trained"))
+    taken = service.ingest.ingest(synthetic_feedback(1200))
+    assert taken == 1200
+    assert service.learner.train_pending() == 1200
+    return service
+
+
+# -- validation and security --------------------------------------------------------------------
+@pytest.mark.parametrize("body,field", [
+    ({"tasks": [{"task_id": "x", "app_id": 5, "input_size": 10}]}, "tasks.0.app_id"),
+    ({"tasks": [{"task_id": "x", "app_id": "face_recognition", "input_size": -1}]},
+     "tasks.0.input_size"),
+    ({"tasks": []}, "tasks"),
+    ({}, "tasks"),
+    ({"tasks": [{"task_id": "x", "app_id": "video_synopsis", "input_size": 1}],
+      "nodes": [{"node_id": "tm_a"}, {"node_id": "tm_a"}]}, "nodes"),
+    ({"tasks": [{"task_id": "x", "app_id": "video_synopsis", "input_size": 1}],
+      "nodes": [{"node_id": "tm_a", "cpu_util": 1.5}]}, "nodes.0.cpu_util"),
+])
+def test_decide_rejects_bad_bodies_with_a_clear_422(tmp_path, body, field):
+    response = client_for(make_service(tmp_path)).post("/decide", json=body)
+    assert response.status_code == 422
+    payload = response.json()
+    assert payload["message"].startswith("invalid request: ")
+    assert f"{field}:" in payload["message"], payload["message"]
+    assert payload["detail"]  # FastAPI's per-field list stays available
+
+
+def test_a_token_is_required_off_loopback(tmp_path):
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+    with pytest.raises(ValueError, match="not a loopback address, without a token"):
+        make_service(tmp_path, host="0.0.0.0")
+    from streamplace.cli import service_settings
+    from streamplace.config import ConfigError, load_config
+    with pytest.raises(ConfigError, match="token"):
+        service_settings(load_config(overrides=["service.host=0.0.0.0"]))
+    cfg = load_config(overrides=["service.host=0.0.0.0", "kafka.port=19092"])
+    settings = service_settings(cfg, token="a-long-enough-token")
+    assert settings.bootstrap_servers == "127.0.0.1:19092"      # follows the kafka section
+    assert settings.model_dir == cfg.home / "models"
+
+
+def test_the_token_is_enforced_everywhere_but_health(tmp_path):
+    client = client_for(make_service(tmp_path, token="s3cret-token"))
+    assert client.get("/health").status_code == 200
+    for path in ("/models", "/models/latest", "/plan", "/cluster", "/metrics", "/openapi.json"):
+        response = client.get(path)
+        assert response.status_code == 401, path
+        assert "bearer token" in response.json()["detail"]
+    assert client.get("/models", headers={"Authorization": "Bearer wrong-token"}
+                      ).status_code == 401
+    good = {"Authorization": "Bearer s3cret-token"}
+    assert client.get("/models", headers=good).json() == {"versions": []}
+    assert client.post("/decide", json={"tasks": PROBE_TASKS[:1]}).status_code == 401
+    assert client.post("/decide", json={"tasks": PROBE_TASKS[:1]}, headers=good
+                       ).status_code == 200
+    assert "/decide" in client.get("/openapi.json", headers=good).json()["paths"]
+
+
+# -- decisions, cluster view, plan ----------------------------------------------------------------
+def test_decide_without_a_model_uses_the_fallback_and_counts_in_flight(tmp_path):
+    equal = LocalClusterSpec.model_validate({"taskmanagers": [
+        {"id": n, "cpu_cores": 1, "slots": 2} for n in NODES]})
+    client = client_for(make_service(tmp_path, spec=equal, fallback="least_outstanding"))
+    response = client.post("/decide", json={"tasks": PROBE_TASKS[:6]})
+    assert response.status_code == 200
+    decisions = response.json()
+    assert [d["task_id"] for d in decisions] == [t["task_id"] for t in PROBE_TASKS[:6]]
+    assert all(d["node"] in NODES and d["reason"].startswith("no model version yet")
+               for d in decisions)
+    # Each decision counts one more task in flight: equal nodes get two tasks each.
+    assert Counter(d["node"] for d in decisions) == {n: 2 for n in NODES}
+    given = [{"node_id": "tm_a", "queue_depth": 5}, {"node_id": "tm_c"}]
+    decisions = client.post("/decide", json={"tasks": PROBE_TASKS[:1], "nodes": given}).json()
+    assert decisions[0]["node"] == "tm_c" and set(decisions[0]["scores"]) == {"tm_a", "tm_c"}
+    unknown = client.post("/decide", json={"tasks": PROBE_TASKS[:1],
+                                           "nodes": [{"node_id": "tm_x"}]})
+    assert unknown.status_code == 422 and "no spec for any observed node" in \
+        unknown.json()["detail"]
+
+
+def test_cluster_view_when_flink_is_unreachable(tmp_path):
+    service = make_service(tmp_path)
+    service.ingest.ingest(synthetic_feedback(30))
+    view = client_for(service).get("/cluster").json()
+    assert view["flink"]["reachable"] is False and "unreachable" in view["flink"]["error"]
+    nodes = {n["node"]: n for n in view["nodes"]}
+    assert set(nodes) == set(NODES)
+    assert nodes["tm_a"]["feedback"]["age_s"] > 0 and "completed" not in nodes["tm_a"]["feedback"]
+    assert nodes["tm_a"]["spec"]["slots"] == 4
+    with pytest.raises(FlinkUnreachable, match="unreachable"):
+        FlinkRestClient(UNREACHABLE, timeout_s=0.5).taskmanagers()
+
+
+class _FakeFlink(FlinkRestClient):
+    def __init__(self, ids):
+        super().__init__("http://fake")
+        self.ids = ids
+
+    def taskmanagers(self):
+        return [{"id": i, "slots": 2, "free_slots": 1, "resources": {}, "free": {},
+                 "extended_resources": {i: 2.0}} for i in self.ids]
+
+
+def test_plan_and_cluster_leave_out_taskmanagers_flink_does_not_list(tmp_path):
+    settings = ServiceSettings(model_dir=tmp_path, consume_feedback=False)
+    service = PlacementService(settings, SPEC, flink=_FakeFlink(["tm_a", "tm_b"]))
+    client = client_for(service)
+    plan = client.get("/plan").json()
+    assert plan["nodes"] == {"tm_a": 2, "tm_b": 1} and plan["flink"]["reachable"]
+    assert "tm_c" in plan["reason"]
+    assert client.get("/plan?max_total=8").json()["nodes"] == {"tm_a": 4, "tm_b": 2}
+    assert client.get("/plan?max_total=0").status_code == 422
+    nodes = {n["node"]: n for n in client.get("/cluster").json()["nodes"]}
+    assert nodes["tm_a"]["in_flink"] and nodes["tm_c"]["in_flink"] is False
+
+
+# Scenario table (HiveD style): case -> (measured rates, alive nodes, max_total, expected).
+# Default spec: tm_a 2 cores x1 (4 slots), tm_b 1 core x1 (2 slots), tm_c 1 core x2 (2 slots).
+PLAN_CASES = {
+    "spec only, one per core": (None, None, None, {"tm_a": 2, "tm_b": 1, "tm_c": 1}),
+    "every slot": (None, None, 8, {"tm_a": 4, "tm_b": 2, "tm_c": 2}),
+    "more than the slots is capped": (None, None, 50, {"tm_a": 4, "tm_b": 2, "tm_c": 2}),
+    "fewer than the nodes still keeps one each": (None, None, 1,
+                                                  {"tm_a": 1, "tm_b": 1, "tm_c": 1}),
+    "six by spec capacity": (None, None, 6, {"tm_a": 3, "tm_b": 2, "tm_c": 1}),
+    "tm_c left Flink": (None, {"tm_a", "tm_b"}, None, {"tm_a": 2, "tm_b": 1}),
+    "unknown alive node ignored": (None, {"tm_a", "tm_x"}, None, {"tm_a": 2}),
+    "nothing alive": (None, set(), None, {}),
+    "measured: tm_c fastest, capped at its slots": ({"tm_a": 1.0, "tm_b": 1.0, "tm_c": 6.0},
+                                                    None, 6, {"tm_a": 2, "tm_b": 2, "tm_c": 2}),
+    "measured tm_a only, others scaled": ({"tm_a": 4.0}, None, 6,
+                                          {"tm_a": 3, "tm_b": 2, "tm_c": 1}),
+    "measured equal rates": ({"tm_a": 2.0, "tm_b": 2.0, "tm_c": 2.0}, None, 6,
+                             {"tm_a": 2, "tm_b": 2, "tm_c": 2}),
+}
+
+
+@pytest.mark.parametrize("case", list(PLAN_CASES))
+def test_plan_executors_scenarios(case):
+    rates, alive, max_total, expected = PLAN_CASES[case]
+    plan = plan_executors(SPEC, rates, alive, max_total)
+    assert plan.nodes == expected, plan.reason
+    assert plan.total == sum(expected.values())
+    for node, count in plan.nodes.items():
+        assert 1 <= count <= SPEC.node(node).slots
+
+
+# -- model store -------------------------------------------------------------------------------
+def _save_model(path, version=0, seed=0):
+    from placement.ldwp.agent import LDWPPolicy
+    from placement.service.learner import to_cluster_spec
+    agent = LDWPPolicy(to_cluster_spec(SPEC), settings=learning_settings({"seed": seed}))
+    agent.save(path, version=version)
+
+
+def test_model_store_round_trip_restart_and_tampering(tmp_path):
+    store = ModelStore(tmp_path, keep=3)
+    assert store.latest() is None
+    first = store.publish(lambda p, v: _save_model(p, v), {"trained_on_records": 10})
+    assert first["version"] == 1 and first["filename"] == "v000001.spmodel"
+    data = store.read_bytes(1)
+    assert hashlib.sha256(data).hexdigest() == first["sha256"] and data[:8] == b"SPMODEL1"
+    _layers, meta = store.load(1)
+    assert meta["version"] == 1
+    for seed in (1, 2, 3):
+        store.publish(lambda p, v, s=seed: _save_model(p, v, s), {"trained_on_records": 10 + seed})
+    assert [m["version"] for m in store.versions()] == [2, 3, 4]  # keep=3: v1 pruned
+    assert not (tmp_path / "v000001.spmodel").exists()
+    with pytest.raises(UnknownVersion, match="does not exist"):
+        store.metadata(1)
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left behind
+
+    again = ModelStore(tmp_path, keep=3)  # restart: same versions, same metadata
+    assert again.versions() == store.versions()
+    (tmp_path / "index.json").write_text("{not json")
+    rebuilt = ModelStore(tmp_path, keep=3)  # a broken index is rebuilt from the files
+    assert [m["version"] for m in rebuilt.versions()] == [2, 3, 4]
+    assert rebuilt.latest()["sha256"] == store.latest()["sha256"]
+
+    path = tmp_path / "v000004.spmodel"
+    raw = bytearray(path.read_bytes())
+    raw[-5] ^= 0xFF  # flip one weight byte
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ModelFileError, match="SHA-256"):
+        rebuilt.load(4)
+    with pytest.raises(ModelFileError, match="sha256"):
+        rebuilt.read_bytes(4)
+    with pytest.raises(ModelFileError):
+        rebuilt.publish(lambda p, v: p.write_bytes(b"not a model"))
+
+
+# -- learning ------------------------------------------------------------------------------------
+def test_learner_publishes_versions_that_prefer_the_fast_node(trained):
+    versions = trained.store.versions()
+    assert [v["trained_on_records"] for v in versions] == [200, 700, 1200]
+    assert [v["new_records"] for v in versions] == [200, 500, 500]
+    assert all(len(v["training_data_hash"]) == 64 and v["nodes"] == list(NODES)
+               for v in versions)
+    assert len({v["training_data_hash"] for v in versions}) == 3
+    client = client_for(trained)
+    decisions = client.post("/decide", json={"tasks": PROBE_TASKS}).json()
+    assert all(d["policy"] == "ldwp v3" for d in decisions)
+    picked = Counter(d["node"] for d in decisions)
+    assert picked[FAST] == len(PROBE_TASKS), picked
+    for d in decisions:
+        assert d["scores"][FAST] == max(d["scores"].values())
+        assert d["reason"].startswith("LDWP: highest Q")
+    assert client.get("/health").json()["model_version"] == 3
+    assert client.get("/plan").json()["nodes"][FAST] == 2   # measured: FAST serves 5x faster
+
+
+def test_learning_is_deterministic_for_the_same_records(tmp_path):
+    digests = []
+    for run in ("one", "two"):
+        service = make_service(tmp_path / run, min_records_first_version=150)
+        service.ingest.ingest(synthetic_feedback(150, seed=3))
+        service.learner.train_pending()
+        digests.append((service.store.latest()["sha256"],
+                        service.store.latest()["training_data_hash"]))
+    assert digests[0] == digests[1]
+
+
+def test_restart_resumes_from_the_newest_version(tmp_path):
+    service = make_service(tmp_path, min_records_first_version=100)
+    service.ingest.ingest(synthetic_feedback(100, seed=4))
+    service.learner.train_pending()
+    first = service.store.latest()
+    resumed = make_service(tmp_path, min_records_first_version=100, publish_every=100)
+    assert resumed.learner.records_trained == 100
+    resumed.ingest.ingest(synthetic_feedback(100, seed=5, prefix="u"))
+    resumed.learner.train_pending()
+    second = resumed.store.latest()
+    assert second["version"] == first["version"] + 1 and second["trained_on_records"] == 200
+
+
+def test_initial_model_is_version_one_and_bad_learning_settings_are_named(tmp_path):
+    initial = tmp_path / "pretrained.spmodel"
+    _save_model(initial, seed=7)
+    service = make_service(tmp_path, initial_model=initial)
+    meta = service.store.latest()
+    assert meta["version"] == 1 and meta["trained_on_records"] == 0
+    assert service.store.read_bytes(1) == initial.read_bytes()
+    decision = client_for(service).post("/decide", json={"tasks": PROBE_TASKS[:1]}).json()[0]
+    assert decision["policy"] == "ldwp v1"
+    with pytest.raises(ValueError, match="learnig_rate"):
+        learning_settings({"learnig_rate": 0.1})
+    with pytest.raises(ValueError, match="top level"):
+        ServiceSettings(learning={"network": "paper"})
+
+
+# -- de-duplication, metrics, model endpoints -----------------------------------------------------
+def test_duplicates_are_dropped_by_sequence_and_task_id(tmp_path):
+    service = make_service(tmp_path)
+    reports = synthetic_feedback(60)
+    assert service.ingest.ingest(reports) == 60
+    assert service.ingest.ingest(reports[:10]) == 0          # whole reports re-delivered
+    resent = {**reports[0], "sequence": 999, "emitted_at_ms": reports[0]["emitted_at_ms"] + 1}
+    assert service.ingest.ingest([resent]) == 0               # new report, old task ids
+    dropped = service.ingest.dedup.dropped
+    assert dropped == {"sequence": 10, "task_id": len(reports[0]["completed"])}
+    assert service.learner.records_taken == 60
+    # A TaskManager restart reuses sequence numbers with new emission times: kept.
+    restarted = {**reports[0], "emitted_at_ms": reports[0]["emitted_at_ms"] + 10_000,
+                 "completed": [{**reports[0]["completed"][0], "task_id": "after-restart"}]}
+    assert service.ingest.ingest([restarted]) == 1
+    dedup = Deduplicator(task_capacity=2)  # bounded: the oldest ids are forgotten
+    for i in range(3):
+        dedup.filter({"node_id": "n", "sequence": i, "emitted_at_ms": i,
+                      "completed": [{"task_id": f"t{i}"}]})
+    assert len(dedup.filter({"node_id": "n", "sequence": 9, "emitted_at_ms": 9,
+                             "completed": [{"task_id": "t0"}]})["completed"]) == 1
+
+
+def test_undecodable_feedback_is_counted_and_skipped(tmp_path):
+    service = make_service(tmp_path)
+    report = synthetic_feedback(5)[0]
+    payloads = [b"", b"junk", encode("NodeFeedback", report),
+                encode("TaskEvent", {"task_id": "x", "app_id": "a", "input_size": 1,
+                                     "submitted_at_ms": 0})]
+    assert service.ingest.ingest_payloads(payloads) == len(report["completed"])
+    assert service.ingest.undecodable == 3
+    assert service.metrics.value("undecodable_messages_total") == 3
+
+
+def test_metrics_expose_the_counters(trained):
+    text = client_for(trained).get("/metrics").text
+    for line in ("streamplace_service_feedback_records_total 1200.0",
+                 "streamplace_service_records_trained_total 1200.0",
+                 "streamplace_service_model_version 3.0",
+                 'streamplace_service_duplicates_dropped_total{kind="task_id"}',
+                 'streamplace_service_node_queue_depth{node="tm_b"}',
+                 'streamplace_service_decisions_total{source="model"}',
+                 "streamplace_service_training_steps_total"):
+        assert line in text, line
+
+
+def test_model_endpoints(trained):
+    client = client_for(trained)
+    latest = client.get("/models/latest").json()
+    assert latest["version"] == 3 and latest["trained_on_records"] == 1200
+    assert len(client.get("/models").json()["versions"]) == 3
+    response = client.get("/models/3/weights")
+    assert response.headers["content-type"] == "application/octet-stream"
+    assert response.headers["etag"] == f'"{latest["sha256"]}"'
+    assert hashlib.sha256(response.content).hexdigest() == latest["sha256"]
+    assert client.get("/models/3/weights",
+                      headers={"If-None-Match": response.headers["etag"]}).status_code == 304
+    missing = client.get("/models/42/weights")
+    assert missing.status_code == 404 and "42 does not exist" in missing.json()["detail"]
+    assert client.get("/models/abc").status_code == 422
+
+
+def test_client_against_a_running_service(tmp_path):
+    service = make_service(tmp_path, token="client-token")
+    with service:
+        client = PlacementClient(service.url, token="client-token", timeout_s=5.0)
+        assert client.health()["status"] == "ok"
+        assert client.latest() is None
+        assert client.plan()["nodes"] == {"tm_a": 2, "tm_b": 1, "tm_c": 1}
+        decisions = client.decide(PROBE_TASKS[:3])
+        assert len(decisions) == 3 and all(d["node"] in NODES for d in decisions)
+        service.ingest.ingest(synthetic_feedback(200))
+        service.learner.train_pending()
+        meta = client.latest()
+        assert meta["version"] == 1
+        assert hashlib.sha256(client.download(1)).hexdigest() == meta["sha256"]
+        with pytest.raises(ServiceError) as info:
+            client.download(1, metadata={**meta, "sha256": "0" * 64})
+        assert "sha256" in str(info.value)
+        with pytest.raises(ServiceError) as info:
+            PlacementClient(service.url, timeout_s=5.0).models()
+        assert info.value.status == 401
+        with pytest.raises(ServiceError) as info:
+            client.decide([{"task_id": "x", "app_id": "a", "input_size": -5}])
+        assert info.value.status == 422
+    with pytest.raises(ServiceUnavailable):
+        PlacementClient(service.url, timeout_s=1.0).health()
+
+
+def test_cli_serve_refuses_an_open_host_without_a_token(capsys, monkeypatch):
+    from streamplace.cli import build_parser, main
+    monkeypatch.delenv("STREAMPLACE_SERVICE_TOKEN", raising=False)
+    assert main(["--set", "service.host=0.0.0.0", "serve"]) == 2
+    assert "without a token" in capsys.readouterr().err
+    args = build_parser().parse_args(["serve", "--port", "9000", "--token", "abcdefgh12"])
+    assert (args.port, args.token) == (9000, "abcdefgh12")
