@@ -30,7 +30,7 @@ import threading
 import time
 
 __all__ = ["NodeExecutorFunction", "FeedbackPublisher", "ExecutorFunctionSettings",
-           "result_record"]
+           "result_record", "CountGauges"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,23 @@ try:  # The module must import without pyflink too (docs, unit tests of the help
     from pyflink.datastream import AsyncFunction
 except ImportError:  # pragma: no cover
     AsyncFunction = object  # type: ignore[misc,assignment]
+
+
+class CountGauges:
+    """Cumulative counts exposed as Flink gauges.
+
+    Why not ``metric_group.counter``: in PyFlink 2.2.1 (process mode) a Python counter reached
+    REST as the largest increment of a single bundle, not the running total (a router that sent
+    1,384 tasks to a node in one burst and more later kept showing 1,384). A gauge reports the
+    value we keep here, so REST shows the true running count."""
+
+    def __init__(self, metric_group, names):
+        self.values = {name: 0 for name in names}
+        for name in names:
+            metric_group.gauge(name, lambda n=name: int(self.values[n]))
+
+    def inc(self, name: str, n: int = 1) -> None:
+        self.values[name] += n
 
 
 class ExecutorFunctionSettings:
@@ -62,7 +79,8 @@ def result_record(event: dict, outcome, node_id: str) -> dict:
         "started_at_ms": int(outcome.started_at_ms), "finished_at_ms": int(outcome.finished_at_ms),
         "stage_timings": [{"stage": s.stage, "unit": s.unit, "started_at_ms": int(s.started_at_ms),
                            "finished_at_ms": int(s.finished_at_ms)} for s in outcome.stages],
-        "output_digest": outcome.output_digest or "", "error": outcome.error}
+        "output_digest": outcome.output_digest or "", "error": outcome.error,
+        "routed_to": event.get("_routed_to", "")}
 
 
 class FeedbackPublisher:
@@ -204,13 +222,13 @@ class NodeExecutorFunction(AsyncFunction):
                                           settings.feedback_topic, settings.feedback_interval_s,
                                           instance)
         self.feedback.start()
-        group = runtime_context.get_metrics_group()
-        self._tasks_ok = group.counter("streamplace_tasks_ok")
-        self._tasks_failed = group.counter("streamplace_tasks_failed")
-        misplaced = group.counter("streamplace_misplaced")
+        # streamplace_misrouted: tasks the router meant for another node (must stay 0).
+        self._counts = CountGauges(runtime_context.get_metrics_group(), [
+            "streamplace_tasks_ok", "streamplace_tasks_failed", "streamplace_misplaced",
+            "streamplace_misrouted"])
         if self.planned_node and self.node_id != self.planned_node:
             log.warning("executor planned for %s runs on %s", self.planned_node, self.node_id)
-            misplaced.inc()
+            self._counts.inc("streamplace_misplaced")
 
     def close(self):
         feedback = getattr(self, "feedback", None)
@@ -221,18 +239,26 @@ class NodeExecutorFunction(AsyncFunction):
             executor.close()
 
     async def async_invoke(self, value):
+        if isinstance(value, tuple):  # (node, task) from the REST-aware partitioner
+            value = value[1]
+        routed_to = value.get("_routed_to")
+        if routed_to and routed_to != self.node_id and routed_to != self.planned_node:
+            self._counts.inc("streamplace_misrouted")
         outcome = await self.executor.run_task(value["task_id"], value["app_id"],
                                                int(value["input_size"]))
-        (self._tasks_ok if outcome.status == "OK" else self._tasks_failed).inc()
+        self._counts.inc("streamplace_tasks_ok" if outcome.status == "OK"
+                         else "streamplace_tasks_failed")
         encoded = self._encode("TaskResult", result_record(value, outcome, self.node_id))
         self.feedback.task_finished(value, outcome, bytes_in=int(value.get("_bytes", 0)),
                                     bytes_out=len(encoded))
         return [encoded]
 
     def timeout(self, value):
+        if isinstance(value, tuple):
+            value = value[1]
         # Reported, never dropped: a FAILED result says the task ran out of time here.
         now = int(time.time() * 1000)
-        self._tasks_failed.inc()
+        self._counts.inc("streamplace_tasks_failed")
         digest = hashlib.sha256(value["task_id"].encode()).hexdigest()[:16]
         return [self._encode("TaskResult", {
             "task_id": value["task_id"], "app_id": value["app_id"], "node_id": self.node_id,

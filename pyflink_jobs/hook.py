@@ -42,7 +42,8 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 
-from pyflink_jobs.executor_function import ExecutorFunctionSettings, NodeExecutorFunction
+from pyflink_jobs.executor_function import (CountGauges, ExecutorFunctionSettings,
+                                            NodeExecutorFunction)
 from pyflink_jobs.router import ModelRefresher, Router, RouterNode, RouterSettings
 
 __all__ = ["HookSettings", "HookBuilder", "StreamplaceHook", "RouterFunction", "node_tag",
@@ -52,8 +53,9 @@ log = logging.getLogger(__name__)
 
 try:  # The module must import without pyflink too (docs, unit tests of the helpers).
     from pyflink.datastream import BroadcastProcessFunction
+    from pyflink.datastream.functions import Partitioner
 except ImportError:  # pragma: no cover
-    BroadcastProcessFunction = object  # type: ignore[misc,assignment]
+    BroadcastProcessFunction = Partitioner = object  # type: ignore[misc,assignment]
 
 FEEDBACK_STATE_NAME = "streamplace-node-feedback"
 
@@ -86,6 +88,13 @@ class HookSettings:
     feedback_interval_s: float = 0.5
     refresh_interval_s: float = 2.0
     uid_prefix: str = "streamplace"
+    # "pinned": one executor operator per TaskManager, pinned by fine-grained resource
+    # management (the default). "rest_partitioner": for clusters without fine-grained resource
+    # management: one executor operator wherever Flink puts its instances, and a partitioner
+    # that sends each task to an instance on the chosen TaskManager (found through REST).
+    routing: str = "pinned"
+    rest_url: str = "http://127.0.0.1:8081"   # the JobManager REST API (rest_partitioner)
+    job_name: str = ""                         # this job's name in REST (rest_partitioner)
 
     def resolved_nodes(self) -> list[RouterNode]:
         """The nodes with their planned instance counts (plan > service plan > 1 each)."""
@@ -130,6 +139,69 @@ def node_tag(node_id: str):
     return OutputTag(f"streamplace-node-{node_id}", Types.PICKLED_BYTE_ARRAY())
 
 
+def routed_tag():
+    """rest_partitioner mode: every routed task, as (node, task), on one side output."""
+    from pyflink.common import Types
+    from pyflink.datastream import OutputTag
+    return OutputTag("streamplace-routed", Types.PICKLED_BYTE_ARRAY())
+
+
+class RestAwarePartitioner(Partitioner):
+    """Sends a (node, task) record to an executor instance running on that node.
+
+    Which instance runs where is read from the JobManager's REST API
+    (``/jobs/<id>/vertices/<executor>``: ``subtask`` -> ``taskmanager-id``), at the first
+    record and again every ``refresh_s`` (instances move after a restart). Among a node's
+    instances it goes round-robin; a node that hosts no instance gets any instance, counted in
+    ``misrouted``. Works with any Flink scheduler, at the price of the extra Python hop that
+    ``partition_custom`` adds."""
+
+    def __init__(self, rest_url: str, job_name: str, vertex_name: str, refresh_s: float = 10.0):
+        self.rest_url = rest_url.rstrip("/")
+        self.job_name = job_name
+        self.vertex_name = vertex_name
+        self.refresh_s = refresh_s
+
+    def open(self, runtime_context):
+        self._where: dict[str, list[int]] = {}
+        self._next: dict[str, int] = {}
+        self._fetched_at = 0.0
+        self.misrouted = 0
+
+    def _refresh(self) -> None:
+        import requests
+        self._fetched_at = time.monotonic()
+        try:
+            jobs = requests.get(f"{self.rest_url}/jobs/overview", timeout=2).json()["jobs"]
+            running = [j for j in jobs if j["name"] == self.job_name and j["state"] == "RUNNING"]
+            if not running:
+                return
+            job = max(running, key=lambda j: j["start-time"])
+            detail = requests.get(f"{self.rest_url}/jobs/{job['jid']}", timeout=2).json()
+            # chained operators share a vertex: "..., streamplace-executor"
+            vertex = next(v for v in detail["vertices"] if self.vertex_name in v["name"])
+            subtasks = requests.get(f"{self.rest_url}/jobs/{job['jid']}/vertices/{vertex['id']}",
+                                    timeout=2).json()["subtasks"]
+        except Exception as exc:  # noqa: BLE001 - keep the last mapping
+            log.warning("REST mapping of executor instances not refreshed: %s", exc)
+            return
+        where: dict[str, list[int]] = {}
+        for sub in subtasks:
+            where.setdefault(sub.get("taskmanager-id", ""), []).append(int(sub["subtask"]))
+        self._where = where
+
+    def partition(self, key, num_partitions: int) -> int:
+        if not self._where or time.monotonic() - self._fetched_at > self.refresh_s:
+            self._refresh()
+        candidates = self._where.get(key)
+        if not candidates:
+            self.misrouted += 1
+            candidates = list(range(num_partitions))
+        i = self._next.get(key, 0)
+        self._next[key] = i + 1
+        return candidates[i % len(candidates)] % num_partitions
+
+
 def _feedback_state_descriptor():
     from pyflink.common import Types
     from pyflink.datastream.state import MapStateDescriptor
@@ -142,8 +214,9 @@ class RouterFunction(BroadcastProcessFunction):
     NodeFeedback bytes. Output: DeadLetter bytes (main), decoded tasks on one side output per
     node."""
 
-    def __init__(self, settings: RouterSettings):
+    def __init__(self, settings: RouterSettings, single_output: bool = False):
         self.settings = settings
+        self.single_output = single_output  # rest_partitioner: (node, task) on one side output
 
     def open(self, runtime_context):
         from pyflink_jobs.task_pipeline import make_dead_letter
@@ -151,7 +224,11 @@ class RouterFunction(BroadcastProcessFunction):
         self._decode, self._codec_error = decode, CodecError
         self._make_dead_letter = make_dead_letter
         self.router = Router(self.settings)
-        self._tags = {n: node_tag(n) for n in self.router.node_ids}
+        if self.single_output:
+            routed = routed_tag()
+            self._tags = {n: routed for n in self.router.node_ids}
+        else:
+            self._tags = {n: node_tag(n) for n in self.router.node_ids}
         self._descriptor = _feedback_state_descriptor()
         self._restored = False
         self.refresher = None
@@ -162,9 +239,9 @@ class RouterFunction(BroadcastProcessFunction):
             self.refresher = ModelRefresher(self.router, client, self.settings.refresh_interval_s)
             self.refresher.start()
         group = runtime_context.get_metrics_group()
-        self._routed = {n: group.counter(f"streamplace_routed_{n}") for n in self.router.node_ids}
-        self._dead = group.counter("streamplace_dead_letters")
         router = self.router
+        self._counts = CountGauges(group, [f"streamplace_routed_{n}" for n in router.node_ids] +
+                                   ["streamplace_dead_letters"])
         group.gauge("streamplace_decision_p50_us", lambda: int(router.latency_percentile_us(50)))
         group.gauge("streamplace_decision_p99_us", lambda: int(router.latency_percentile_us(99)))
         group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
@@ -183,16 +260,20 @@ class RouterFunction(BroadcastProcessFunction):
         try:
             event = self._decode("TaskEvent", bytes(payload) if payload is not None else b"")
         except self._codec_error as exc:
-            self._dead.inc()
+            self._counts.inc("streamplace_dead_letters")
             yield self._make_dead_letter(payload, topic, partition, offset, str(exc), "decode")
             return
         if not self._restored:
             self._restore_node_view(ctx)
         decision = self.router.decide_event(event)
-        self._routed[decision.node].inc()
+        self._counts.inc(f"streamplace_routed_{decision.node}")
         event["_bytes"] = len(payload)
         event["_routed_at_ms"] = int(time.time() * 1000)
-        yield self._tags[decision.node], event
+        event["_routed_to"] = decision.node
+        if self.single_output:
+            yield self._tags[decision.node], (decision.node, event)
+        else:
+            yield self._tags[decision.node], event
 
     def _restore_node_view(self, ctx) -> None:
         # After a restore the in-memory view is empty; the checkpointed broadcast state has the
@@ -272,11 +353,16 @@ class StreamplaceHook:
         self.nodes = s.resolved_nodes()
         env.register_slot_sharing_group(io_slot_sharing_group())
         broadcast = self.feedback_stream(env).broadcast(_feedback_state_descriptor())
+        if s.routing not in ("pinned", "rest_partitioner"):
+            raise ValueError(f"routing must be 'pinned' or 'rest_partitioner', got {s.routing!r}")
+        single = s.routing == "rest_partitioner"
         routed = (tasks.connect(broadcast)
-                  .process(RouterFunction(self.router_settings()),
+                  .process(RouterFunction(self.router_settings(), single_output=single),
                            output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
                   .name("streamplace-router").uid(f"{s.uid_prefix}-router").set_parallelism(1))
         self.dead_letters = routed
+        if single:
+            return self._apply_rest_partitioner(env, routed)
         outputs = []
         for node in self.nodes:
             if s.executor == "checksum":
@@ -308,6 +394,30 @@ class StreamplaceHook:
                            .uid(f"{s.uid_prefix}-executor-{retired}").set_parallelism(1)
                            .slot_sharing_group(executor_slot_sharing_group(host)))
         return outputs[0].union(*outputs[1:]) if len(outputs) > 1 else outputs[0]
+
+
+    def _apply_rest_partitioner(self, env, routed):
+        from pyflink.common import Time, Types
+        from pyflink.datastream import AsyncDataStream
+
+        from pyflink_jobs.task_pipeline import io_slot_sharing_group
+        s = self.settings
+        if not s.job_name:
+            raise ValueError("rest_partitioner routing needs the job's name (job_name) to find "
+                             "its executor instances in REST")
+        name = "streamplace-executor"
+        total = sum(n.instances for n in self.nodes)
+        env.register_slot_sharing_group(io_slot_sharing_group("streamplace-executors"))
+        partitioned = routed.get_side_output(routed_tag()).partition_custom(
+            RestAwarePartitioner(s.rest_url, s.job_name, name), lambda pair: pair[0])
+        function = NodeExecutorFunction("", ExecutorFunctionSettings(
+            bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
+            scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s))
+        executed = AsyncDataStream.unordered_wait(
+            partitioned, function, Time.milliseconds(int(s.executor_timeout_s * 1000)),
+            capacity=s.executor_capacity, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
+        return (executed.name(name).uid(f"{s.uid_prefix}-executor").set_parallelism(total)
+                .slot_sharing_group("streamplace-executors"))
 
 
 class HookBuilder:

@@ -72,6 +72,8 @@ class PipelineSettings:
     cluster_spec: str = "default"
     initial_model: str = ""
     topic_feedback: str = "feedback"
+    routing: str = "pinned"  # hook: "pinned" (fine-grained resources) or "rest_partitioner"
+    rest_url: str = "http://127.0.0.1:8081"  # hook with rest_partitioner: the JobManager REST
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,7 +273,8 @@ def build_pipeline(env, t_env, settings: PipelineSettings) -> None:
             retired=parse_retired(settings.retired),
             policy=settings.policy, initial_model=settings.initial_model,
             scheduler=settings.node_scheduler, executor_capacity=settings.executor_capacity,
-            executor_timeout_s=settings.executor_timeout_s, executor=settings.executor))
+            executor_timeout_s=settings.executor_timeout_s, executor=settings.executor,
+            routing=settings.routing, rest_url=settings.rest_url, job_name=settings.job_name))
         executed = hook.apply(env, rows)
         dead_letters = hook.dead_letters
     elif settings.placement in ("single", "rebalance"):

@@ -30,7 +30,7 @@ TASK_RESULT = {"task_id": "t-2", "app_id": "video_synopsis", "node_id": "tm_b-7f
                                  {"stage": "gmm_background", "unit": "gpu:1",
                                   "started_at_ms": 1_764_500_000_300,
                                   "finished_at_ms": 1_764_500_001_900}],
-               "output_digest": "", "error": "CUDA out of memory (été)"}
+               "output_digest": "", "error": "CUDA out of memory (été)", "routed_to": "tm_b"}
 NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 1_764_500_000_000, "cpu_util": 0.5,
                  "gpu_util": 0.0, "host_mem_util": 0.25, "gpu_mem_util": 1.0,
                  "uplink_bytes_per_s": 1.25e6, "downlink_bytes_per_s": 2.5e5, "queue_depth": 3,
@@ -76,9 +76,21 @@ def test_defaults_fill_optional_fields():
     assert decode("TaskEvent", encode("TaskEvent", minimal)) == {
         **minimal, "source": "", "expected_work_ms": None, "attributes": {}}
     result = {k: v for k, v in TASK_RESULT.items()
-              if k not in ("stage_timings", "output_digest", "error")}
+              if k not in ("stage_timings", "output_digest", "error", "routed_to")}
     assert decode("TaskResult", encode("TaskResult", result)) == {
-        **result, "stage_timings": [], "output_digest": "", "error": None}
+        **result, "stage_timings": [], "output_digest": "", "error": None, "routed_to": ""}
+
+
+def test_results_written_before_routed_to_existed_still_decode():
+    """routed_to was appended to TaskResult with a default: the older schema is a defaulted
+    prefix of the current one, so its records decode with routed_to = ""."""
+    older = load_schema("TaskResult")
+    older["fields"] = [f for f in older["fields"] if f["name"] != "routed_to"]
+    writer = Codec(reader_schemas={"TaskResult": older})
+    old_record = {k: v for k, v in TASK_RESULT.items() if k != "routed_to"}
+    data = writer.encode("TaskResult", old_record)
+    assert data[2:HEADER_SIZE] == schema_fingerprint(older)
+    assert decode("TaskResult", data) == {**old_record, "routed_to": ""}
 
 
 def test_decode_accepts_bytearray_and_memoryview():
