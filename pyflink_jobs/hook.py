@@ -165,7 +165,7 @@ class RestAwarePartitioner(Partitioner):
     def open(self, runtime_context):
         self._where: dict[str, list[int]] = {}
         self._next: dict[str, int] = {}
-        self._fetched_at = 0.0
+        self._fetched_at = float("-inf")
         self.misrouted = 0
 
     def _refresh(self) -> None:
@@ -191,7 +191,10 @@ class RestAwarePartitioner(Partitioner):
         self._where = where
 
     def partition(self, key, num_partitions: int) -> int:
-        if not self._where or time.monotonic() - self._fetched_at > self.refresh_s:
+        # Refresh every refresh_s, and at most once a second while no mapping is known (REST
+        # down must not cost a request per record).
+        age = time.monotonic() - self._fetched_at
+        if age > self.refresh_s or (not self._where and age > 1.0):
             self._refresh()
         candidates = self._where.get(key)
         if not candidates:

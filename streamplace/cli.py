@@ -95,10 +95,16 @@ def cmd_job(args) -> int:
     cfg = _config(args)
     cluster = FlinkCluster(cfg)
     if args.action == "submit":
-        job_id = submit_task_pipeline(cfg, cluster, pin_executor_to=args.pin or "",
-                                      executor_parallelism=args.parallelism)
+        if args.hook:
+            job_id = submit_task_pipeline(cfg, cluster, **_hook_settings(cfg, args))
+        else:
+            job_id = submit_task_pipeline(cfg, cluster, pin_executor_to=args.pin or "",
+                                          executor_parallelism=args.parallelism,
+                                          executor=args.executor)
         state = cluster.wait_job_state(job_id, {"RUNNING"})
         print(f"job {job_id} {state}; web UI: {cfg.flink.rest_url}/#/job/running/{job_id}/overview")
+    elif args.action in ("watch", "replan"):
+        return _supervise(cfg, cluster, args)
     elif args.action == "cancel":
         cluster.cancel_job(args.job_id)
         print(f"job {args.job_id}: cancel requested")
@@ -106,6 +112,82 @@ def cmd_job(args) -> int:
         for job in cluster.status().jobs:
             print(f"{job['jid']} {job['state']:10s} {job['name']}")
     return 0
+
+
+def _hook_settings(cfg, args, plan: dict | None = None, retired: dict | None = None) -> dict:
+    plan_text = ",".join(f"{k}={v}" for k, v in plan.items()) if plan is not None else args.plan
+    return {"placement": "hook", "executor": "iawp", "policy": args.policy,
+            "service_url": args.service_url or "", "plan": plan_text or "",
+            "retired": ",".join(f"{k}={v}" for k, v in (retired or {}).items()),
+            "topic_feedback": cfg.job.topic_feedback, "node_scheduler": args.scheduler,
+            "rest_url": cfg.flink.rest_url}
+
+
+def _supervise(cfg, cluster, args) -> int:
+    """``job watch``: keep a hooked job on the live TaskManagers; ``job replan``: apply a plan."""
+    import pyflink_jobs.task_pipeline as pipeline
+    from pyflink_jobs.task_pipeline import parse_plan
+    from streamplace.jobs import task_pipeline_args
+    from streamplace.supervisor import JobSupervisor
+    if not args.job_id:
+        print("streamplace job: watch and replan need the job id", file=sys.stderr)
+        return 2
+    plan = parse_plan(args.plan) if args.plan else {tm.id: 1 for tm in cluster.spec.taskmanagers}
+
+    def submit(new_plan, retired, restore):
+        extra = _hook_settings(cfg, args, new_plan, retired)
+        return cluster.submit_python_job(Path(pipeline.__file__),
+                                         task_pipeline_args(cfg, **extra), restore_from=restore)
+
+    capacities = {tm.id: tm.cpu_cores / tm.work_multiplier for tm in cluster.spec.taskmanagers}
+    supervisor = JobSupervisor(cluster, submit, args.job_id, plan, capacities=capacities)
+
+    def report(r):
+        print(f"{r.reason}: job {r.old_job} -> {r.new_job} (plan {r.plan}, retired {r.retired}, "
+              f"from {r.restored_from}); RUNNING {r.recovery_s:.1f} s after it was noticed",
+              flush=True)
+
+    if args.action == "replan":
+        report(supervisor.apply_plan(parse_plan(args.new_plan)))
+        return 0
+    print(f"watching job {args.job_id} (plan {plan}); Ctrl-C stops watching", flush=True)
+    try:
+        supervisor.watch(interval_s=2.0, on_report=report)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+# -- replay --------------------------------------------------------------------------------------
+def cmd_replay(args) -> int:
+    from tqdm import tqdm
+
+    from streamplace.replay import replay_events, trace_events
+    cfg = _config(args)
+    try:
+        events, where = trace_events(args.trace, args.data_dir, args.limit, args.rate,
+                                     args.skip, args.prefix, args.seed)
+    except ValueError as exc:
+        print(f"streamplace replay: {exc}", file=sys.stderr)
+        return 2
+    print(where, flush=True)
+    with tqdm(total=len(events), desc="replay -> kafka", unit="task") as bar:
+        report = replay_events(cfg, events, progress=bar.update)
+    print(f"delivered {report['delivered']}/{report['sent']} TaskEvents to "
+          f"{cfg.job.topic_tasks} in {report['wall_s']:.1f} s")
+    for err in report["errors"][:5]:
+        print(f"error: {err}", file=sys.stderr)
+    return 0 if not report["errors"] else 1
+
+
+# -- doctor --------------------------------------------------------------------------------------
+def cmd_doctor(args) -> int:
+    from streamplace.doctor import MISSING, format_checks, run_checks
+    from streamplace.jars import flink_connector_jar
+    cfg = _config(args)
+    checks = run_checks(args.rest_url or cfg.flink.rest_url, flink_connector_jar(cfg))
+    print(format_checks(checks))
+    return 1 if any(c.status == MISSING for c in checks) else 0
 
 
 # -- produce -------------------------------------------------------------------------------------
@@ -266,12 +348,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(func=cmd_jars)
 
-    p = sub.add_parser("job", help="submit, list or cancel the streamplace task pipeline")
-    p.add_argument("action", choices=["submit", "list", "cancel"])
+    p = sub.add_parser("job", help="submit, list, cancel, watch or re-plan the task pipeline")
+    p.add_argument("action", choices=["submit", "list", "cancel", "watch", "replan"])
     p.add_argument("job_id", nargs="?")
     p.add_argument("--pin", help="pin the executor to this TaskManager id")
     p.add_argument("--parallelism", type=int, default=1, help="executor instances")
+    p.add_argument("--executor", choices=["checksum", "iawp"], default="checksum",
+                   help="executor without the hook")
+    p.add_argument("--hook", action="store_true",
+                   help="route with the streamplace hook (router + pinned IAWP executors)")
+    p.add_argument("--policy", default="ldwp", help="hook: 'ldwp' or a placement.policies name")
+    p.add_argument("--service-url", default="", help="hook: the placement service "
+                                                     "(e.g. http://127.0.0.1:8471)")
+    p.add_argument("--plan", default="", help="hook: executor instances, e.g. tm_a=2,tm_b=1")
+    p.add_argument("--new-plan", default="", help="replan: the plan to apply")
+    p.add_argument("--scheduler", default="iawp", help="hook: the executors' node scheduler")
     p.set_defaults(func=cmd_job)
+
+    p = sub.add_parser("replay", help="replay a request trace into the tasks topic, "
+                                      "time-compressed")
+    p.add_argument("--trace", default="alibaba-genai", choices=["alibaba-genai", "synthetic"])
+    p.add_argument("--data-dir", help="folder with the traces (default: $STREAMPLACE_DATA_DIR, "
+                                      "../shared/data, ./data)")
+    p.add_argument("--limit", type=int, default=1200, help="requests to replay")
+    p.add_argument("--skip", type=int, default=0, help="requests to skip at the start")
+    p.add_argument("--rate", type=float, default=40.0, help="mean tasks per second")
+    p.add_argument("--prefix", default="replay", help="task id prefix")
+    p.add_argument("--seed", type=int, default=0, help="generator seed (no data folder)")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("doctor", help="check a Flink cluster for what the hook needs")
+    p.add_argument("--rest-url", help="JobManager REST API (default: the configured cluster)")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("produce", help="send synthetic TaskEvents to the tasks topic")
     p.add_argument("--count", type=int, default=1000)
