@@ -32,5 +32,8 @@ def write_result(name: str, payload: dict) -> Path:
     document = {"benchmark": name, "command": " ".join([Path(sys.executable).name] + sys.argv),
                 "git_commit": git_commit(), "machine": machine(), **payload}
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    # numpy scalars (scipy intervals, comparisons of them) are written as plain numbers
+    path.write_text(json.dumps(document, indent=2,
+                               default=lambda o: o.item() if hasattr(o, "item") else str(o))
+                    + "\n")
     return path

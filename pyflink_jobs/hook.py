@@ -205,6 +205,14 @@ class RestAwarePartitioner(Partitioner):
         return candidates[i % len(candidates)] % num_partitions
 
 
+def side_output(stream, tag):
+    """``stream.get_side_output(tag)`` without the identity Python ``map`` that PyFlink 2.2.1
+    appends to every side output (``ds.map(lambda i: i)``): that map is one more Python hop
+    per record on the routing path, and the records already carry the tag's type."""
+    from pyflink.datastream import DataStream
+    return DataStream(stream._j_data_stream.getSideOutput(tag.get_java_output_tag()))
+
+
 def _feedback_state_descriptor():
     from pyflink.common import Types
     from pyflink.datastream.state import MapStateDescriptor
@@ -377,7 +385,7 @@ class StreamplaceHook:
                     scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s,
                     instances_on_node=node.instances))
             executed = AsyncDataStream.unordered_wait(
-                routed.get_side_output(node_tag(node.node_id)), function,
+                side_output(routed, node_tag(node.node_id)), function,
                 Time.milliseconds(int(s.executor_timeout_s * 1000)),
                 capacity=s.executor_capacity, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
             outputs.append(executed.name(f"streamplace-executor-{node.node_id}")
@@ -390,7 +398,7 @@ class StreamplaceHook:
                 bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
                 scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s))
             executed = AsyncDataStream.unordered_wait(
-                routed.get_side_output(node_tag(retired)), function,
+                side_output(routed, node_tag(retired)), function,
                 Time.milliseconds(int(s.executor_timeout_s * 1000)),
                 capacity=s.executor_capacity, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
             outputs.append(executed.name(f"streamplace-executor-{retired}-retired-on-{host}")
@@ -411,7 +419,7 @@ class StreamplaceHook:
         name = "streamplace-executor"
         total = sum(n.instances for n in self.nodes)
         env.register_slot_sharing_group(io_slot_sharing_group("streamplace-executors"))
-        partitioned = routed.get_side_output(routed_tag()).partition_custom(
+        partitioned = side_output(routed, routed_tag()).partition_custom(
             RestAwarePartitioner(s.rest_url, s.job_name, name), lambda pair: pair[0])
         function = NodeExecutorFunction("", ExecutorFunctionSettings(
             bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,

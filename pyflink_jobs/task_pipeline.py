@@ -56,6 +56,7 @@ class PipelineSettings:
     source_parallelism: int = 1
     pin_executor_to: str = ""  # a TaskManager / external resource id, or "" for anywhere
     python_bundle_time_ms: int = 20  # PyFlink buffers records per bundle; 1 s by default
+    python_bundle_size: int = 1000  # ... and at most this many records (PyFlink's default)
     # How tasks reach executors:
     #   "single": one executor operator (optionally pinned with pin_executor_to);
     #   "rebalance": Flink's default placement: executor_parallelism unpinned instances fed
@@ -324,6 +325,7 @@ def create_environments(settings: PipelineSettings):
 
     config = Configuration()
     config.set_string("python.fn-execution.bundle.time", str(settings.python_bundle_time_ms))
+    config.set_string("python.fn-execution.bundle.size", str(settings.python_bundle_size))
     # Python workers get no managed-memory cap: torch-based executors need more than a
     # slot's managed share.
     config.set_string("python.fn-execution.memory.managed", "false")

@@ -209,7 +209,8 @@ def cmd_produce(args) -> int:
 # -- demo ----------------------------------------------------------------------------------------
 def cmd_demo(args) -> int:
     from streamplace.demo import run_demo
-    return run_demo(_config(args), tasks=args.tasks, quick=args.quick, keep=args.keep)
+    return run_demo(_config(args), tasks=args.tasks, quick=args.quick, keep=args.keep,
+                    trace=args.trace, rate=args.rate, data_dir=args.data_dir)
 
 
 # -- simulate ------------------------------------------------------------------------------------
@@ -387,10 +388,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", default="task")
     p.set_defaults(func=cmd_produce)
 
-    p = sub.add_parser("demo", help="start everything, stream tasks through the job, summarise, "
-                                    "stop everything")
-    p.add_argument("--tasks", type=int, default=None, help="tasks to stream (default 5000, "
-                                                           "1000 with --quick)")
+    p = sub.add_parser("demo", help="replay a trace through the job with Flink's default "
+                                    "placement and with the hook, compare, stop everything")
+    p.add_argument("--tasks", type=int, default=None, help="tasks to replay (default 1200, "
+                                                           "240 with --quick)")
+    p.add_argument("--trace", default="alibaba-genai", choices=["alibaba-genai", "synthetic"])
+    p.add_argument("--rate", type=float, default=None, help="mean tasks per second (45)")
+    p.add_argument("--data-dir", help="folder with the traces (default: $STREAMPLACE_DATA_DIR, "
+                                      "../shared/data, ./data)")
     p.add_argument("--quick", action="store_true", help="a short run (used by make test)")
     p.add_argument("--keep", action="store_true", help="leave the broker and cluster running")
     p.set_defaults(func=cmd_demo)

@@ -97,11 +97,12 @@ class ReadReport:
 def read_topic(config: StreamplaceConfig, topic: str, record_name: str, expected: int | None,
                timeout_s: float = 120.0, idle_s: float | None = None,
                group_id: str | None = None, progress=None, settle_s: float = 0.0,
-               keep=None) -> ReadReport:
+               keep=None, stamp_seen: bool = False) -> ReadReport:
     """Read ``topic`` from the beginning with ``isolation.level=read_committed`` until
     ``expected`` records arrived (then ``settle_s`` more, to catch duplicates), ``timeout_s``
     passed, or nothing came for ``idle_s``. ``keep(record)`` filters what is kept and counted
-    (e.g. one run's task ids on a topic shared with earlier runs)."""
+    (e.g. one run's task ids on a topic shared with earlier runs). ``stamp_seen`` adds the
+    epoch seconds each record became visible as ``_seen_s`` (committed-results rates)."""
     from confluent_kafka import Consumer, KafkaError
 
     from workload.codec import CodecError, decode
@@ -136,6 +137,8 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str, expected
                     continue
                 if keep is not None and not keep(record):
                     continue
+                if stamp_seen:
+                    record["_seen_s"] = time.time()
                 report.records.append(record)
                 if progress is not None:
                     progress.update(1)
