@@ -111,6 +111,10 @@ class FeedbackPublisher:
         self._thread: threading.Thread | None = None
 
     def task_finished(self, event: dict, outcome, bytes_in: int, bytes_out: int) -> None:
+        """Count the task's bytes; report its timing only when a router placed it (stamped
+        ``_routed_at_ms``): the service learns placement from these timings, and a task that
+        reached this node some other way (Flink's own partitioning) says nothing about a
+        placement decision, and its waiting upstream is not measured."""
         # Waiting counts from the router's decision when the router stamped it: time in the
         # network buffers and the async operator's queue is part of what the choice cost.
         queue_ms = float(outcome.queue_ms)
@@ -123,7 +127,8 @@ class FeedbackPublisher:
                   "service_ms": float(outcome.service_ms),
                   "finished_at_ms": int(outcome.finished_at_ms)}
         with self._lock:
-            self._completed.append(timing)
+            if routed_at:
+                self._completed.append(timing)
             self._bytes_in += bytes_in
             self._bytes_out += bytes_out
 

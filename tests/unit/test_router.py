@@ -219,11 +219,17 @@ def test_feedback_publisher_reports_each_finished_task_once_with_rates():
     clock = FakeClock(100.0)
     snap = {"cpu_util": 0.5, "host_mem_util": 0.2, "in_flight": 3, "queue_depth": 1}
     publisher = FeedbackPublisher("tm_a", lambda: snap, producer=None, clock=clock, instance=1)
-    publisher.task_finished(event(1), Outcome(3.0, 40.0, 100_000), bytes_in=100, bytes_out=50)
-    publisher.task_finished(event(2), Outcome(1.0, 20.0, 100_010), bytes_in=300, bytes_out=150)
+    routed = dict(event(1), _routed_at_ms=99_900)
+    publisher.task_finished(routed, Outcome(3.0, 40.0, 100_000), bytes_in=100, bytes_out=50)
+    publisher.task_finished(dict(event(2), _routed_at_ms=99_990), Outcome(1.0, 20.0, 100_010),
+                            bytes_in=300, bytes_out=150)
+    # not placed by a router: bytes count, the timing teaches placement nothing
+    publisher.task_finished(event(3), Outcome(1.0, 5.0, 100_020), bytes_in=0, bytes_out=0)
     clock.now = 102.0
     first = publisher.build_record()
     assert [t["task_id"] for t in first["completed"]] == ["t1", "t2"]
+    # waiting counts from the routing decision: 100,000 - 99,900 - 40 ms of service
+    assert first["completed"][0]["queue_ms"] == pytest.approx(60.0)
     assert first["downlink_bytes_per_s"] == pytest.approx(200.0)
     assert first["uplink_bytes_per_s"] == pytest.approx(100.0)
     assert (first["cpu_util"], first["in_flight"], first["queue_depth"]) == (0.5, 3, 1)
