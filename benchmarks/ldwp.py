@@ -9,8 +9,20 @@
    compared with the frozen baseline results (benchmarks/results/baselines.json).
 4. Cluster change 8 -> 11 -> 9 nodes: paper-style transfer versus the size-agnostic network.
 5. Decision latency at batch 1 including observation encoding, numpy and torch paths.
+6. The Alibaba-derived cluster (16 GPU nodes) fed by the real Alibaba GenAI arrival process, at
+   the frozen baselines' rates; the agents were trained on the paper cluster only (zero-shot).
 
-    python -m benchmarks.ldwp [--quick]
+The "residual" variant (ours) is trained differently: no imitation pre-training (its Q-network
+is the MCT rule plus a learned correction that starts at zero), saturated training episodes
+only, the drain_time reward, and a checkpoint chosen every RESIDUAL_CHECK episodes by its
+saturated throughput on TUNING_SEEDS (never the evaluation seeds). It is also evaluated with
+the IAWP node scheduler (saturated).
+
+    python -m benchmarks.ldwp [--quick] [--variants residual,...]
+
+``--variants`` re-runs only the named variants; the others' rows are copied from the previous
+result file (named in its "reused" entry), so one variant can be re-measured without the
+19-minute full run of all of them.
 
 Writes benchmarks/results/ldwp.json (ldwp-quick.json) and a PNG beside it.
 """
@@ -30,6 +42,10 @@ from benchmarks._common import RESULTS, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, PAPER_PAIRS, confidence_interval
 
 TRAINING_SEEDS = tuple(range(1, 200))  # disjoint from EVALUATION_SEEDS (1001-1005)
+TUNING_SEEDS = (501, 502)              # checkpoint choice; disjoint from both
+RESIDUAL_EPISODES = 10                 # saturated training episodes of the residual variant
+RESIDUAL_CHECK = 2                     # episodes between checkpoint evaluations
+ALIBABA_RATES = (60, 120)              # as the frozen baselines
 VARIANTS = {
     # name: (network, settings overrides). The paper network keeps every paper value.
     "paper": ("paper", {}),
@@ -37,7 +53,21 @@ VARIANTS = {
     # node's row in each update, so the paper's SGD 0.1 diverges).
     "node_scoring": ("node_scoring", {"optimizer": "adam", "learning_rate": 1e-4,
                                       "hidden_sizes": (128, 64)}),
+    # Ours: Q = -log(1 + e^g wait + e^h task time) with (g, h) from a size-agnostic MLP over
+    # node rows with the nodes' specs; g = h = 0 at the start, which is the MCT rule. Learns
+    # from the drain_time reward (log seconds until the chosen node has worked off what it held
+    # plus this task), gamma 0 (each placement judged by its own outcome).
+    "residual": ("node_scoring", {"optimizer": "adam", "learning_rate": 3e-4,
+                                  "hidden_sizes": (128, 64), "batch_size": 64,
+                                  "buffer_size": 20_000, "q_prior": "completion",
+                                  "residual": "scaled", "spec_features": True,
+                                  "reward": "drain_time", "latency_transform": "log",
+                                  "gamma": 0.0, "loss": "mse", "start_e": 0.05,
+                                  "end_e": 0.01, "learning_starts": 200}),
 }
+#: node schedulers each variant is evaluated with (rate None = saturated only for "iawp").
+SCHEDULERS = {"paper": ("fcfs", "heft"), "node_scoring": ("fcfs", "heft"),
+              "residual": ("heft", "iawp")}
 
 
 def _setup():
@@ -57,6 +87,8 @@ def _agent(variant: str, cluster, costs, seed: int = 0, **overrides):
 def train_variant(job: tuple) -> dict:
     """Pre-train (or not) and train one variant online; save it; return its curves."""
     variant, pretrained, episodes, tasks, out_dir = job
+    if variant == "residual":
+        return train_residual(job)
     from interference.schedulers import make_node_scheduler
     from placement.ldwp.pretrain import collect_demonstrations, demonstrations_hash, pretrain
     from placement.policies import make_policy
@@ -94,19 +126,79 @@ def train_variant(job: tuple) -> dict:
             "learning": learning, "model": str(path)}
 
 
+def _saturated_throughput(agent, scheduler_name, seeds, tasks) -> float:
+    from interference.schedulers import make_node_scheduler
+    from simulator import Simulator
+    from simulator.scenarios import saturated_workload
+    costs, cluster = _setup()
+    training, agent.training = agent.training, False
+    values = [Simulator(costs).run(agent, make_node_scheduler(scheduler_name, costs, seed=s),
+                                   cluster, saturated_workload(tasks, seed=s),
+                                   seed=s).metrics.throughput_per_min for s in seeds]
+    agent.training = training
+    return statistics.fmean(values)
+
+
+def train_residual(job: tuple) -> dict:
+    """The residual variant: starts as MCT, learns online on saturated TRAINING seeds, and
+    keeps the checkpoint with the best mean saturated throughput on TUNING_SEEDS."""
+    variant, pretrained, episodes, tasks, out_dir = job
+    import copy
+
+    from interference.schedulers import make_node_scheduler
+    from simulator import Simulator
+    from simulator.scenarios import saturated_workload
+    costs, cluster = _setup()
+    agent = _agent(variant, cluster, costs, seed=0, exploration_steps=episodes * tasks)
+    simulator = Simulator(costs)
+    learning, checks = [], []
+    best = (_saturated_throughput(agent, "heft", TUNING_SEEDS, tasks), 0,
+            copy.deepcopy(agent.q_network.state_dict()))
+    checks.append({"episode": 0, "tuning_throughput_per_min": best[0]})
+    for episode in range(episodes):
+        seed = TRAINING_SEEDS[10 + episode]
+        started = time.perf_counter()
+        metrics = simulator.run(agent, make_node_scheduler("heft", costs, seed=seed), cluster,
+                                saturated_workload(tasks, seed=seed), seed=seed).metrics
+        learning.append({"episode": episode, "saturated": True,
+                         "throughput_per_min": metrics.throughput_per_min,
+                         "epsilon": agent.epsilon(), "updates": agent.updates,
+                         "wall_s": time.perf_counter() - started})
+        if (episode + 1) % RESIDUAL_CHECK == 0 or episode + 1 == episodes:
+            value = _saturated_throughput(agent, "heft", TUNING_SEEDS, tasks)
+            checks.append({"episode": episode + 1, "tuning_throughput_per_min": value})
+            if value > best[0]:
+                best = (value, episode + 1, copy.deepcopy(agent.q_network.state_dict()))
+    agent.q_network.load_state_dict(best[2])
+    agent._numpy_layers = None
+    path = Path(out_dir) / f"{variant}-pre.spm"
+    agent.save(path, pretraining_data="none (prior: MCT)", training_seeds=[10, 10 + episodes],
+               checkpoint_episode=best[1], tuning_seeds=list(TUNING_SEEDS))
+    return {"variant": variant, "pretrained": True, "pretraining_loss": [],
+            "learning": learning, "checkpoints": checks, "chosen_episode": best[1],
+            "model": str(path)}
+
+
 def evaluate(job: tuple) -> dict:
-    model, variant, scheduler_name, rate, seed, tasks = job
+    model, variant, scheduler_name, rate, seed, tasks = job[:6]
+    scenario = job[6] if len(job) > 6 else "paper"
     from interference.schedulers import make_node_scheduler
     from placement.ldwp.agent import LDWPPolicy
     from simulator import Simulator
-    from simulator.scenarios import paper_workload, saturated_workload
+    from simulator.scenarios import (alibaba_cluster, alibaba_workload, paper_workload,
+                                     saturated_workload)
     costs, cluster = _setup()
+    if scenario == "alibaba":  # as benchmarks.baselines._scenario
+        cluster = alibaba_cluster(16, seed=0)
+        workload = alibaba_workload(tasks, seed=seed, target_rate_per_min=rate)
+    else:
+        workload = (saturated_workload(tasks, seed=seed) if rate is None
+                    else paper_workload(rate, tasks, seed=seed))
     agent = LDWPPolicy.from_file(model, cluster, costs)
-    workload = (saturated_workload(tasks, seed=seed) if rate is None
-                else paper_workload(rate, tasks, seed=seed))
-    m = Simulator(costs).run(agent, make_node_scheduler(scheduler_name, costs), cluster,
-                             workload, seed=seed).metrics
-    return {"variant": variant, "scheduler": scheduler_name, "rate": rate, "seed": seed,
+    m = Simulator(costs).run(agent, make_node_scheduler(scheduler_name, costs, seed=seed),
+                             cluster, workload, seed=seed).metrics
+    return {"scenario": scenario, "variant": variant, "scheduler": scheduler_name, "rate": rate,
+            "seed": seed,
             "throughput_per_min": m.throughput_per_min, "gpu_utilisation": m.gpu_utilisation,
             "latency_p99_s": m.latency_p99_s, "load_balancing_degree": m.load_balancing_degree,
             "useful_gpu_work_per_gpu_second": m.useful_gpu_work_per_gpu_second}
@@ -193,88 +285,143 @@ def _frozen_baselines() -> dict:
                          "frozen results")
     data = json.loads(path.read_text())
     return {"git_commit": data["git_commit"], "summary": [r for r in data["summary"]
-                                                          if r["scenario"] == "paper"]}
+                                                          if r["scenario"] in ("paper",
+                                                                               "alibaba")]}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="comma-separated variants to (re-)run; the others are copied from "
+                             "the previous result file")
     args = parser.parse_args(argv)
     from tqdm import tqdm
 
     from workload.estimates import load_calibration
+    run_variants = [v for v in args.variants.split(",") if v]
+    unknown = set(run_variants) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"unknown variants {sorted(unknown)}; known: {list(VARIANTS)}")
     setting = load_calibration().paper_setting
     if args.quick:
         episodes, tasks, seeds, rates, phase_tasks = 2, 300, EVALUATION_SEEDS[:2], [50, None], 200
+        residual_episodes, alibaba_rates = 2, ALIBABA_RATES[:1]
     else:
         episodes, tasks, seeds = 8, int(setting["tasks"]), EVALUATION_SEEDS
         rates, phase_tasks = list(setting["arrival_sweep_per_min"]) + [None], 600
+        residual_episodes, alibaba_rates = RESIDUAL_EPISODES, ALIBABA_RATES
     frozen = _frozen_baselines()
+    name = "ldwp-quick" if args.quick else "ldwp"
+    previous = None
+    if set(run_variants) != set(VARIANTS):
+        old = RESULTS / f"{name}.json"
+        if not old.exists():
+            raise SystemExit(f"--variants needs a previous {old} to copy the others from")
+        previous = json.loads(old.read_text())
     out_dir = Path(tempfile.mkdtemp(prefix="ldwp-models-"))
     started = time.perf_counter()
-    train_jobs = [(v, True, episodes, tasks, out_dir) for v in VARIANTS]
-    train_jobs += [(v, False, episodes, tasks, out_dir) for v in VARIANTS]
+    train_jobs = [(v, True, residual_episodes if v == "residual" else episodes, tasks, out_dir)
+                  for v in run_variants]
+    train_jobs += [(v, False, episodes, tasks, out_dir) for v in run_variants
+                   if v != "residual"]  # the residual variant starts as MCT: no "scratch" run
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         trained = list(tqdm(pool.map(train_variant, train_jobs), total=len(train_jobs),
                             desc="training", unit="agent"))
         models = {t["variant"]: t["model"] for t in trained if t["pretrained"]}
-        eval_jobs = [(models[v], v, s, rate, seed, tasks) for v in VARIANTS
-                     for s in ("fcfs", "heft") for rate in rates for seed in seeds]
+        eval_jobs = [(models[v], v, s, rate, seed, tasks) for v in run_variants
+                     for s in SCHEDULERS[v] for rate in rates for seed in seeds
+                     if s != "iawp" or rate is None]
+        eval_jobs += [(models[v], v, "heft", rate, seed, tasks, "alibaba")
+                      for v in run_variants if VARIANTS[v][0] == "node_scoring"
+                      for rate in alibaba_rates for seed in seeds]
         evaluations = list(tqdm(pool.map(evaluate, eval_jobs, chunksize=2),
                                 total=len(eval_jobs), desc="evaluation", unit="run"))
-        changes = list(pool.map(cluster_change, [(models[v], v, phase_tasks) for v in VARIANTS]))
-    latency = [decision_latency(models[v], v, 2000 if args.quick else 10000) for v in VARIANTS]
+        changes = list(pool.map(cluster_change, [(models[v], v, phase_tasks)
+                                                 for v in run_variants]))
+    latency = [decision_latency(models[v], v, 2000 if args.quick else 10000)
+               for v in run_variants]
     wall = time.perf_counter() - started
 
     summary = []
-    for v in VARIANTS:
-        for s in ("fcfs", "heft"):
-            for rate in rates:
-                group = [e for e in evaluations if e["variant"] == v and e["scheduler"] == s
-                         and e["rate"] == rate]
-                row = {"variant": v, "scheduler": s, "rate": rate}
-                for metric in ("throughput_per_min", "gpu_utilisation", "latency_p99_s",
-                               "load_balancing_degree", "useful_gpu_work_per_gpu_second"):
-                    mean, low, high = confidence_interval([g[metric] for g in group])
-                    row[metric] = {"mean": mean, "ci95": [low, high]}
-                summary.append(row)
+    for scenario, scenario_rates in (("paper", rates), ("alibaba", alibaba_rates)):
+        for v in run_variants:
+            for s in SCHEDULERS[v]:
+                for rate in scenario_rates:
+                    group = [e for e in evaluations if e.get("scenario", "paper") == scenario
+                             and e["variant"] == v and e["scheduler"] == s and e["rate"] == rate]
+                    if not group:
+                        continue
+                    row = {"scenario": scenario, "variant": v, "scheduler": s, "rate": rate}
+                    for metric in ("throughput_per_min", "gpu_utilisation", "latency_p99_s",
+                                   "load_balancing_degree", "useful_gpu_work_per_gpu_second"):
+                        mean, low, high = confidence_interval([g[metric] for g in group])
+                        row[metric] = {"mean": mean, "ci95": [low, high]}
+                    summary.append(row)
     comparison = []
-    for rate in rates:
-        base = {r["pair"]: r for r in frozen["summary"] if r["rate"] == rate}
-        if not base:
-            continue
-        paper_mean = statistics.fmean(base[p]["throughput_per_min"]["mean"] for p in PAPER_PAIRS)
-        best_pair = max((p for p in base if not p.startswith("Oracle")),
-                        key=lambda p: base[p]["throughput_per_min"]["mean"])
-        for row in (r for r in summary if r["rate"] == rate):
-            t = row["throughput_per_min"]
-            comparison.append({
-                "rate": rate, "variant": row["variant"], "scheduler": row["scheduler"],
-                "throughput_per_min": t, "gain_vs_paper_baselines_mean":
-                    t["mean"] / paper_mean - 1.0, "best_baseline": best_pair,
-                "best_baseline_throughput": base[best_pair]["throughput_per_min"],
-                "ci_low_above_best_baseline": bool(
-                    t["ci95"][0] > base[best_pair]["throughput_per_min"]["mean"]),
-                "oracle": base.get("Oracle+MCT", {}).get("throughput_per_min")})
-    name = "ldwp-quick" if args.quick else "ldwp"
+    for scenario, scenario_rates in (("paper", rates), ("alibaba", alibaba_rates)):
+        for rate in scenario_rates:
+            base = {r["pair"]: r for r in frozen["summary"]
+                    if r["scenario"] == scenario and r["rate"] == rate}
+            if not base:
+                continue
+            paper_mean = statistics.fmean(base[p]["throughput_per_min"]["mean"]
+                                          for p in PAPER_PAIRS)
+            best_pair = max((p for p in base if not p.startswith("Oracle")),
+                            key=lambda p: base[p]["throughput_per_min"]["mean"])
+            for row in (r for r in summary if r["rate"] == rate and r["scenario"] == scenario):
+                t = row["throughput_per_min"]
+                comparison.append({
+                    "scenario": scenario, "rate": rate, "variant": row["variant"],
+                    "scheduler": row["scheduler"], "throughput_per_min": t,
+                    "gain_vs_paper_baselines_mean": t["mean"] / paper_mean - 1.0,
+                    "best_baseline": best_pair,
+                    "best_baseline_throughput": base[best_pair]["throughput_per_min"],
+                    "ci_low_above_best_baseline": bool(
+                        t["ci95"][0] > base[best_pair]["throughput_per_min"]["mean"]),
+                    "oracle": base.get("Oracle+MCT", {}).get("throughput_per_min")})
+    reused = None
+    if previous is not None:  # copy the variants not re-run from the previous result file
+        keep = [v for v in VARIANTS if v not in run_variants]
+        reused = {"variants": keep, "git_commit": previous.get("git_commit"),
+                  "wall_s": previous.get("wall_s")}
+
+        def old(key):
+            return [dict({"scenario": "paper"}, **r) if key in ("summary", "comparison",
+                                                                 "evaluations") else r
+                    for r in previous.get(key, []) if r["variant"] in keep]
+        trained, summary = old("training") + trained, old("summary") + summary
+        comparison, changes = old("comparison") + comparison, old("cluster_change") + changes
+        latency, evaluations = old("decision_latency") + latency, old("evaluations") + evaluations
     path = write_result(name, {
         "frozen_baselines_commit": frozen["git_commit"], "evaluation_seeds": list(seeds),
-        "training_episodes": episodes, "tasks_per_run": tasks, "variants": {
+        "tuning_seeds": list(TUNING_SEEDS), "training_episodes": episodes,
+        "residual_training_episodes": residual_episodes, "tasks_per_run": tasks,
+        "alibaba": {"cluster": "alibaba_cluster(16, seed=0)", "rates_per_min": alibaba_rates,
+                    "node_scheduler": "heft", "trained_on": "paper cluster only (zero-shot)"},
+        "variants": {
             k: {"network": n, "overrides": {a: list(b) if isinstance(b, tuple) else b
-                                            for a, b in o.items()}}
+                                            for a, b in o.items()},
+                "schedulers": list(SCHEDULERS[k])}
             for k, (n, o) in VARIANTS.items()},
-        "wall_s": wall, "training": trained, "summary": summary, "comparison": comparison,
-        "cluster_change": changes, "decision_latency": latency, "evaluations": evaluations})
+        "reused": reused, "wall_s": wall, "training": trained, "summary": summary,
+        "comparison": comparison, "cluster_change": changes, "decision_latency": latency,
+        "evaluations": evaluations})
     _plot(trained, comparison, changes, latency, RESULTS / f"{name}.png")
     print(f"wrote {path} ({wall:.0f} s)")
     for c in comparison:
         t = c["throughput_per_min"]
-        print(f"rate {c['rate']!s:>5}  {c['variant']:12s} +{c['scheduler']:5s} "
-              f"{t['mean']:6.1f} [{t['ci95'][0]:6.1f}, {t['ci95'][1]:6.1f}]  vs paper mean "
-              f"{100 * c['gain_vs_paper_baselines_mean']:+5.1f}%  best {c['best_baseline']} "
-              f"{c['best_baseline_throughput']['mean']:.1f}  CI above: "
+        print(f"{c.get('scenario', 'paper'):7s} rate {c['rate']!s:>5}  {c['variant']:12s} "
+              f"+{c['scheduler']:5s} {t['mean']:6.1f} [{t['ci95'][0]:6.1f}, {t['ci95'][1]:6.1f}]"
+              f"  vs paper mean {100 * c['gain_vs_paper_baselines_mean']:+5.1f}%  best "
+              f"{c['best_baseline']} {c['best_baseline_throughput']['mean']:.1f}  CI above: "
               f"{c['ci_low_above_best_baseline']}")
+    for t in trained:
+        if "checkpoints" in t:
+            print(t["variant"], "tuning checkpoints", [(c["episode"],
+                  round(c["tuning_throughput_per_min"], 1)) for c in t["checkpoints"]],
+                  "chosen", t["chosen_episode"])
     for change in changes:
         print(change["variant"], [(r["nodes"], round(r["steady_per_min"], 1),
                                    r["time_to_95pct_s"]) for r in change["regain"]])
@@ -296,7 +443,8 @@ def _plot(trained, comparison, changes, latency, path) -> None:
     axes[0].set_xlabel("episode")
     axes[0].set_ylabel("throughput (tasks/min)")
     axes[0].legend(fontsize=7)
-    saturated = [c for c in comparison if c["rate"] is None]
+    saturated = [c for c in comparison if c["rate"] is None
+                 and c.get("scenario", "paper") == "paper"]
     if saturated:
         labels = [f"LDWP {c['variant']}+{c['scheduler']}" for c in saturated]
         values = [c["throughput_per_min"]["mean"] for c in saturated]

@@ -8,11 +8,20 @@ Read top to bottom, CleanRL style:
    after ``learning_starts``, sample ``batch_size`` transitions, compute
    ``td_target = r + gamma * max_a' Q_target(s', a') * (1 - done)`` and take one SGD step on
    the squared TD error; copy the Q-network into the target network every
-   ``target_network_frequency`` steps.
+   ``target_network_frequency`` steps. With ``double_q`` the next action is the online
+   network's argmax, valued by the target network (Double DQN); ``loss="huber"`` uses the
+   smooth-L1 TD loss instead of the squared error.
 
 The reward is the paper's: the change of cluster throughput between consecutive decisions
 (``Transition.reward`` from the simulator, or the placement service from feedback), scaled to
 tasks per minute.
+
+Our residual variant (``network="node_scoring", q_prior="completion"``, ``reward="task_latency"``,
+``latency_transform="log"``, ``gamma=0``): Q(s, node) = -log(1 + MCT's estimated completion time
+there) + a learned correction, fitted to -log(1 + the task's measured latency). The untrained
+agent is exactly the MCT rule; online learning corrects the public cost estimate with what the
+feedback reports (node types that run slower or faster than profiled, co-location, the node
+scheduler's ordering). ``residual_l2`` keeps the correction small where data are scarce.
 
 Example::
 
@@ -31,13 +40,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from placement.ldwp.features import node_rows, paper_vector, paper_vector_size
-from placement.ldwp.networks import (NodeScoringQNetwork, PaperQNetwork, export_layers,
-                                     numpy_forward)
+from placement.ldwp.features import (NODE_ROW_SIZE, NODE_SPEC_SIZE, node_rows,
+                                     node_spec_features, paper_vector, paper_vector_size)
+from placement.ldwp.networks import (NodeScoringQNetwork, PaperQNetwork, completion_prior,
+                                     export_layers, numpy_forward, scaled_completion_q)
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, Decision, Observation, Policy, Transition
 
 __all__ = ["LDWPSettings", "LDWPPolicy"]
+
+
+REWARDS = ("throughput_change", "task_latency", "drain_time")
 
 
 @dataclass
@@ -59,20 +72,52 @@ class LDWPSettings:
     train_frequency: int = 1           # (open) decisions per gradient step
     reward: str = "throughput_change"  # paper: change of cluster throughput between decisions;
     #                                    "task_latency" (ours): -latency of the placed task itself,
-    #                                    credited when it completes (feedback topic)
+    #                                    credited when it completes (feedback topic);
+    #                                    "drain_time" (ours): -time until the chosen node has
+    #                                    finished as much work as it held at the decision plus
+    #                                    this task (counted from completions, so it does not
+    #                                    depend on the order the node scheduler picks)
     reward_scale: float = 60.0         # (open) reward in tasks/min instead of tasks/s
     latency_scale_s: float = 100.0     # (ours) task_latency reward = -latency / this
     max_grad_norm: float = 10.0        # (open) clips updates so lr 0.1 stays stable
+    # -- beyond the paper (defaults keep the paper's algorithm) --------------------------------
+    double_q: bool = False             # Double DQN: td_target uses Q_target(s', argmax Q(s', .))
+    loss: str = "mse"                  # TD loss: "mse" (paper: squared error) or "huber"
+    q_prior: str = "none"              # node_scoring only: "completion" adds -log(1 + MCT's
+    #                                    estimated completion s) to each node's Q (residual Q);
+    #                                    the learned part starts at 0, so untrained = MCT
+    latency_transform: str = "linear"  # task_latency / drain_time reward: "linear"
+    #                                    -seconds / latency_scale_s, "log" -log(1 + seconds)
+    #                                    (the scale of q_prior)
+    residual: str = "additive"         # q_prior only: "additive" Q = prior + MLP; "scaled"
+    #                                    Q = -log(1 + e^g wait + e^h task time), (g, h) = MLP
+    residual_l2: float = 0.0           # q_prior only: weight of an L2 penalty on the learned
+    #                                    correction of the taken actions (stay close to MCT)
+    spec_features: bool = False        # node_scoring only: append each node's static spec
+    #                                    (cores, GPUs, memories, speeds) to its row
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.network not in ("paper", "node_scoring"):
             raise ValueError(f"network must be 'paper' or 'node_scoring', got {self.network!r}")
-        if self.reward not in ("throughput_change", "task_latency"):
-            raise ValueError(f"reward must be 'throughput_change' or 'task_latency', got "
-                             f"{self.reward!r}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward must be one of {REWARDS}, got {self.reward!r}")
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
+        if self.loss not in ("mse", "huber"):
+            raise ValueError(f"loss must be 'mse' or 'huber', got {self.loss!r}")
+        if self.q_prior not in ("none", "completion"):
+            raise ValueError(f"q_prior must be 'none' or 'completion', got {self.q_prior!r}")
+        if self.q_prior != "none" and self.network != "node_scoring":
+            raise ValueError("q_prior needs network='node_scoring' (the prior is a per-node "
+                             "column of its rows)")
+        if self.residual not in ("additive", "scaled"):
+            raise ValueError(f"residual must be 'additive' or 'scaled', got {self.residual!r}")
+        if self.spec_features and self.network != "node_scoring":
+            raise ValueError("spec_features needs network='node_scoring'")
+        if self.latency_transform not in ("linear", "log"):
+            raise ValueError(f"latency_transform must be 'linear' or 'log', got "
+                             f"{self.latency_transform!r}")
         self.hidden_sizes = tuple(self.hidden_sizes)
 
 
@@ -112,7 +157,13 @@ class LDWPPolicy(Policy):
         self.losses: list[float] = []
         self._pending: dict[int, tuple] = {}
         self._awaiting_outcome: dict[str, tuple] = {}
-        self._early_outcomes: dict[str, float] = {}
+        self._early_outcomes: dict[str, float] = {}   # task id -> reward, known before learn()
+        # drain_time bookkeeping: estimated work completed per node (from completions), the
+        # decisions waiting for their node to reach a work level, and what each task placed.
+        self._done_work: dict[str, float] = {}
+        self._drain_waits: dict[str, list] = {}
+        self._placed: dict[str, tuple] = {}
+        self._work_cache: dict = {}
         self._stored = 0
         self._estimate_cache: dict = {}
         self._numpy_layers = None
@@ -123,7 +174,9 @@ class LDWPPolicy(Policy):
         if s.network == "paper":
             m = len(self.cluster.nodes)
             return PaperQNetwork(paper_vector_size(m), m, s.hidden_sizes)
-        return NodeScoringQNetwork(s.hidden_sizes)
+        return NodeScoringQNetwork(s.hidden_sizes, prior=s.q_prior, residual=s.residual,
+                                   row_size=NODE_ROW_SIZE + (NODE_SPEC_SIZE if s.spec_features
+                                                             else 0))
 
     def _optimizer(self) -> torch.optim.Optimizer:
         params = self.q_network.parameters()
@@ -150,7 +203,8 @@ class LDWPPolicy(Policy):
             fixed, slope = per_app.get(task.app_id, (0.0, 0.0))
             estimates[node_id] = fixed + slope * task.input_size
             units[node_id] = unit_count
-        return node_rows(observation, estimates, units)
+        return node_rows(observation, estimates, units,
+                         self._estimate_cache["specs"] if self.settings.spec_features else None)
 
     def _coefficients(self) -> dict:
         """Per node of the agent's cluster: ({app: (fixed_s, per_pixel_s)}, parallel units),
@@ -160,7 +214,8 @@ class LDWPPolicy(Policy):
             table = {spec.node_id: (self.costs.task_time_coefficients(spec),
                                     spec.cpu_cores + len(spec.gpus))
                      for spec in self.cluster.nodes}
-            self._estimate_cache = {"key": key, "table": table}
+            specs = {spec.node_id: node_spec_features(spec) for spec in self.cluster.nodes}
+            self._estimate_cache = {"key": key, "table": table, "specs": specs}
         return self._estimate_cache["table"]
 
     def q_values(self, state: np.ndarray, use_numpy: bool = False) -> np.ndarray:
@@ -178,7 +233,13 @@ class LDWPPolicy(Policy):
                 own, context, bias = self._split_first
                 hidden = state @ own + (state.mean(axis=0) @ context + bias)
                 np.maximum(hidden, 0.0, out=hidden)
-                return numpy_forward(self._numpy_layers[1:], hidden)[:, 0]
+                out = numpy_forward(self._numpy_layers[1:], hidden)
+                if self.settings.q_prior == "completion" and self.settings.residual == "scaled":
+                    return scaled_completion_q(state, out, lib=np)
+                q = out[:, 0]
+                if self.settings.q_prior == "completion":
+                    q = q + completion_prior(state)
+                return q
             return numpy_forward(self._numpy_layers, state[None, :])[0]
         with torch.no_grad():
             out = self.q_network(torch.from_numpy(state).unsqueeze(0))
@@ -206,7 +267,33 @@ class LDWPPolicy(Policy):
         if self.training:
             self._pending[id(observation)] = (state, index)
             self.global_step += 1
+            if self.settings.reward == "drain_time":
+                self._register_drain(observation, index)
         return Decision(ids[index], reason, scores)
+
+    def _task_work_s(self, task, node_id: str) -> float:
+        """Estimated unit-seconds of the task on the node (what NodeState.backlog_s sums)."""
+        key = (task.app_id, task.input_size, node_id)
+        work = self._work_cache.get(key)
+        if work is None:
+            spec = next((n for n in self.cluster.nodes if n.node_id == node_id), None)
+            work = self.costs.task_work_ms(task, spec) / 1000.0 if spec is not None else 0.0
+            if len(self._work_cache) > 100_000:
+                self._work_cache.clear()
+            self._work_cache[key] = work
+        return work
+
+    def _register_drain(self, observation: Observation, index: int) -> None:
+        """drain_time: the decision is judged when its node has completed (estimated) work equal
+        to its backlog at the decision plus this task: a level of the node's completed-work
+        counter, reached whatever order the node scheduler runs the stages in."""
+        node = observation.nodes[index]
+        task = observation.task
+        work = self._task_work_s(task, node.node_id)
+        level = self._done_work.get(node.node_id, 0.0) + node.backlog_s + work
+        self._drain_waits.setdefault(node.node_id, []).append(
+            (level, observation.now_s, task.task_id))
+        self._placed[task.task_id] = (node.node_id, work, task.arrival_s)
 
     # -- learning ---------------------------------------------------------------------------
     def learn(self, transition: Transition) -> None:
@@ -218,32 +305,54 @@ class LDWPPolicy(Policy):
         state, action = pending
         next_state = (self.encode(transition.next_observation)
                       if transition.next_observation is not None else None)
-        if self.settings.reward == "task_latency":
-            # The reward is this task's own latency, known when it completes.
+        if self.settings.reward in ("task_latency", "drain_time"):
+            # The reward is known only later, from completions (the feedback topic).
             task_id = transition.observation.task.task_id
-            latency = self._early_outcomes.pop(task_id, None)
-            if latency is None:
+            reward = self._early_outcomes.pop(task_id, None)
+            if reward is None:
                 self._awaiting_outcome[task_id] = (state, action, next_state, transition.done)
-            else:  # the task finished before the next decision arrived
-                self._store((state, action, -latency / self.settings.latency_scale_s,
-                             next_state, transition.done))
+            else:  # the outcome arrived before the next decision
+                self._store((state, action, reward, next_state, transition.done))
             return
         self._store((state, action, transition.reward * self.settings.reward_scale, next_state,
                      transition.done))
 
     def observe_completion(self, task_id: str, latency_s: float, node_id: str) -> None:
         """A placed task finished (simulator, or the service reading the feedback topic)."""
-        if not self.training or self.settings.reward != "task_latency":
+        if not self.training:
             return
+        if self.settings.reward == "task_latency":
+            self._outcome(task_id, self.latency_reward(latency_s))
+        elif self.settings.reward == "drain_time":
+            placed = self._placed.pop(task_id, None)
+            if placed is None:
+                return  # placed while not training
+            node_id, work, arrival_s = placed
+            now = arrival_s + latency_s
+            done = self._done_work.get(node_id, 0.0) + work
+            self._done_work[node_id] = done
+            waits = self._drain_waits.get(node_id, [])
+            reached = [w for w in waits if w[0] <= done + 1e-9]
+            if reached:
+                self._drain_waits[node_id] = [w for w in waits if w[0] > done + 1e-9]
+                for _, decided_s, decided_task in reached:
+                    self._outcome(decided_task, self.latency_reward(now - decided_s))
+
+    def _outcome(self, task_id: str, reward: float) -> None:
         pending = self._awaiting_outcome.pop(task_id, None)
         if pending is None:
             if len(self._early_outcomes) > 100_000:
                 self._early_outcomes.clear()  # outcomes of decisions made while not training
-            self._early_outcomes[task_id] = latency_s
+            self._early_outcomes[task_id] = reward
             return
         state, action, next_state, done = pending
-        self._store((state, action, -latency_s / self.settings.latency_scale_s, next_state,
-                     done))
+        self._store((state, action, reward, next_state, done))
+
+    def latency_reward(self, latency_s: float) -> float:
+        """The reward for ``latency_s`` seconds (task latency, or drain time)."""
+        if self.settings.latency_transform == "log":
+            return -float(np.log1p(max(0.0, latency_s)))
+        return -latency_s / self.settings.latency_scale_s
 
     def _store(self, item: tuple) -> None:
         self.replay.add(item)
@@ -264,11 +373,17 @@ class LDWPPolicy(Policy):
         dones = torch.tensor([1.0 if (b[4] or b[3] is None) else 0.0 for b in batch])
         next_states = torch.from_numpy(np.stack([b[3] if b[3] is not None else b[0]
                                                  for b in batch]))
-        with torch.no_grad():
-            target_max = self.target_network(next_states).max(dim=-1).values
-            td_target = rewards + self.settings.gamma * target_max * (1.0 - dones)
-        q_taken = self.q_network(states).gather(1, actions.unsqueeze(1)).squeeze(1)
-        loss = nn.functional.mse_loss(q_taken, td_target)
+        td_target = self.td_target(rewards, next_states, dones)
+        q_all = self.q_network(states)
+        q_taken = q_all.gather(1, actions.unsqueeze(1)).squeeze(1)
+        if self.settings.loss == "huber":
+            loss = nn.functional.smooth_l1_loss(q_taken, td_target)
+        else:
+            loss = nn.functional.mse_loss(q_taken, td_target)
+        if self.settings.residual_l2 > 0 and self.settings.q_prior != "none":
+            chosen = states[torch.arange(len(batch)), actions]
+            residual = q_taken - completion_prior(chosen)
+            loss = loss + self.settings.residual_l2 * (residual ** 2).mean()
         self.optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.q_network.parameters(), self.settings.max_grad_norm)
@@ -276,6 +391,19 @@ class LDWPPolicy(Policy):
         self.updates += 1
         self._numpy_layers = None
         self.losses.append(loss.item())
+
+    def td_target(self, rewards: torch.Tensor, next_states: torch.Tensor,
+                  dones: torch.Tensor) -> torch.Tensor:
+        """r + gamma * Q_target(s', a') * (1 - done), a' = argmax of the target network
+        (DQN) or of the online network (``double_q``: Double DQN, van Hasselt et al. 2016)."""
+        with torch.no_grad():
+            next_q = self.target_network(next_states)
+            if self.settings.double_q:
+                best = self.q_network(next_states).argmax(dim=-1, keepdim=True)
+                next_value = next_q.gather(-1, best).squeeze(-1)
+            else:
+                next_value = next_q.max(dim=-1).values
+            return rewards + self.settings.gamma * next_value * (1.0 - dones)
 
     # -- export -----------------------------------------------------------------------------
     def metadata(self) -> dict:

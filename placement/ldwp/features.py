@@ -28,12 +28,33 @@ import numpy as np
 from workload.catalog import app_ids
 from workload.model import NODE_STATE_FIELDS, Observation
 
-__all__ = ["paper_vector", "paper_vector_size", "node_rows", "NODE_ROW_SIZE", "APPS"]
+__all__ = ["paper_vector", "paper_vector_size", "node_rows", "NODE_ROW_SIZE", "APPS",
+           "COMPLETION_COLUMN", "ESTIMATE_COLUMN", "COMPLETION_SCALE", "NODE_SPEC_SIZE",
+           "node_spec_features"]
 
 APPS = app_ids()
 #: task one-hot + log TSize + six node numbers + queue depth + backlog + estimated time +
 #: estimated completion + relative speed + 1 (bias-like constant: "this node exists").
 NODE_ROW_SIZE = len(APPS) + 1 + len(NODE_STATE_FIELDS) + 6
+#: the column of node_rows holding log1p(estimated completion s) / COMPLETION_SCALE, where the
+#: estimated completion is the MCT rule's score: backlog / parallel units + task estimate.
+COMPLETION_COLUMN = len(APPS) + 1 + len(NODE_STATE_FIELDS) + 3
+#: the column holding log1p(estimated task seconds alone on the node) / COMPLETION_SCALE.
+ESTIMATE_COLUMN = COMPLETION_COLUMN - 1
+COMPLETION_SCALE = 10.0
+#: optional static columns per node (``spec_features``): what the node is, so a shared network
+#: can tell apart node types that the public estimate treats alike (same GPU model, fewer GPUs).
+NODE_SPEC_SIZE = 6
+
+
+def node_spec_features(spec) -> tuple[float, ...]:
+    """(log cores, GPUs, log GPU memory, log host memory, CPU speed, mean GPU speed), scaled
+    to about [0, 1]."""
+    gpus = spec.gpus
+    return (np.log1p(spec.cpu_cores) / 3.0, len(gpus) / 4.0,
+            np.log1p(sum(g.memory_gb for g in gpus)) / 5.0, np.log1p(spec.host_memory_gb) / 5.0,
+            float(spec.cpu_speed),
+            float(np.mean([g.speed for g in gpus])) if gpus else 0.0)
 
 
 def _task_features(observation: Observation) -> list[float]:
@@ -53,16 +74,20 @@ def paper_vector(observation: Observation) -> np.ndarray:
 
 
 def node_rows(observation: Observation, estimates_s: dict[str, float] | None = None,
-              units: dict[str, int] | None = None) -> np.ndarray:
+              units: dict[str, int] | None = None,
+              spec_rows: dict[str, tuple] | None = None) -> np.ndarray:
     """(M, NODE_ROW_SIZE) features. ``estimates_s[node]``: the public estimate of this task's
     time alone on that node; ``units[node]``: its parallel units (cores + GPUs). Missing
     entries count as unknown (0) so the encoding still works without a cost model.
+    With ``spec_rows`` (node -> ``node_spec_features``), NODE_SPEC_SIZE more columns follow
+    (zeros for a node without one): (M, NODE_ROW_SIZE + NODE_SPEC_SIZE).
     Vectorised: this runs once per routed record."""
     estimates_s = estimates_s or {}
     units = units or {}
     nodes = observation.nodes
     m = len(nodes)
-    rows = np.empty((m, NODE_ROW_SIZE), dtype=np.float32)
+    extra = NODE_SPEC_SIZE if spec_rows is not None else 0
+    rows = np.empty((m, NODE_ROW_SIZE + extra), dtype=np.float32)
     task = _task_features(observation)
     width = len(task)
     rows[:, :width] = task
@@ -78,8 +103,11 @@ def node_rows(observation: Observation, estimates_s: dict[str, float] | None = N
     rows[:, width + 6] = np.log1p(raw[:, 6]) / 5.0
     rows[:, width + 7] = np.log1p(raw[:, 7]) / 10.0
     rows[:, width + 8] = np.log1p(estimate) / 10.0
-    rows[:, width + 9] = np.log1p(wait + estimate) / 10.0
+    rows[:, width + 9] = np.log1p(wait + estimate) / COMPLETION_SCALE
     with np.errstate(divide="ignore", invalid="ignore"):
         rows[:, width + 10] = np.where(estimate > 0, fastest / estimate, 0.0)
     rows[:, width + 11] = 1.0
+    if extra:
+        blank = (0.0,) * NODE_SPEC_SIZE
+        rows[:, NODE_ROW_SIZE:] = [spec_rows.get(n.node_id, blank) for n in nodes]
     return rows

@@ -4,7 +4,13 @@
   Its input and output sizes depend on the node count M.
 - :class:`NodeScoringQNetwork`: our size-agnostic variant: one shared MLP scores each node from
   (task features, that node's features, the mean of all nodes' features), so the same weights
-  serve any M and a changed cluster needs no re-training.
+  serve any M and a changed cluster needs no re-training. With ``prior="completion"`` (ours,
+  "residual" LDWP) the MLP only learns a correction: Q(node) = -log(1 + estimated completion
+  time of the task there) + MLP(...), and the MLP's last layer starts at zero, so the untrained
+  agent decides exactly like the MCT/ETC rule (minimum estimated completion time). With
+  ``residual="scaled"`` the MLP instead gives two log-factors (g, h) per node and
+  Q = -log(1 + exp(g) * wait + exp(h) * task time): a learned per-node correction of how fast
+  the node really works off its backlog and of the task's own time (both 1 at the start).
 
 ``numpy_forward(layers, x)`` runs exported weights without torch (tested to agree with torch).
 
@@ -22,9 +28,29 @@ import numpy as np
 import torch
 from torch import nn
 
-from placement.ldwp.features import NODE_ROW_SIZE
+from placement.ldwp.features import (COMPLETION_COLUMN, COMPLETION_SCALE, ESTIMATE_COLUMN,
+                                     NODE_ROW_SIZE)
 
-__all__ = ["PaperQNetwork", "NodeScoringQNetwork", "numpy_forward", "export_layers"]
+__all__ = ["PaperQNetwork", "NodeScoringQNetwork", "numpy_forward", "export_layers",
+           "completion_prior"]
+
+PRIORS = ("none", "completion")
+RESIDUALS = ("additive", "scaled")
+
+
+def completion_prior(rows):
+    """-log(1 + estimated completion seconds) per node row (torch or numpy): the node_rows
+    column holds log1p(completion) / COMPLETION_SCALE. argmax of this prior = the MCT rule."""
+    return -COMPLETION_SCALE * rows[..., COMPLETION_COLUMN]
+
+
+def scaled_completion_q(rows, factors, lib=torch):
+    """-log(1 + exp(g) * wait + exp(h) * estimate), wait and estimate recovered from the rows'
+    log1p columns; ``factors[..., 0] = g``, ``factors[..., 1] = h`` (torch or numpy via lib)."""
+    estimate = lib.expm1(COMPLETION_SCALE * rows[..., ESTIMATE_COLUMN])
+    wait = lib.expm1(COMPLETION_SCALE * rows[..., COMPLETION_COLUMN]) - estimate
+    wait = lib.maximum(wait, 0.0 * wait) if lib is torch else np.maximum(wait, 0.0)
+    return -lib.log1p(lib.exp(factors[..., 0]) * wait + lib.exp(factors[..., 1]) * estimate)
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -55,10 +81,21 @@ class NodeScoringQNetwork(nn.Module):
 
     kind = "node_scoring"
 
-    def __init__(self, hidden_sizes: tuple[int, ...] = (128, 64)):
+    def __init__(self, hidden_sizes: tuple[int, ...] = (128, 64), prior: str = "none",
+                 residual: str = "additive", row_size: int = NODE_ROW_SIZE):
         super().__init__()
+        if prior not in PRIORS:
+            raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
+        if residual not in RESIDUALS:
+            raise ValueError(f"residual must be one of {RESIDUALS}, got {residual!r}")
         self.hidden_sizes = tuple(hidden_sizes)
-        self.body = _mlp([2 * NODE_ROW_SIZE, *hidden_sizes, 1])
+        self.prior, self.residual, self.row_size = prior, residual, row_size
+        outputs = 2 if (prior != "none" and residual == "scaled") else 1
+        self.body = _mlp([2 * row_size, *hidden_sizes, outputs])
+        if prior != "none":
+            last = self.body[-1]
+            nn.init.zeros_(last.weight)  # residual starts at 0: the untrained agent is MCT
+            nn.init.zeros_(last.bias)
 
     @staticmethod
     def with_context(rows: torch.Tensor) -> torch.Tensor:
@@ -66,7 +103,13 @@ class NodeScoringQNetwork(nn.Module):
         return torch.cat([rows, context], dim=-1)
 
     def forward(self, rows: torch.Tensor) -> torch.Tensor:  # (..., M, F) -> (..., M)
-        return self.body(self.with_context(rows)).squeeze(-1)
+        out = self.body(self.with_context(rows))
+        if self.prior == "completion" and self.residual == "scaled":
+            return scaled_completion_q(rows, out)
+        q = out.squeeze(-1)
+        if self.prior == "completion":
+            q = q + completion_prior(rows)
+        return q
 
 
 def export_layers(net: nn.Module) -> list[tuple[np.ndarray, np.ndarray]]:

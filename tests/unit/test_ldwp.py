@@ -177,3 +177,123 @@ def test_task_latency_reward_is_credited_when_each_task_completes(costs):
     rewards = sorted(-item[2] * agent.settings.latency_scale_s for item in agent.replay.items)
     assert rewards == pytest.approx(latencies)
     assert not agent._awaiting_outcome
+
+
+# -- beyond the paper: Double DQN, Huber, the residual (MCT-prior) network, drain_time ---------
+
+def _batch_agent(costs, **overrides):
+    agent = LDWPPolicy(_cluster(2), costs, LDWPSettings(network="paper", seed=0, **overrides))
+    return agent
+
+
+def _set_q(net, values_by_state: dict):
+    """Replace a paper network by a lookup: state row i -> fixed Q-values."""
+    table = torch.tensor(values_by_state, dtype=torch.float32)
+
+    class Lookup(torch.nn.Module):
+        def forward(self, x):
+            return table[x[:, 0].long()]
+    return Lookup()
+
+
+def test_double_q_target_uses_the_online_argmax_valued_by_the_target_network(costs):
+    rewards = torch.tensor([1.0, 0.5])
+    next_states = torch.tensor([[0.0], [1.0]])
+    dones = torch.tensor([0.0, 1.0])
+    online = [[1.0, 5.0], [0.0, 0.0]]   # online prefers action 1 in state 0
+    target = [[3.0, 2.0], [9.0, 9.0]]   # the target network values it at 2 (its own max is 3)
+    plain = _batch_agent(costs, gamma=0.5)
+    double = _batch_agent(costs, gamma=0.5, double_q=True)
+    for agent in (plain, double):
+        agent.q_network, agent.target_network = _set_q(None, online), _set_q(None, target)
+    # DQN: 1 + 0.5 * max(3, 2) = 2.5; Double DQN: 1 + 0.5 * target[argmax online = 1] = 2.0;
+    # the second transition is terminal: its target is the reward alone.
+    assert plain.td_target(rewards, next_states, dones).tolist() == [2.5, 0.5]
+    assert double.td_target(rewards, next_states, dones).tolist() == [2.0, 0.5]
+
+
+def test_new_settings_are_validated():
+    with pytest.raises(ValueError, match="loss"):
+        LDWPSettings(loss="l1")
+    with pytest.raises(ValueError, match="q_prior"):
+        LDWPSettings(network="paper", q_prior="completion")
+    with pytest.raises(ValueError, match="reward"):
+        LDWPSettings(reward="makespan")
+    with pytest.raises(ValueError, match="residual"):
+        LDWPSettings(network="node_scoring", q_prior="completion", residual="multiplicative")
+    paper = LDWPSettings()
+    assert (paper.double_q, paper.loss, paper.q_prior, paper.spec_features) == \
+        (False, "mse", "none", False)
+
+
+@pytest.mark.parametrize("residual", ["additive", "scaled"])
+def test_untrained_residual_agent_decides_like_mct(costs, residual):
+    from placement.policies import make_policy
+    from simulator import paper_cluster
+    cluster = paper_cluster()
+    agent = LDWPPolicy(cluster, costs, LDWPSettings(network="node_scoring", q_prior="completion",
+                                                     residual=residual, spec_features=True))
+    agent.training = False
+    mct = make_policy("mct", cluster, costs)
+    rng = random.Random(4)
+    agree = 0
+    for i in range(50):
+        nodes = tuple(NodeState(n, queue_depth=rng.randrange(9), backlog_s=rng.random() * 2000)
+                      for n in cluster.node_ids)
+        task = Task(f"t{i}", rng.choice(["face_recognition", "video_synopsis",
+                                          "intrusion_detection"]), rng.randrange(10**6, 10**8))
+        obs = Observation(task, nodes, 0.0)
+        agree += agent.decide(obs).node == mct.decide(obs).node
+        state = agent.encode(obs)
+        np.testing.assert_allclose(agent.q_values(state, use_numpy=True), agent.q_values(state),
+                                   rtol=1e-5, atol=1e-5)
+    assert agree >= 48  # the agent's affine estimate of the task time may break a near-tie
+
+
+def test_scaled_residual_q_is_minus_log_of_the_corrected_completion():
+    from placement.ldwp.features import COMPLETION_COLUMN, ESTIMATE_COLUMN, NODE_ROW_SIZE
+    from placement.ldwp.networks import scaled_completion_q
+    rows = torch.zeros(1, NODE_ROW_SIZE)
+    rows[0, ESTIMATE_COLUMN] = np.log1p(10.0) / 10      # task alone: 10 s
+    rows[0, COMPLETION_COLUMN] = np.log1p(40.0) / 10    # wait 30 s + 10 s
+    factors = torch.tensor([[np.log(2.0), np.log(0.5)]], dtype=torch.float32)
+    q = scaled_completion_q(rows, factors)
+    assert q.item() == pytest.approx(-np.log1p(2 * 30 + 0.5 * 10), rel=1e-5)
+
+
+def test_huber_loss_is_used_when_asked(costs):
+    agent = LDWPPolicy(_cluster(2), costs, LDWPSettings(network="node_scoring", loss="huber",
+                                                         batch_size=4, seed=0))
+    state = agent.encode(_observation(2, 0))
+    for _ in range(4):
+        agent.replay.add((state, 0, 100.0, state, True))   # a huge TD error
+    agent._train_step()
+    with torch.no_grad():
+        q = agent.q_network(torch.from_numpy(state)[None])[0, 0]
+    # smooth L1 of an error e > 1 is |e| - 0.5 (the squared error would be e^2)
+    assert agent.losses[-1] == pytest.approx(abs(100.0 - q.item()) - 0.5, rel=0.05)
+
+
+def test_drain_time_reward_is_the_time_until_the_node_worked_off_its_backlog(costs):
+    cluster = ClusterSpec((NodeSpec("a", 2, 16),))
+    agent = LDWPPolicy(cluster, costs, LDWPSettings(network="node_scoring", reward="drain_time",
+                                                     latency_transform="linear",
+                                                     latency_scale_s=1.0,
+                                                     learning_starts=10_000, seed=0))
+    t1 = Task("t1", "face_recognition", 3_000_000, 0.0)
+    t2 = Task("t2", "face_recognition", 3_000_000, 5.0)
+    w = agent._task_work_s(t1, "a")
+    o1 = Observation(t1, (NodeState("a"),), 0.0)
+    o2 = Observation(t2, (NodeState("a", queue_depth=1, backlog_s=w),), 5.0)
+    agent.decide(o1)
+    agent.decide(o2)
+    from workload.model import Transition
+    agent.learn(Transition(o1, None, 0.0, o2))
+    agent.learn(Transition(o2, None, 0.0, None, done=True))
+    # t2 completes first (the node scheduler may reorder): the node has now done as much work
+    # as t1's decision asked for (w), so t1 is judged at time 25; t2's needs 2 w.
+    agent.observe_completion("t2", 20.0, "a")          # at time 25
+    assert [item[2] for item in agent.replay.items] == [pytest.approx(-25.0)]
+    agent.observe_completion("t1", 40.0, "a")          # at time 40: both works done
+    assert sorted(item[2] for item in agent.replay.items) == [pytest.approx(-35.0),
+                                                              pytest.approx(-25.0)]
