@@ -413,6 +413,7 @@ def main(argv=None) -> None:
         "wall_s": time.time() - started, "training_run": training, "summary": summary,
         "overhead": overhead, "verdict": verdict, "runs": rows, "overhead_runs": overhead_rows})
     plot(summary, rows, overhead, RESULTS / "flink_e2e.png")
+    (RESULTS / "flink_e2e.partial.json").unlink(missing_ok=True)
     print(f"wrote {path}")
     for s in summary:
         t = s["throughput_per_s"]

@@ -101,6 +101,7 @@ class FeedbackPublisher:
         self.instance = instance
         self.clock = clock
         self._completed: list[dict] = []
+        self._routed_queue: list[int] = []
         self._lock = threading.Lock()
         self._bytes_in = self._bytes_out = 0
         self._last_emit = clock()
@@ -129,6 +130,7 @@ class FeedbackPublisher:
         with self._lock:
             if routed_at:
                 self._completed.append(timing)
+                self._routed_queue.append(int(event.get("_routed_queue", -1)))
             self._bytes_in += bytes_in
             self._bytes_out += bytes_out
 
@@ -137,6 +139,7 @@ class FeedbackPublisher:
         now = self.clock()
         with self._lock:
             completed, self._completed = self._completed, []
+            routed_queue, self._routed_queue = self._routed_queue, []
             bytes_in, bytes_out = self._bytes_in, self._bytes_out
             self._bytes_in = self._bytes_out = 0
         elapsed = max(1e-3, now - self._last_emit)
@@ -154,7 +157,7 @@ class FeedbackPublisher:
                 "downlink_bytes_per_s": bytes_in / elapsed,
                 "queue_depth": int(snap.get("queue_depth", 0)),
                 "in_flight": int(snap.get("in_flight", 0)), "backpressure": 0.0,
-                "completed": completed, "sequence": sequence}
+                "completed": completed, "sequence": sequence, "routed_queue": routed_queue}
 
     def _delivered(self, err, msg) -> None:
         if err is not None:

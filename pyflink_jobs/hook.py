@@ -281,6 +281,7 @@ class RouterFunction(BroadcastProcessFunction):
         event["_bytes"] = len(payload)
         event["_routed_at_ms"] = int(time.time() * 1000)
         event["_routed_to"] = decision.node
+        event["_routed_queue"] = self.router.last_decision_queue
         if self.single_output:
             yield self._tags[decision.node], (decision.node, event)
         else:

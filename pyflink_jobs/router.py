@@ -108,6 +108,7 @@ class Router:
         self.routed = {n: 0 for n in self.node_ids}
         self.fallback_decisions = 0
         self.full_skips = 0
+        self.last_decision_queue = 0
         self.feedback_records = 0
         self._latencies_us: list[float] = []
         self._latency_index = 0
@@ -200,6 +201,9 @@ class Router:
                 old_node, _ = self._in_flight.pop(task.task_id)
                 self._in_flight_count[old_node] -= 1
             self._in_flight[task.task_id] = (decision.node, now)
+            # the queue this decision saw on the chosen node (reported back in the feedback,
+            # so the service learns latency against the same queue numbers the router sees)
+            self.last_decision_queue = self._in_flight_count[decision.node]
             self._in_flight_count[decision.node] += 1
             self.routed[decision.node] += 1
         self._record_latency((time.perf_counter() - started) * 1e6)

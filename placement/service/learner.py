@@ -49,6 +49,8 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+
 import bisect
 import hashlib
 import logging
@@ -284,10 +286,17 @@ class OnlineLearner:
                 self.history.add(record, node_state_from_feedback(record, self.specs.get(node)))
             for record in records:
                 node = record["node_id"]
-                for timing in record.get("completed") or ():
+                queues = record.get("routed_queue") or []
+                for i, timing in enumerate(record.get("completed") or ()):
                     latency = float(timing["queue_ms"]) + float(timing["service_ms"])
                     decided = int(timing["finished_at_ms"] - latency)
                     states = tuple(self.history.state_at(n, decided) for n in self._node_order)
+                    if i < len(queues) and queues[i] >= 0:
+                        # The router's own count for the chosen node when it decided: the
+                        # queue its observation showed (the executor's feedback only knows
+                        # the few tasks inside the executor, not those buffered on the way).
+                        states = tuple(dataclasses.replace(st, queue_depth=int(queues[i]))
+                                       if st.node_id == node else st for st in states)
                     task = Task(timing["task_id"], timing["app_id"], int(timing["input_size"]))
                     self._pending.append(_Example(task, node, latency, decided, states))
                     rates = self._service_s.setdefault(node, deque(maxlen=_RATE_WINDOW))

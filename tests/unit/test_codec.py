@@ -38,7 +38,7 @@ NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 1_764_500_000_000, "cpu_uti
                  "completed": [{"task_id": "t-1", "app_id": "face_recognition",
                                 "input_size": 921_600, "queue_ms": 12.5, "service_ms": 80.25,
                                 "finished_at_ms": 1_764_499_999_990}],
-                 "sequence": 7}
+                 "sequence": 7, "routed_queue": [3]}
 DEAD_LETTER = {"source_topic": "tasks", "partition": 2, "offset": 12_345_678_901,
                "reason": "not an Avro single-object message", "raw": b"\x00\xff{\"x\": 1}",
                "failed_at_ms": 1_764_500_000_000, "stage": "decode"}
@@ -79,6 +79,14 @@ def test_defaults_fill_optional_fields():
               if k not in ("stage_timings", "output_digest", "error", "routed_to")}
     assert decode("TaskResult", encode("TaskResult", result)) == {
         **result, "stage_timings": [], "output_digest": "", "error": None, "routed_to": ""}
+
+
+def test_feedback_written_before_routed_queue_existed_still_decodes():
+    older = load_schema("NodeFeedback")
+    older["fields"] = [f for f in older["fields"] if f["name"] != "routed_queue"]
+    old_record = {k: v for k, v in NODE_FEEDBACK.items() if k != "routed_queue"}
+    data = Codec(reader_schemas={"NodeFeedback": older}).encode("NodeFeedback", old_record)
+    assert decode("NodeFeedback", data) == {**old_record, "routed_queue": []}
 
 
 def test_results_written_before_routed_to_existed_still_decode():

@@ -435,3 +435,27 @@ def test_cli_serve_refuses_an_open_host_without_a_token(capsys, monkeypatch):
     assert "without a token" in capsys.readouterr().err
     args = build_parser().parse_args(["serve", "--port", "9000", "--token", "abcdefgh12"])
     assert (args.port, args.token) == (9000, "abcdefgh12")
+
+
+def test_the_queue_the_router_saw_replaces_the_executors_count_for_the_chosen_node(tmp_path):
+    """A routed task's example carries the router's in-flight count for the node it chose
+    (``routed_queue``), so the service learns latency against the numbers the router decides
+    on; an entry of -1 (not routed) keeps the feedback's own count."""
+    service = make_service(tmp_path, min_records_first_version=10_000)
+    reports = synthetic_feedback(30, seed=5)
+    for report in reports:
+        report["routed_queue"] = [100 + i if i % 2 == 0 else -1
+                                  for i in range(len(report["completed"]))]
+    service.learner.take(reports)
+    examples = list(service.learner._pending)
+    assert len(examples) == 30
+    by_id = {e.task.task_id: e for e in examples}
+    for report in reports:
+        own = report["in_flight"] + report["queue_depth"]
+        for i, timing in enumerate(report["completed"]):
+            chosen = next(s for s in by_id[timing["task_id"]].states
+                          if s.node_id == report["node_id"])
+            if i % 2 == 0:
+                assert chosen.queue_depth == 100 + i
+            else:
+                assert chosen.queue_depth <= max(8 + 2, own)
