@@ -117,7 +117,9 @@ class Router:
     def install_model(self, data: bytes, version: int | None = None) -> None:
         """Swap in a model file (bytes); raises ModelFileError for a bad one (old model kept)."""
         from placement.ldwp.inference import NumpyLDWPPolicy
-        policy = NumpyLDWPPolicy.from_bytes(data, self.cluster)
+        previous = self.model_policy
+        policy = NumpyLDWPPolicy.from_bytes(
+            data, self.cluster, coefficients=previous.coefficients if previous else None)
         with self._lock:
             self.model_policy = policy
             self.model_version = version if version is not None else policy.version

@@ -53,7 +53,8 @@ class NumpyLDWPPolicy(Policy):
     """A frozen LDWP Q-network evaluated with numpy (greedy: no exploration on the router)."""
 
     def __init__(self, layers: list[tuple[np.ndarray, np.ndarray]], metadata: dict,
-                 cluster: ClusterSpec | None = None, costs: CostModel | None = None):
+                 cluster: ClusterSpec | None = None, costs: CostModel | None = None,
+                 coefficients: dict | None = None):
         kind = metadata.get("kind")
         if kind not in ("paper", "node_scoring"):
             raise ModelFileError(f"unknown LDWP network kind {kind!r} in the model metadata")
@@ -73,12 +74,15 @@ class NumpyLDWPPolicy(Policy):
             first = self._layers[0][0]
             half = first.shape[0] // 2
             self._own, self._context = first[:half], first[half:]
-        self._coefficients: dict[str, tuple[dict, int]] = {}
-        if kind == "node_scoring" and cluster is not None:
+        # Per node: ({app: (fixed_s, per_pixel_s)}, parallel units). Fitting them walks every
+        # application's DAG; a router that swaps models every few seconds passes the previous
+        # model's table (``coefficients``) so a swap costs no fitting.
+        self.coefficients: dict[str, tuple[dict, int]] = dict(coefficients or {})
+        if kind == "node_scoring" and cluster is not None and not self.coefficients:
             costs = costs or CostModel(colocation=None)
             for spec in cluster.nodes:
-                self._coefficients[spec.node_id] = (costs.task_time_coefficients(spec),
-                                                    spec.cpu_cores + len(spec.gpus))
+                self.coefficients[spec.node_id] = (costs.task_time_coefficients(spec),
+                                                   spec.cpu_cores + len(spec.gpus))
         self.digest = hashlib.sha256(b"".join(w.tobytes() + b.tobytes() for w, b in layers)
                                      ).hexdigest()[:12]
 
@@ -91,9 +95,10 @@ class NumpyLDWPPolicy(Policy):
 
     @classmethod
     def from_bytes(cls, data: bytes, cluster: ClusterSpec | None = None,
-                   costs: CostModel | None = None) -> "NumpyLDWPPolicy":
+                   costs: CostModel | None = None,
+                   coefficients: dict | None = None) -> "NumpyLDWPPolicy":
         layers, metadata = load_model_bytes(data)
-        return cls(layers, metadata, cluster, costs)
+        return cls(layers, metadata, cluster, costs, coefficients)
 
     # -- inference --------------------------------------------------------------------------
     def encode(self, observation: Observation) -> np.ndarray:
@@ -106,7 +111,7 @@ class NumpyLDWPPolicy(Policy):
         task = observation.task
         estimates, units = {}, {}
         for node_id in observation.node_ids:
-            entry = self._coefficients.get(node_id)
+            entry = self.coefficients.get(node_id)
             if entry is None:
                 continue
             per_app, unit_count = entry

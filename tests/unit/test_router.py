@@ -193,6 +193,13 @@ def test_router_uses_the_fallback_then_swaps_in_new_models_and_survives_outages(
     assert refresher.poll_once() is True
     assert router.model_version == 1 and router.policy.name == "ldwp-node_scoring"
     assert refresher.poll_once() is False  # nothing newer
+    table = router.model_policy.coefficients
+    assert set(table) == {"tm_a", "tm_b", "tm_c"}
+    service.versions[2] = service.versions[1]
+    assert refresher.poll_once() is True and router.model_version == 2
+    assert router.model_policy.coefficients == table  # a swap reuses the fitted table
+    service.versions.pop(2)
+    router.model_version = 1
 
     service.down = True
     assert refresher.poll_once() is False and refresher.failures == 1
