@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 QUICK ?=
 
-.PHONY: install jars demo test unit integration up down clean lock help
+.PHONY: install jars compose-cli demo test unit integration up down clean lock help
 
 help:
 	@echo "make demo | make test | make install | make jars | make up | make down | make clean"
@@ -33,10 +33,19 @@ jars: install
 demo: jars
 	$(SP) demo $(if $(QUICK),--quick,)
 
-unit: install
+# tests/unit/test_docker.py validates docker/docker-compose.yml with Debian's docker-compose
+# (`config`, no engine needed): installed here when missing and apt-get can (root), else the
+# test fails with the install hint (STREAMPLACE_SKIP_COMPOSE_CLI=1 skips it).
+compose-cli:
+	@command -v docker-compose >/dev/null || [ "$$STREAMPLACE_SKIP_COMPOSE_CLI" = 1 ] || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    apt-get update -qq && apt-get install -y -qq docker-compose; } || \
+	  echo "make: docker-compose is missing; tests/unit/test_docker.py says how to install it" >&2
+
+unit: install compose-cli
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS) || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest: no tests ran" >&2; exit $$rc; }
 
-test: jars
+test: jars compose-cli
 	@set -o pipefail; \
 	OMP_NUM_THREADS=1 $(PY) -m pytest tests -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests -- failing on purpose" >&2; exit 1; fi; \

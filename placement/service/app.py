@@ -416,6 +416,7 @@ def create_app(service: "PlacementService") -> FastAPI:
         for node, record in service.learner.latest_feedback().items():
             service.metrics.feedback_age.labels(node=node).set(
                 (now_ms - record["emitted_at_ms"]) / 1000.0)
+            service.metrics.set_node_feedback(node, record)
         return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(api)

@@ -54,6 +54,20 @@ class ServiceMetrics:
         self.queue_depth = Gauge(
             p + "node_queue_depth", "tasks at each node (queued + in flight) in its latest "
             "NodeFeedback", ["node"], registry=r)
+        # The rest of each node's latest NodeFeedback, for dashboards (docker/grafana): set
+        # from the newest report per node whenever /metrics is read.
+        self.node_cpu_util = Gauge(
+            p + "node_cpu_util", "CPU utilisation in [0, 1] of each node (its TaskManager and "
+            "Python workers) in its latest NodeFeedback", ["node"], registry=r)
+        self.node_gpu_util = Gauge(
+            p + "node_gpu_util", "GPU utilisation in [0, 1] of each node's GPUs (NVML; 0 without "
+            "GPUs) in its latest NodeFeedback", ["node"], registry=r)
+        self.node_gpu_mem_util = Gauge(
+            p + "node_gpu_mem_util", "GPU memory utilisation in [0, 1] of each node in its "
+            "latest NodeFeedback", ["node"], registry=r)
+        self.node_host_mem_util = Gauge(
+            p + "node_host_mem_util", "memory utilisation in [0, 1] of each node in its latest "
+            "NodeFeedback", ["node"], registry=r)
         self.feedback_age = Gauge(
             p + "node_feedback_age_seconds", "age of each node's latest NodeFeedback when last "
             "read", ["node"], registry=r)
@@ -62,6 +76,15 @@ class ServiceMetrics:
             self.duplicates.labels(kind=kind)
         for source in ("model", "fallback"):
             self.decisions.labels(source=source)
+
+    def set_node_feedback(self, node: str, record) -> None:
+        """Export a node's latest NodeFeedback (queue depth = queued + in flight, utilisations)."""
+        self.queue_depth.labels(node=node).set(int(record["in_flight"]) +
+                                               int(record["queue_depth"]))
+        self.node_cpu_util.labels(node=node).set(float(record["cpu_util"]))
+        self.node_gpu_util.labels(node=node).set(float(record["gpu_util"]))
+        self.node_gpu_mem_util.labels(node=node).set(float(record["gpu_mem_util"]))
+        self.node_host_mem_util.labels(node=node).set(float(record["host_mem_util"]))
 
     def render(self) -> bytes:
         """The Prometheus text exposition format."""

@@ -385,6 +385,27 @@ def test_metrics_expose_the_counters(trained):
         assert line in text, line
 
 
+def test_metrics_export_each_nodes_latest_feedback(tmp_path):
+    """The per-node gauges the Grafana dashboard (docker/) shows come from the newest
+    NodeFeedback of each node, even when an older report arrives after it."""
+    service = make_service(tmp_path)
+    base = {"host_mem_util": 0.5, "uplink_bytes_per_s": 0.0, "downlink_bytes_per_s": 0.0,
+            "backpressure": 0.0, "completed": []}
+    newer = {**base, "node_id": "tm_a", "emitted_at_ms": 2_000, "sequence": 2,
+             "cpu_util": 0.75, "gpu_util": 0.5, "gpu_mem_util": 0.25, "queue_depth": 3,
+             "in_flight": 2}
+    older = {**newer, "emitted_at_ms": 1_000, "sequence": 1, "cpu_util": 0.1, "gpu_util": 0.9,
+             "queue_depth": 0, "in_flight": 0}
+    service.ingest.ingest([newer, older])
+    text = client_for(service).get("/metrics").text
+    for line in ('streamplace_service_node_cpu_util{node="tm_a"} 0.75',
+                 'streamplace_service_node_gpu_util{node="tm_a"} 0.5',
+                 'streamplace_service_node_gpu_mem_util{node="tm_a"} 0.25',
+                 'streamplace_service_node_host_mem_util{node="tm_a"} 0.5',
+                 'streamplace_service_node_queue_depth{node="tm_a"} 5.0'):
+        assert line in text, line
+
+
 def test_model_endpoints(trained):
     client = client_for(trained)
     latest = client.get("/models/latest").json()
