@@ -1,0 +1,36 @@
+"""Every file, folder and image the README points at exists in the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Paths the README names that exist in the built wheel, not in the checkout.
+WHEEL_ONLY = {"streamplace/_kafka"}  # kafka/ force-included by hatch (pyproject.toml)
+TOP = ("streamplace", "placement", "interference", "workload", "simulator", "pyflink_jobs",
+       "kafka", "docker", "benchmarks", "examples", "tests", "docs")
+
+
+def referenced_paths(text: str) -> set[str]:
+    paths = set(re.findall(r"!?\[[^\]]*\]\(([^)#\s]+)\)", text))       # links and images
+    for code in re.findall(r"`([^`\n]+)`", text):                        # inline code
+        for token in code.split():
+            token = token.strip("(),;:")
+            if token.split("/")[0] in TOP and "/" in token and "<" not in token \
+                    and "*" not in token:
+                paths.add(token)
+    return {p for p in paths if not p.startswith(("http://", "https://", "mailto:"))}
+
+
+def test_readme_references_exist():
+    text = (ROOT / "README.md").read_text()
+    paths = referenced_paths(text)
+    assert len(paths) > 20, sorted(paths)  # the parser really finds the references
+    missing = sorted(p for p in paths - WHEEL_ONLY if not (ROOT / p.rstrip("/")).exists())
+    assert missing == [], f"README points at files that do not exist: {missing}"
+
+
+def test_the_parser_catches_a_missing_file():
+    assert referenced_paths("see `docs/nothing-here.md` and ![x](benchmarks/results/x.png)") == \
+        {"docs/nothing-here.md", "benchmarks/results/x.png"}
