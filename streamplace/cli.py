@@ -301,6 +301,16 @@ def cmd_serve(args) -> int:
     return 0
 
 
+# -- config --------------------------------------------------------------------------------------
+def cmd_config(args) -> int:
+    from streamplace.config import config_reference
+    if args.reference:
+        print(config_reference())
+        return 0
+    print(_config(args).model_dump_json(indent=2))
+    return 0
+
+
 # -- info ----------------------------------------------------------------------------------------
 def cmd_info(args) -> int:
     from streamplace import __version__
@@ -423,6 +433,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", help="bearer token (prefer $STREAMPLACE_SERVICE_TOKEN or the "
                                    "config file: command lines are visible in ps)")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("config", help="print the effective configuration, or --reference: "
+                                      "every setting with its default as a markdown table")
+    p.add_argument("--reference", action="store_true")
+    p.set_defaults(func=cmd_config)
 
     p = sub.add_parser("info", help="versions, paths and endpoints")
     p.add_argument("--json", action="store_true")

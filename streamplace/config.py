@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from placement.service.settings import ServiceSettings  # pydantic only: no torch, no FastAPI
 from streamplace.resources import default_home
 
-__all__ = ["KafkaSettings", "FlinkSettings", "JobSettings", "ServiceSettings", "StreamplaceConfig",
+__all__ = ["config_reference", "KafkaSettings", "FlinkSettings", "JobSettings", "ServiceSettings",
+           "StreamplaceConfig",
            "load_config", "ConfigError"]
 
 
@@ -167,3 +168,25 @@ def load_config(path: str | os.PathLike | None = None,
         raise ConfigError(f"invalid configuration:\n{exc}") from exc
     config.validate_cross_fields()
     return config
+
+
+def config_reference() -> str:
+    """Every setting as a markdown table (key, default, what it does), from the models
+    themselves, so the reference cannot drift from the code (the README's copy is tested)."""
+    rows = ["| setting | default | what it does |", "|---|---|---|"]
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, f"{prefix}{name}.")
+                continue
+            if field.default_factory is not None:
+                default = "(computed)" if name == "home" else repr(field.default_factory())
+            else:
+                default = repr(field.default)
+            text = (field.description or "").replace("|", "\\|")
+            rows.append(f"| `{prefix}{name}` | `{default}` | {text} |")
+
+    walk(StreamplaceConfig, "")
+    return "\n".join(rows)

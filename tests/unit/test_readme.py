@@ -34,3 +34,12 @@ def test_readme_references_exist():
 def test_the_parser_catches_a_missing_file():
     assert referenced_paths("see `docs/nothing-here.md` and ![x](benchmarks/results/x.png)") == \
         {"docs/nothing-here.md", "benchmarks/results/x.png"}
+
+
+def test_readme_configuration_reference_matches_the_code():
+    from streamplace.config import config_reference
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- config-reference:start -->\n")[1].split(
+        "\n<!-- config-reference:end -->")[0]
+    assert block.strip() == config_reference().strip(), \
+        "README's configuration reference is stale: paste `streamplace config --reference`"
