@@ -87,31 +87,15 @@ def events_for(count: int, seed: int, prefix: str) -> list[dict]:
 
 def collect_results(cfg, topic: str, expected_ids: set[str], timeout_s: float) -> list[dict]:
     """Read ``topic`` (read_committed) until every expected id arrived; each record gets the
-    wall time it became visible (``_seen_s``)."""
-    from confluent_kafka import Consumer, KafkaError
-
-    from workload.codec import decode
-    consumer = Consumer({"bootstrap.servers": cfg.kafka.bootstrap_servers,
-                         "group.id": f"bench-reader-{time.time_ns()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
-    seen: dict[str, dict] = {}
-    deadline = time.monotonic() + timeout_s
-    try:
-        consumer.subscribe([topic])
-        while len(seen) < len(expected_ids) and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=500, timeout=0.2):
-                if msg.error():
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(f"reading {topic}: {msg.error()}")
-                    continue
-                record = decode("TaskResult", msg.value())
-                if record["task_id"] in expected_ids and record["task_id"] not in seen:
-                    record["_seen_s"] = time.time()
-                    seen[record["task_id"]] = record
-    finally:
-        consumer.close()
-    return list(seen.values())
+    wall time it became visible (``_seen_s``); a repeated id is kept once (its first sight)."""
+    from streamplace.kafka_io import read_topic
+    report = read_topic(cfg, topic, "TaskResult", expected=len(expected_ids),
+                        timeout_s=timeout_s, keep=lambda r: r["task_id"] in expected_ids,
+                        stamp_seen=True)
+    first: dict[str, dict] = {}
+    for record in report.records:
+        first.setdefault(record["task_id"], record)
+    return list(first.values())
 
 
 def router_gauges(rest_url: str, job_id: str, wait_s: float = 15.0) -> dict:

@@ -357,8 +357,7 @@ class StreamplaceHook:
     def apply(self, env, tasks):
         """Route ``tasks`` and execute them on the planned TaskManagers; returns the results
         (TaskResult bytes). Also sets ``self.dead_letters`` (DeadLetter bytes)."""
-        from pyflink.common import Time, Types
-        from pyflink.datastream import AsyncDataStream
+        from pyflink.common import Types
 
         from pyflink_jobs.task_pipeline import executor_slot_sharing_group, io_slot_sharing_group
         s = self.settings
@@ -381,37 +380,39 @@ class StreamplaceHook:
                 from pyflink_jobs.task_pipeline import ChecksumExecutor
                 function = ChecksumExecutor()
             else:
-                function = NodeExecutorFunction(node.node_id, ExecutorFunctionSettings(
-                    bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
-                    scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s,
-                    instances_on_node=node.instances))
-            executed = AsyncDataStream.unordered_wait(
-                side_output(routed, node_tag(node.node_id)), function,
-                Time.milliseconds(int(s.executor_timeout_s * 1000)),
-                capacity=s.executor_capacity, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
+                function = self._node_executor(node.node_id, node.instances)
+            executed = self._execute(side_output(routed, node_tag(node.node_id)), function)
             outputs.append(executed.name(f"streamplace-executor-{node.node_id}")
                            .uid(f"{s.uid_prefix}-executor-{node.node_id}")
                            .set_parallelism(node.instances)
                            .slot_sharing_group(executor_slot_sharing_group(node.node_id)))
         for retired, host in sorted(s.retired.items()):
             # Same uid as when the node was alive; pinned to its host; fed nothing new.
-            function = NodeExecutorFunction(host, ExecutorFunctionSettings(
-                bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
-                scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s))
-            executed = AsyncDataStream.unordered_wait(
-                side_output(routed, node_tag(retired)), function,
-                Time.milliseconds(int(s.executor_timeout_s * 1000)),
-                capacity=s.executor_capacity, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
+            executed = self._execute(side_output(routed, node_tag(retired)),
+                                     self._node_executor(host))
             outputs.append(executed.name(f"streamplace-executor-{retired}-retired-on-{host}")
                            .uid(f"{s.uid_prefix}-executor-{retired}").set_parallelism(1)
                            .slot_sharing_group(executor_slot_sharing_group(host)))
         return outputs[0].union(*outputs[1:]) if len(outputs) > 1 else outputs[0]
 
 
-    def _apply_rest_partitioner(self, env, routed):
+    def _node_executor(self, planned_node: str, instances: int = 1) -> NodeExecutorFunction:
+        s = self.settings
+        return NodeExecutorFunction(planned_node, ExecutorFunctionSettings(
+            bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
+            scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s,
+            instances_on_node=instances))
+
+    def _execute(self, stream, function):
+        """``stream`` through ``function`` as an unordered async operator (TaskResult bytes)."""
         from pyflink.common import Time, Types
         from pyflink.datastream import AsyncDataStream
+        s = self.settings
+        return AsyncDataStream.unordered_wait(
+            stream, function, Time.milliseconds(int(s.executor_timeout_s * 1000)),
+            capacity=s.executor_capacity, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
 
+    def _apply_rest_partitioner(self, env, routed):
         from pyflink_jobs.task_pipeline import io_slot_sharing_group
         s = self.settings
         if not s.job_name:
@@ -422,12 +423,7 @@ class StreamplaceHook:
         env.register_slot_sharing_group(io_slot_sharing_group("streamplace-executors"))
         partitioned = side_output(routed, routed_tag()).partition_custom(
             RestAwarePartitioner(s.rest_url, s.job_name, name), lambda pair: pair[0])
-        function = NodeExecutorFunction("", ExecutorFunctionSettings(
-            bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
-            scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s))
-        executed = AsyncDataStream.unordered_wait(
-            partitioned, function, Time.milliseconds(int(s.executor_timeout_s * 1000)),
-            capacity=s.executor_capacity, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
+        executed = self._execute(partitioned, self._node_executor(""))
         return (executed.name(name).uid(f"{s.uid_prefix}-executor").set_parallelism(total)
                 .slot_sharing_group("streamplace-executors"))
 
