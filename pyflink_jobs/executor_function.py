@@ -102,6 +102,8 @@ class FeedbackPublisher:
         self.clock = clock
         self._completed: list[dict] = []
         self._routed_queue: list[int] = []
+        self._routed_backlog_ms: list[float] = []
+        self._routed_speed: list[float] = []
         self._lock = threading.Lock()
         self._bytes_in = self._bytes_out = 0
         self._last_emit = clock()
@@ -131,6 +133,8 @@ class FeedbackPublisher:
             if routed_at:
                 self._completed.append(timing)
                 self._routed_queue.append(int(event.get("_routed_queue", -1)))
+                self._routed_backlog_ms.append(float(event.get("_routed_backlog_ms", -1.0)))
+                self._routed_speed.append(float(event.get("_routed_speed", -1.0)))
             self._bytes_in += bytes_in
             self._bytes_out += bytes_out
 
@@ -140,6 +144,8 @@ class FeedbackPublisher:
         with self._lock:
             completed, self._completed = self._completed, []
             routed_queue, self._routed_queue = self._routed_queue, []
+            routed_backlog_ms, self._routed_backlog_ms = self._routed_backlog_ms, []
+            routed_speed, self._routed_speed = self._routed_speed, []
             bytes_in, bytes_out = self._bytes_in, self._bytes_out
             self._bytes_in = self._bytes_out = 0
         elapsed = max(1e-3, now - self._last_emit)
@@ -157,7 +163,8 @@ class FeedbackPublisher:
                 "downlink_bytes_per_s": bytes_in / elapsed,
                 "queue_depth": int(snap.get("queue_depth", 0)),
                 "in_flight": int(snap.get("in_flight", 0)), "backpressure": 0.0,
-                "completed": completed, "sequence": sequence, "routed_queue": routed_queue}
+                "completed": completed, "sequence": sequence, "routed_queue": routed_queue,
+                "routed_backlog_ms": routed_backlog_ms, "routed_speed_factor": routed_speed}
 
     def _delivered(self, err, msg) -> None:
         if err is not None:

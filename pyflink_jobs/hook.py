@@ -282,6 +282,8 @@ class RouterFunction(BroadcastProcessFunction):
         event["_routed_at_ms"] = int(time.time() * 1000)
         event["_routed_to"] = decision.node
         event["_routed_queue"] = self.router.last_decision_queue
+        event["_routed_backlog_ms"] = self.router.last_decision_backlog_s * 1000.0
+        event["_routed_speed"] = self.router.last_decision_speed
         if self.single_output:
             yield self._tags[decision.node], (decision.node, event)
         else:

@@ -8,7 +8,9 @@ Per task, :meth:`Router.decide` builds the paper's observation from
 - the latest NodeFeedback of every node (utilisations; stale by the feedback interval), and
 - the router's OWN count of tasks it sent to each node and has not yet seen completed in the
   feedback (exact, so a burst of records cannot all herd onto the node that looked idle in the
-  last report),
+  last report), and the estimated seconds of work they hold (``backlog_s``),
+- each node's measured speed: how much longer than the cost model's estimate its tasks really
+  take (:class:`placement.speed.ObservedSpeed`, from the timings in the feedback),
 
 drops nodes whose queue is full (``instances x capacity`` tasks in flight), and asks the policy:
 a local copy of the current LDWP model evaluated with numpy (:class:`NumpyLDWPPolicy`), or any
@@ -94,8 +96,12 @@ class Router:
         self.cluster = ClusterSpec(tuple(n.spec() for n in settings.nodes), name="flink")
         self._states: dict[str, NodeState] = {n: NodeState(n) for n in self.node_ids}
         self._feedback_at: dict[str, float] = {}
-        self._in_flight: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        # task id -> (node, sent at, estimated work s): what each node still holds from us
+        self._in_flight: OrderedDict[str, tuple[str, float, float]] = OrderedDict()
         self._in_flight_count = {n: 0 for n in self.node_ids}
+        self._backlog_s = {n: 0.0 for n in self.node_ids}
+        from placement.speed import ObservedSpeed
+        self.speeds = ObservedSpeed(self.cluster)
         self._lock = threading.Lock()
         self.fallback: Policy = make_policy(settings.fallback, self.cluster)
         self.model_policy = None
@@ -109,6 +115,8 @@ class Router:
         self.fallback_decisions = 0
         self.full_skips = 0
         self.last_decision_queue = 0
+        self.last_decision_backlog_s = 0.0
+        self.last_decision_speed = 1.0
         self.feedback_records = 0
         self._latencies_us: list[float] = []
         self._latency_index = 0
@@ -138,9 +146,12 @@ class Router:
             for timing in feedback.get("completed") or ():
                 entry = self._in_flight.pop(timing["task_id"], None)
                 if entry is not None:
-                    self._in_flight_count[entry[0]] -= 1
+                    self._retire(entry)
             if node_id not in self._nodes:
                 return  # a node outside this job's plan (e.g. another job's executor)
+            for timing in feedback.get("completed") or ():
+                self.speeds.observe(node_id, timing["app_id"], int(timing["input_size"]),
+                                    float(timing["service_ms"]) / 1000.0)
             link = self._nodes[node_id].link_mbps * 125_000.0  # Mbit/s -> bytes/s
             self._states[node_id] = NodeState(
                 node_id,
@@ -155,14 +166,22 @@ class Router:
     def in_flight(self) -> dict[str, int]:
         return dict(self._in_flight_count)
 
+    def backlog_s(self) -> dict[str, float]:
+        return dict(self._backlog_s)
+
+    def _retire(self, entry: tuple[str, float, float]) -> None:
+        node, _, work_s = entry
+        self._in_flight_count[node] -= 1
+        self._backlog_s[node] = max(0.0, self._backlog_s[node] - work_s)
+
     def _expire(self, now: float) -> None:
         limit = now - self.settings.in_flight_timeout_s
         while self._in_flight:
-            task_id, (node, sent_at) = next(iter(self._in_flight.items()))
-            if sent_at >= limit:
+            _, entry = next(iter(self._in_flight.items()))
+            if entry[1] >= limit:
                 break
             self._in_flight.popitem(last=False)
-            self._in_flight_count[node] -= 1
+            self._retire(entry)
 
     def observation(self, task: Task) -> Observation:
         now = self.clock()
@@ -177,9 +196,13 @@ class Router:
             age = now - self._feedback_at.get(node_id, now)
             states.append(NodeState(node_id, base.cpu_util, base.gpu_util, base.host_mem_util,
                                     base.gpu_mem_util, base.uplink_util, base.downlink_util,
-                                    queue_depth=count, age_s=max(0.0, age)))
+                                    queue_depth=count, backlog_s=self._backlog_s[node_id],
+                                    age_s=max(0.0, age),
+                                    speed_factor=self.speeds.factor(node_id)))
         if not states:  # every queue full: choose among all (Flink's backpressure waits for us)
-            states = [NodeState(n, queue_depth=self._in_flight_count[n]) for n in self.node_ids]
+            states = [NodeState(n, queue_depth=self._in_flight_count[n],
+                                backlog_s=self._backlog_s[n],
+                                speed_factor=self.speeds.factor(n)) for n in self.node_ids]
         return Observation(task, tuple(states), now)
 
     # -- deciding ---------------------------------------------------------------------------
@@ -200,13 +223,18 @@ class Router:
                 self.fallback_decisions += 1
                 decision = self.fallback.decide(observation)
             if task.task_id in self._in_flight:  # a replayed record: count it once
-                old_node, _ = self._in_flight.pop(task.task_id)
-                self._in_flight_count[old_node] -= 1
-            self._in_flight[task.task_id] = (decision.node, now)
-            # the queue this decision saw on the chosen node (reported back in the feedback,
-            # so the service learns latency against the same queue numbers the router sees)
-            self.last_decision_queue = self._in_flight_count[decision.node]
-            self._in_flight_count[decision.node] += 1
+                self._retire(self._in_flight.pop(task.task_id))
+            node = decision.node
+            speed = self.speeds.factor(node)
+            work_s = self.speeds.estimate_s(node, task.app_id, task.input_size) * speed
+            self._in_flight[task.task_id] = (node, now, work_s)
+            # what this decision saw on the chosen node (reported back in the feedback, so the
+            # service learns latency against the same numbers the router sees)
+            self.last_decision_queue = self._in_flight_count[node]
+            self.last_decision_backlog_s = self._backlog_s[node]
+            self.last_decision_speed = speed
+            self._in_flight_count[node] += 1
+            self._backlog_s[node] += work_s
             self.routed[decision.node] += 1
         self._record_latency((time.perf_counter() - started) * 1e6)
         return decision
@@ -232,6 +260,7 @@ class Router:
 
     def stats(self) -> dict:
         return {"routed": dict(self.routed), "in_flight": self.in_flight(),
+                "backlog_s": self.backlog_s(), "speed_factors": self.speeds.factors(),
                 "model_version": self.model_version, "policy": self.policy.name,
                 "fallback_decisions": self.fallback_decisions, "full_skips": self.full_skips,
                 "feedback_records": self.feedback_records,

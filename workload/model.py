@@ -119,6 +119,8 @@ class NodeState:
     backlog_s: float = 0.0    # summed estimated work (s) of the stages not yet finished at the
                               # node, from public cost estimates (not time-to-clear)
     age_s: float = 0.0        # how stale the utilisation numbers are
+    speed_factor: float = 1.0  # measured task time over the public estimate on this node
+                               # (placement.speed.ObservedSpeed; 1 = as the spec says)
 
     @property
     def load(self) -> float:

@@ -30,7 +30,7 @@ from workload.model import NODE_STATE_FIELDS, Observation
 
 __all__ = ["paper_vector", "paper_vector_size", "node_rows", "NODE_ROW_SIZE", "APPS",
            "COMPLETION_COLUMN", "ESTIMATE_COLUMN", "COMPLETION_SCALE", "NODE_SPEC_SIZE",
-           "node_spec_features"]
+           "node_spec_features", "completion_prior", "scaled_completion_q"]
 
 APPS = app_ids()
 #: task one-hot + log TSize + six node numbers + queue depth + backlog + estimated time +
@@ -78,7 +78,9 @@ def node_rows(observation: Observation, estimates_s: dict[str, float] | None = N
               spec_rows: dict[str, tuple] | None = None) -> np.ndarray:
     """(M, NODE_ROW_SIZE) features. ``estimates_s[node]``: the public estimate of this task's
     time alone on that node; ``units[node]``: its parallel units (cores + GPUs). Missing
-    entries count as unknown (0) so the encoding still works without a cost model.
+    entries count as unknown (0) so the encoding still works without a cost model. Each node's
+    estimate is multiplied by its ``speed_factor`` (measured; 1.0 in the simulator), and
+    ``backlog_s`` is taken as already measured-speed work (the router counts it that way).
     With ``spec_rows`` (node -> ``node_spec_features``), NODE_SPEC_SIZE more columns follow
     (zeros for a node without one): (M, NODE_ROW_SIZE + NODE_SPEC_SIZE).
     Vectorised: this runs once per routed record."""
@@ -93,10 +95,11 @@ def node_rows(observation: Observation, estimates_s: dict[str, float] | None = N
     rows[:, :width] = task
     raw = np.array([(n.cpu_util, n.gpu_util, n.host_mem_util, n.gpu_mem_util, n.uplink_util,
                      n.downlink_util, n.queue_depth, n.backlog_s,
-                     estimates_s.get(n.node_id, 0.0), units.get(n.node_id, 1)) for n in nodes],
+                     estimates_s.get(n.node_id, 0.0) * n.speed_factor,
+                     units.get(n.node_id, 1)) for n in nodes],
                    dtype=np.float64).reshape(m, 10)
     rows[:, width:width + 6] = raw[:, :6]
-    estimate = raw[:, 8]
+    estimate = raw[:, 8]  # the public estimate times the node's measured speed factor
     wait = raw[:, 7] / np.maximum(1.0, raw[:, 9])
     known = estimate[estimate > 0]
     fastest = known.min() if known.size else 0.0
@@ -111,3 +114,19 @@ def node_rows(observation: Observation, estimates_s: dict[str, float] | None = N
         blank = (0.0,) * NODE_SPEC_SIZE
         rows[:, NODE_ROW_SIZE:] = [spec_rows.get(n.node_id, blank) for n in nodes]
     return rows
+
+
+def completion_prior(rows):
+    """-log(1 + estimated completion seconds) per node row (torch or numpy): the node_rows
+    column holds log1p(completion) / COMPLETION_SCALE. argmax of this prior = the MCT rule."""
+    return -COMPLETION_SCALE * rows[..., COMPLETION_COLUMN]
+
+
+def scaled_completion_q(rows, factors, lib=np):
+    """-log(1 + exp(g) * wait + exp(h) * estimate), wait and estimate recovered from the rows'
+    log1p columns; ``factors[..., 0] = g``, ``factors[..., 1] = h`` (numpy, or torch via
+    ``lib``). Here, not with the networks, so the torch-free router can run it."""
+    estimate = lib.expm1(COMPLETION_SCALE * rows[..., ESTIMATE_COLUMN])
+    wait = lib.expm1(COMPLETION_SCALE * rows[..., COMPLETION_COLUMN]) - estimate
+    wait = lib.maximum(wait, 0.0 * wait)
+    return -lib.log1p(lib.exp(factors[..., 0]) * wait + lib.exp(factors[..., 1]) * estimate)

@@ -7,7 +7,8 @@ never imports torch (about 2-3 s and hundreds of MB per Python worker), and it n
 learning happens in the placement service, which publishes new model files that the router
 swaps in with :meth:`NumpyLDWPPolicy.from_bytes`.
 
-Both observation layouts work:
+Both observation layouts work, and the residual variants (``q_prior="completion"``, additive
+or ``residual="scaled"``; settings read from the model metadata):
 
 - ``node_rows`` (the size-agnostic network): any nodes; a node that the model's cluster spec
   does not know gets an unknown (0) cost estimate, as in the torch agent.
@@ -29,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from placement.ldwp.features import node_rows, paper_vector
+from placement.ldwp.features import (completion_prior, node_rows, node_spec_features,
+                                     paper_vector, scaled_completion_q)
 from placement.ldwp.modelfile import ModelFileError, load_model
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, Decision, Observation, Policy
@@ -62,6 +64,20 @@ class NumpyLDWPPolicy(Policy):
             raise ModelFileError("the model file holds no layers")
         self.kind = kind
         self.metadata = dict(metadata)
+        settings = metadata.get("settings") or {}
+        # The residual variants (docs/ldwp.md): the network's output corrects MCT's completion
+        # estimate, additively or as two per-node log-factors.
+        self.q_prior = settings.get("q_prior", "none")
+        self.residual = settings.get("residual", "additive")
+        self.spec_features = bool(settings.get("spec_features", False))
+        if self.q_prior not in ("none", "completion") or \
+                self.residual not in ("additive", "scaled"):
+            raise ModelFileError(f"unknown residual LDWP settings q_prior={self.q_prior!r}, "
+                                 f"residual={self.residual!r} in the model metadata")
+        self._spec_rows = ({spec.node_id: node_spec_features(spec) for spec in cluster.nodes}
+                           if self.spec_features and cluster is not None else None)
+        if self.spec_features and self._spec_rows is None:
+            raise ModelFileError("this model reads node spec features: give it the cluster")
         self.version = metadata.get("version")
         self.name = f"ldwp-{kind}"
         self.cluster = cluster
@@ -118,7 +134,7 @@ class NumpyLDWPPolicy(Policy):
             fixed, slope = per_app.get(task.app_id, (0.0, 0.0))
             estimates[node_id] = fixed + slope * task.input_size
             units[node_id] = unit_count
-        return node_rows(observation, estimates, units)
+        return node_rows(observation, estimates, units, self._spec_rows)
 
     def q_values(self, state: np.ndarray) -> np.ndarray:
         layers = self._layers
@@ -131,7 +147,13 @@ class NumpyLDWPPolicy(Policy):
         for weight_t, bias in layers[start:]:
             np.maximum(hidden, 0.0, out=hidden)
             hidden = hidden @ weight_t + bias
-        return hidden[:, 0] if self.kind == "node_scoring" else hidden[0]
+        if self.kind != "node_scoring":
+            return hidden[0]
+        if self.q_prior == "completion":
+            if self.residual == "scaled":
+                return scaled_completion_q(state, hidden)
+            return hidden[:, 0] + completion_prior(state)
+        return hidden[:, 0]
 
     def decide(self, observation: Observation) -> Decision:
         q = self.q_values(self.encode(observation))

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from placement.ldwp.features import (COMPLETION_COLUMN, COMPLETION_SCALE, ESTIMATE_COLUMN,
-                                     NODE_ROW_SIZE)
+from placement.ldwp.features import NODE_ROW_SIZE, completion_prior
+from placement.ldwp.features import scaled_completion_q as _scaled_completion_q
 
 __all__ = ["PaperQNetwork", "NodeScoringQNetwork", "numpy_forward", "export_layers",
            "completion_prior"]
@@ -38,19 +38,9 @@ PRIORS = ("none", "completion")
 RESIDUALS = ("additive", "scaled")
 
 
-def completion_prior(rows):
-    """-log(1 + estimated completion seconds) per node row (torch or numpy): the node_rows
-    column holds log1p(completion) / COMPLETION_SCALE. argmax of this prior = the MCT rule."""
-    return -COMPLETION_SCALE * rows[..., COMPLETION_COLUMN]
-
-
 def scaled_completion_q(rows, factors, lib=torch):
-    """-log(1 + exp(g) * wait + exp(h) * estimate), wait and estimate recovered from the rows'
-    log1p columns; ``factors[..., 0] = g``, ``factors[..., 1] = h`` (torch or numpy via lib)."""
-    estimate = lib.expm1(COMPLETION_SCALE * rows[..., ESTIMATE_COLUMN])
-    wait = lib.expm1(COMPLETION_SCALE * rows[..., COMPLETION_COLUMN]) - estimate
-    wait = lib.maximum(wait, 0.0 * wait) if lib is torch else np.maximum(wait, 0.0)
-    return -lib.log1p(lib.exp(factors[..., 0]) * wait + lib.exp(factors[..., 1]) * estimate)
+    """:func:`placement.ldwp.features.scaled_completion_q` with torch as the default."""
+    return _scaled_completion_q(rows, factors, lib)
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:

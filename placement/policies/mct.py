@@ -8,7 +8,8 @@ The node minimising ready time + expected time to compute (ETC)::
 ``backlog_s`` (``NodeState``) is the estimated work already at the node in unit-seconds (the sum
 of ``CostModel.task_work_ms`` of its tasks), so spreading it over the node's computing units gives
 when the node can start on a new task; ``task_ms_on`` is the task's estimated makespan alone on the
-idle node (critical path on best units plus input transfer). Both come from public estimates
+idle node (critical path on best units plus input transfer), times the node's measured
+``speed_factor`` where the observation has one (the Flink router's; 1 in the simulator). Both come from public estimates
 (profiles), which is the paper's stated default for ETC; the simulator's true run times are never
 seen. Ties: observation order.
 
@@ -51,7 +52,10 @@ class MinimumCompletionTimePolicy(EstimatingPolicy):
         states = self.states(observation)
         task, units = observation.task, self._units
         ready = {nid: states[nid].backlog_s / units[nid] for nid in ids}
-        scores = {nid: ready[nid] + self.task_ms(task, nid) / 1000.0 for nid in ids}
+        # speed_factor: the node's measured task time over the estimate (1 in the simulator;
+        # the Flink router measures it from the feedback, placement.speed)
+        scores = {nid: ready[nid] + self.task_ms(task, nid) * states[nid].speed_factor / 1000.0
+                  for nid in ids}
         node, second = first_and_second(ids, scores.__getitem__)
 
         def parts(nid: str) -> str:

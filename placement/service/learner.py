@@ -63,6 +63,7 @@ from pathlib import Path
 
 from placement.ldwp.agent import LDWPPolicy, LDWPSettings
 from placement.service.store import ModelStore
+from placement.speed import ObservedSpeed
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation, Task
 
@@ -77,7 +78,11 @@ log = logging.getLogger(__name__)
 #: matter (the service never explores; routers decide).
 SERVICE_LEARNING_DEFAULTS: dict = {"optimizer": "adam", "learning_rate": 1e-3,
                                    "batch_size": 32, "learning_starts": 32,
-                                   "latency_scale_s": 10.0, "hidden_sizes": (128, 64)}
+                                   "latency_scale_s": 10.0, "hidden_sizes": (128, 64),
+                                   # the residual LDWP (docs/ldwp.md): Q = -log(1 + e^g wait
+                                   # + e^h task time), untrained = MCT at measured speeds
+                                   "q_prior": "completion", "residual": "scaled",
+                                   "latency_transform": "log", "gamma": 0.0}
 
 _RATE_WINDOW = 200       # service times kept per node for the measured service rate
 _RATE_MIN_SAMPLES = 20   # below this, the plan uses the spec's capacity for the node
@@ -187,10 +192,14 @@ class NodeHistory:
         return dict(record) if record else None
 
 
+def _with_speed(state: NodeState, speed_factor: float) -> NodeState:
+    return dataclasses.replace(state, speed_factor=speed_factor)
+
+
 def _with_age(state: NodeState, age_s: float) -> NodeState:
     return NodeState(state.node_id, state.cpu_util, state.gpu_util, state.host_mem_util,
                      state.gpu_mem_util, state.uplink_util, state.downlink_util,
-                     state.queue_depth, state.backlog_s, max(0.0, age_s))
+                     state.queue_depth, state.backlog_s, max(0.0, age_s), state.speed_factor)
 
 
 @dataclass(frozen=True)
@@ -231,6 +240,9 @@ class OnlineLearner:
         self._node_order: list[str] = list(self.cluster.node_ids)
         self._pending: deque[_Example] = deque()
         self._service_s: dict[str, deque] = {}
+        # the same measured speeds the routers keep (same timings, same rule), for the nodes
+        # whose decision-time numbers the feedback does not carry
+        self.speeds = ObservedSpeed(self.cluster, self.costs)
         self._lock = threading.Lock()        # guards history, pending queue, rates
         self._train_lock = threading.Lock()  # one trainer at a time (thread or caller)
         self._wake = threading.Event()
@@ -287,17 +299,29 @@ class OnlineLearner:
             for record in records:
                 node = record["node_id"]
                 queues = record.get("routed_queue") or []
+                backlogs = record.get("routed_backlog_ms") or []
+                speeds = record.get("routed_speed_factor") or []
                 for i, timing in enumerate(record.get("completed") or ()):
                     latency = float(timing["queue_ms"]) + float(timing["service_ms"])
                     decided = int(timing["finished_at_ms"] - latency)
-                    states = tuple(self.history.state_at(n, decided) for n in self._node_order)
+                    states = tuple(_with_speed(self.history.state_at(n, decided),
+                                               self.speeds.factor(n))
+                                   for n in self._node_order)
                     if i < len(queues) and queues[i] >= 0:
-                        # The router's own count for the chosen node when it decided: the
-                        # queue its observation showed (the executor's feedback only knows
-                        # the few tasks inside the executor, not those buffered on the way).
-                        states = tuple(dataclasses.replace(st, queue_depth=int(queues[i]))
+                        # The router's own numbers for the chosen node when it decided: the
+                        # queue, backlog and speed its observation showed (the executor's
+                        # feedback only knows the few tasks inside the executor, not those
+                        # buffered on the way).
+                        chosen = {"queue_depth": int(queues[i])}
+                        if i < len(backlogs) and backlogs[i] >= 0:
+                            chosen["backlog_s"] = float(backlogs[i]) / 1000.0
+                        if i < len(speeds) and speeds[i] > 0:
+                            chosen["speed_factor"] = float(speeds[i])
+                        states = tuple(dataclasses.replace(st, **chosen)
                                        if st.node_id == node else st for st in states)
                     task = Task(timing["task_id"], timing["app_id"], int(timing["input_size"]))
+                    self.speeds.observe(node, task.app_id, task.input_size,
+                                        float(timing["service_ms"]) / 1000.0)
                     self._pending.append(_Example(task, node, latency, decided, states))
                     rates = self._service_s.setdefault(node, deque(maxlen=_RATE_WINDOW))
                     rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))

@@ -38,7 +38,8 @@ NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 1_764_500_000_000, "cpu_uti
                  "completed": [{"task_id": "t-1", "app_id": "face_recognition",
                                 "input_size": 921_600, "queue_ms": 12.5, "service_ms": 80.25,
                                 "finished_at_ms": 1_764_499_999_990}],
-                 "sequence": 7, "routed_queue": [3]}
+                 "sequence": 7, "routed_queue": [3],
+                 "routed_backlog_ms": [120.5], "routed_speed_factor": [1.8]}
 DEAD_LETTER = {"source_topic": "tasks", "partition": 2, "offset": 12_345_678_901,
                "reason": "not an Avro single-object message", "raw": b"\x00\xff{\"x\": 1}",
                "failed_at_ms": 1_764_500_000_000, "stage": "decode"}
@@ -81,12 +82,19 @@ def test_defaults_fill_optional_fields():
         **result, "stage_timings": [], "output_digest": "", "error": None, "routed_to": ""}
 
 
-def test_feedback_written_before_routed_queue_existed_still_decodes():
+APPENDED_FEEDBACK_FIELDS = ("routed_queue", "routed_backlog_ms", "routed_speed_factor")
+
+
+@pytest.mark.parametrize("kept", range(len(APPENDED_FEEDBACK_FIELDS)))
+def test_feedback_written_before_the_routed_fields_existed_still_decodes(kept):
+    """Each appended routed_* field has a default: a record written by an older schema (with
+    the first ``kept`` of them) decodes with the missing ones empty."""
+    dropped = APPENDED_FEEDBACK_FIELDS[kept:]
     older = load_schema("NodeFeedback")
-    older["fields"] = [f for f in older["fields"] if f["name"] != "routed_queue"]
-    old_record = {k: v for k, v in NODE_FEEDBACK.items() if k != "routed_queue"}
+    older["fields"] = [f for f in older["fields"] if f["name"] not in dropped]
+    old_record = {k: v for k, v in NODE_FEEDBACK.items() if k not in dropped}
     data = Codec(reader_schemas={"NodeFeedback": older}).encode("NodeFeedback", old_record)
-    assert decode("NodeFeedback", data) == {**old_record, "routed_queue": []}
+    assert decode("NodeFeedback", data) == {**old_record, **{name: [] for name in dropped}}
 
 
 def test_results_written_before_routed_to_existed_still_decode():

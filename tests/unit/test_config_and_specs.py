@@ -40,8 +40,12 @@ def test_missing_config_file(tmp_path):
 def test_default_spec_is_three_unequal_taskmanagers():
     spec = load_cluster_spec("default")
     assert [tm.id for tm in spec.taskmanagers] == ["tm_a", "tm_b", "tm_c"]
-    # The inequality is real: different CPU sets and work multipliers.
-    assert len({tuple(tm.cpu_affinity) for tm in spec.taskmanagers}) == 3
+    # The inequality is real: tm_a has a core to itself, tm_b and tm_c share the other one,
+    # and tm_c does every unit of work twice. No two nodes overlap partly (a node whose cores
+    # held another's would make that other add no capacity).
+    affinity = {tm.id: set(tm.cpu_affinity) for tm in spec.taskmanagers}
+    assert affinity["tm_a"].isdisjoint(affinity["tm_b"] | affinity["tm_c"])
+    assert affinity["tm_b"] == affinity["tm_c"]
     assert spec.node("tm_c").work_multiplier > spec.node("tm_a").work_multiplier
     assert spec.node("tm_a").process_memory_mb == 384 + 384 + JVM_FIXED_OVERHEAD_MB
 

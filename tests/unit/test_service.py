@@ -18,7 +18,7 @@ from placement.service.flink_rest import FlinkRestClient, FlinkUnreachable
 from placement.service.learner import learning_settings
 from placement.service.settings import ServiceSettings, is_loopback
 from placement.service.store import ModelStore, UnknownVersion
-from streamplace.cluster_spec import LocalClusterSpec, load_cluster_spec
+from streamplace.cluster_spec import LocalClusterSpec
 from workload.catalog import app_ids
 from workload.codec import encode
 
@@ -29,7 +29,12 @@ with warnings.catch_warnings():  # starlette asks for httpx2; httpx works (FastA
 NODES = ("tm_a", "tm_b", "tm_c")
 FAST = "tm_b"            # 5x lower latency in the synthetic feedback
 UNREACHABLE = "http://127.0.0.1:9"   # discard port: nothing listens, connection refused
-SPEC = load_cluster_spec("default")  # tm_a 2 cores, tm_b 1, tm_c 1 at half speed
+# A hand-written spec (not the shipped default, which may change): tm_a 2 cores, tm_b 1,
+# tm_c 1 at half speed.
+SPEC = LocalClusterSpec.model_validate({"taskmanagers": [
+    {"id": "tm_a", "cpu_cores": 2, "work_multiplier": 1.0, "slots": 4},
+    {"id": "tm_b", "cpu_cores": 1, "work_multiplier": 1.0, "slots": 2},
+    {"id": "tm_c", "cpu_cores": 1, "work_multiplier": 2.0, "slots": 2}]})
 
 
 def synthetic_feedback(n_tasks: int, seed: int = 0, prefix: str = "t",
@@ -459,14 +464,19 @@ def test_cli_serve_refuses_an_open_host_without_a_token(capsys, monkeypatch):
 
 
 def test_the_queue_the_router_saw_replaces_the_executors_count_for_the_chosen_node(tmp_path):
-    """A routed task's example carries the router's in-flight count for the node it chose
-    (``routed_queue``), so the service learns latency against the numbers the router decides
-    on; an entry of -1 (not routed) keeps the feedback's own count."""
+    """A routed task's example carries the router's in-flight count, estimated backlog and
+    measured speed for the node it chose (``routed_queue``, ``routed_backlog_ms``,
+    ``routed_speed_factor``), so the service learns latency against the numbers the router
+    decides on; an entry of -1 (not routed) keeps the feedback's own numbers."""
     service = make_service(tmp_path, min_records_first_version=10_000)
     reports = synthetic_feedback(30, seed=5)
     for report in reports:
         report["routed_queue"] = [100 + i if i % 2 == 0 else -1
                                   for i in range(len(report["completed"]))]
+        report["routed_backlog_ms"] = [1500.0 * (i + 1) if i % 2 == 0 else -1.0
+                                       for i in range(len(report["completed"]))]
+        report["routed_speed_factor"] = [2.5 if i % 2 == 0 else -1.0
+                                         for i in range(len(report["completed"]))]
     service.learner.take(reports)
     examples = list(service.learner._pending)
     assert len(examples) == 30
@@ -478,5 +488,10 @@ def test_the_queue_the_router_saw_replaces_the_executors_count_for_the_chosen_no
                           if s.node_id == report["node_id"])
             if i % 2 == 0:
                 assert chosen.queue_depth == 100 + i
+                assert chosen.backlog_s == pytest.approx(1.5 * (i + 1))
+                assert chosen.speed_factor == 2.5
             else:
                 assert chosen.queue_depth <= max(8 + 2, own)
+                assert chosen.backlog_s == 0.0
+                # the learner's own measurement of the node (the same rule as the routers')
+                assert chosen.speed_factor > 0

@@ -1,0 +1,91 @@
+"""How fast each node really works, measured from the tasks it finished.
+
+The cost model (``workload.estimates``) says how long a task *should* take on a node from the
+node's spec. A real node differs: a neighbour shares its cores, its CPU is older than the spec
+says, its executor runs several tasks at once. :class:`ObservedSpeed` keeps, per node, an
+exponential moving average of ``log(service time / estimate)`` over the tasks the node finished,
+and turns it into a factor: how many times longer than the estimate this node's tasks take now
+(1.0 = as the spec says, and until ``min_samples`` tasks were seen).
+
+The router (``pyflink_jobs.router``) and the placement service's learner
+(``placement.service.learner``) both run one, fed from the same NodeFeedback timings, so the
+``speed_factor`` a model is trained with is the one the router infers with. LDWP's node rows
+scale the task estimate by it (``placement.ldwp.features.node_rows``), so the residual model's
+prior is "MCT with measured speeds" and the network learns the rest.
+
+Example::
+
+    >>> from workload.model import ClusterSpec, NodeSpec
+    >>> speeds = ObservedSpeed(ClusterSpec((NodeSpec("a", 1, 8.0), NodeSpec("b", 1, 8.0))),
+    ...                        min_samples=1)
+    >>> estimate = speeds.estimate_s("b", "video_synopsis", 36_864)
+    >>> speeds.observe("b", "video_synopsis", 36_864, 3.0 * estimate)
+    >>> round(speeds.factor("b"), 2), speeds.factor("a")
+    (3.0, 1.0)
+"""
+
+from __future__ import annotations
+
+import math
+
+from workload.estimates import CostModel
+from workload.model import ClusterSpec
+
+__all__ = ["ObservedSpeed"]
+
+
+class ObservedSpeed:
+    """Per node: measured service time over estimated time (see the module docstring).
+
+    ``smoothing``: weight of a new sample in the moving average of the log ratio (0.1: about
+    the last 10-20 tasks count); ``min_samples``: tasks seen before the factor departs from 1;
+    ``limits``: the factor is clipped into this range (a node with a broken clock or one odd
+    task must not look 1000x slower)."""
+
+    def __init__(self, cluster: ClusterSpec, costs: CostModel | None = None,
+                 smoothing: float = 0.1, min_samples: int = 5,
+                 limits: tuple[float, float] = (0.05, 50.0)):
+        if not 0.0 < smoothing <= 1.0:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
+        if min_samples < 1:
+            raise ValueError(f"min_samples must be at least 1, got {min_samples}")
+        costs = costs or CostModel(colocation=None)
+        self.smoothing = smoothing
+        self.min_samples = min_samples
+        self._low, self._high = math.log(limits[0]), math.log(limits[1])
+        # node -> {app: (fixed_s, per_pixel_s)}: the estimate without walking a DAG per task
+        self._coefficients = {spec.node_id: costs.task_time_coefficients(spec)
+                              for spec in cluster.nodes}
+        self._log_ratio: dict[str, float] = {}
+        self._samples: dict[str, int] = {}
+
+    def estimate_s(self, node: str, app_id: str, input_size: int) -> float:
+        """The cost model's time of the task alone on ``node`` (0 for an unknown node/app)."""
+        fixed, slope = self._coefficients.get(node, {}).get(app_id, (0.0, 0.0))
+        return fixed + slope * max(0, int(input_size))
+
+    def observe(self, node: str, app_id: str, input_size: int, service_s: float) -> None:
+        """One finished task of ``node`` that took ``service_s`` seconds to execute."""
+        estimate = self.estimate_s(node, app_id, input_size)
+        if estimate <= 0.0 or not service_s > 0.0:
+            return  # nothing to compare with (unknown node or app, or a zero timing)
+        ratio = min(self._high, max(self._low, math.log(service_s / estimate)))
+        count = self._samples.get(node, 0)
+        previous = self._log_ratio.get(node)
+        # The first samples are averaged plainly, so one early outlier does not linger.
+        weight = max(self.smoothing, 1.0 / (count + 1))
+        self._log_ratio[node] = ratio if previous is None else (
+            previous + weight * (ratio - previous))
+        self._samples[node] = count + 1
+
+    def factor(self, node: str) -> float:
+        """How many times longer than estimated ``node``'s tasks take (1.0 when unmeasured)."""
+        if self._samples.get(node, 0) < self.min_samples:
+            return 1.0
+        return math.exp(self._log_ratio[node])
+
+    def factors(self) -> dict[str, float]:
+        return {node: self.factor(node) for node in self._coefficients}
+
+    def samples(self, node: str) -> int:
+        return self._samples.get(node, 0)

@@ -1,0 +1,61 @@
+"""Measured node speeds (placement.speed): the factor the router and the learner share."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from placement.speed import ObservedSpeed
+from workload.model import ClusterSpec, NodeSpec
+
+CLUSTER = ClusterSpec((NodeSpec("fast", 1, 8.0), NodeSpec("slow", 1, 8.0, cpu_speed=0.5)))
+APP, SIZE = "video_synopsis", 36_864
+
+
+def test_the_slow_spec_doubles_the_estimate_and_unknowns_estimate_zero():
+    speeds = ObservedSpeed(CLUSTER)
+    fast, slow = speeds.estimate_s("fast", APP, SIZE), speeds.estimate_s("slow", APP, SIZE)
+    assert fast > 0 and slow == pytest.approx(2 * fast, rel=0.1)
+    assert speeds.estimate_s("elsewhere", APP, SIZE) == 0.0
+    assert speeds.estimate_s("fast", "no_such_app", SIZE) == 0.0
+
+
+def test_factor_stays_one_until_enough_samples_then_follows_the_ratio():
+    speeds = ObservedSpeed(CLUSTER, min_samples=3)
+    estimate = speeds.estimate_s("slow", APP, SIZE)
+    for i in range(2):
+        speeds.observe("slow", APP, SIZE, 3.0 * estimate)
+        assert speeds.factor("slow") == 1.0
+    speeds.observe("slow", APP, SIZE, 3.0 * estimate)
+    assert speeds.factor("slow") == pytest.approx(3.0)
+    assert speeds.factor("fast") == 1.0 and speeds.samples("slow") == 3
+
+
+def test_the_average_moves_towards_new_samples_by_the_smoothing_weight():
+    speeds = ObservedSpeed(CLUSTER, smoothing=0.25, min_samples=1)
+    estimate = speeds.estimate_s("fast", APP, SIZE)
+    for _ in range(4):  # the first four are averaged plainly (weight 1/n >= 0.25)
+        speeds.observe("fast", APP, SIZE, 2.0 * estimate)
+    speeds.observe("fast", APP, SIZE, 8.0 * estimate)
+    # log ratio: log 2 + 0.25 * (log 8 - log 2)
+    assert math.log(speeds.factor("fast")) == pytest.approx(math.log(2) + 0.25 * math.log(4))
+
+
+def test_odd_timings_are_clipped_or_ignored():
+    speeds = ObservedSpeed(CLUSTER, min_samples=1, limits=(0.1, 10.0))
+    estimate = speeds.estimate_s("fast", APP, SIZE)
+    speeds.observe("fast", APP, SIZE, 1e6 * estimate)
+    assert speeds.factor("fast") == pytest.approx(10.0)
+    speeds.observe("slow", APP, SIZE, 0.0)          # a zero timing says nothing
+    speeds.observe("elsewhere", APP, SIZE, 1.0)     # nor does a node without an estimate
+    assert speeds.samples("slow") == 0 and speeds.factors() == {"fast": pytest.approx(10.0),
+                                                                 "slow": 1.0}
+
+
+@pytest.mark.parametrize("kwargs,message", [({"smoothing": 0.0}, "smoothing"),
+                                            ({"smoothing": 1.5}, "smoothing"),
+                                            ({"min_samples": 0}, "min_samples")])
+def test_bad_settings_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ObservedSpeed(CLUSTER, **kwargs)
