@@ -2,8 +2,9 @@
 
 The cost model (``workload.estimates``) says how long a task *should* take on a node from the
 node's spec. A real node differs: a neighbour shares its cores, its CPU is older than the spec
-says, its executor runs several tasks at once. :class:`ObservedSpeed` keeps, per node, an
-exponential moving average of ``log(service time / estimate)`` over the tasks the node finished,
+says. :class:`ObservedSpeed` keeps, per node, an exponential moving average of
+``log(work time / estimate)`` over the tasks the node finished (:func:`timing_work_s`: the time
+the task's stages really ran, not counting its waits for units other tasks held),
 and turns it into a factor: how many times longer than the estimate this node's tasks take now
 (1.0 = as the spec says, and until ``min_samples`` tasks were seen).
 
@@ -31,7 +32,20 @@ import math
 from workload.estimates import CostModel
 from workload.model import ClusterSpec
 
-__all__ = ["ObservedSpeed"]
+__all__ = ["ObservedSpeed", "timing_work_s"]
+
+
+def timing_work_s(timing) -> float:
+    """Seconds a finished task (a NodeFeedback ``TaskTiming``) really occupied the node's units:
+    its ``work_ms`` (sum of its stages' run times) when reported, else its ``service_ms``.
+
+    Why not ``service_ms``: an executor keeps several tasks in flight, so a task's service time
+    also counts the waits between its stages while other tasks held the units; it grows with
+    the number in flight, not with how fast the node is."""
+    work = timing.get("work_ms")
+    if work is not None and float(work) > 0.0:
+        return float(work) / 1000.0
+    return float(timing["service_ms"]) / 1000.0
 
 
 class ObservedSpeed:

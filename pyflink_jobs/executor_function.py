@@ -128,7 +128,11 @@ class FeedbackPublisher:
         timing = {"task_id": event["task_id"], "app_id": event["app_id"],
                   "input_size": int(event["input_size"]), "queue_ms": queue_ms,
                   "service_ms": float(outcome.service_ms),
-                  "finished_at_ms": int(outcome.finished_at_ms)}
+                  "finished_at_ms": int(outcome.finished_at_ms),
+                  # what the node's speed is measured by (placement.speed): service_ms also
+                  # counts the waits between stages while other in-flight tasks held the units
+                  "work_ms": float(sum(max(0, s.finished_at_ms - s.started_at_ms)
+                                       for s in outcome.stages)) if outcome.stages else -1.0}
         with self._lock:
             if routed_at:
                 self._completed.append(timing)

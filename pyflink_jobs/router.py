@@ -36,6 +36,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from placement.speed import ObservedSpeed, timing_work_s
 from workload.model import ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task
 
 __all__ = ["RouterNode", "RouterSettings", "Router", "ModelRefresher"]
@@ -100,7 +101,6 @@ class Router:
         self._in_flight: OrderedDict[str, tuple[str, float, float]] = OrderedDict()
         self._in_flight_count = {n: 0 for n in self.node_ids}
         self._backlog_s = {n: 0.0 for n in self.node_ids}
-        from placement.speed import ObservedSpeed
         self.speeds = ObservedSpeed(self.cluster)
         self._lock = threading.Lock()
         self.fallback: Policy = make_policy(settings.fallback, self.cluster)
@@ -151,7 +151,7 @@ class Router:
                 return  # a node outside this job's plan (e.g. another job's executor)
             for timing in feedback.get("completed") or ():
                 self.speeds.observe(node_id, timing["app_id"], int(timing["input_size"]),
-                                    float(timing["service_ms"]) / 1000.0)
+                                    timing_work_s(timing))
             link = self._nodes[node_id].link_mbps * 125_000.0  # Mbit/s -> bytes/s
             self._states[node_id] = NodeState(
                 node_id,

@@ -16,7 +16,7 @@ current schema by fastavro's schema resolution:
 * every prefix of it that drops trailing fields with defaults (what an older writer that
   followed the rule used), so an old writer's missing fields come back as their defaults;
 * every released version kept under ``workload/schemas/history/`` (``task_event.v1.avsc`` ...)
-  and any ``extra_writer_schemas`` given to :class:`Codec`.
+  and its own defaulted prefixes, and any ``extra_writer_schemas`` given to :class:`Codec`.
 
 A fingerprint it does not know (a NEWER writer) is decoded with the reader's own current schema:
 safe under the append-only rule, because the known fields come first and the appended ones are
@@ -177,7 +177,9 @@ class Codec:
             self._schemas[name] = parsed
             self._headers[name] = MARKER + current
             readers = {current: (parsed, None)}
-            writers = (_defaulted_prefixes(raw) + _history_schemas(name)
+            # a released version's own defaulted prefixes are its still older writers
+            history = [w for h in _history_schemas(name) for w in [h, *_defaulted_prefixes(h)]]
+            writers = (_defaulted_prefixes(raw) + history
                        + list((extra_writer_schemas or {}).get(name, ())))
             for writer in writers:
                 fp = schema_fingerprint(writer)

@@ -63,7 +63,7 @@ from pathlib import Path
 
 from placement.ldwp.agent import LDWPPolicy, LDWPSettings
 from placement.service.store import ModelStore
-from placement.speed import ObservedSpeed
+from placement.speed import ObservedSpeed, timing_work_s
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation, Task
 
@@ -321,7 +321,7 @@ class OnlineLearner:
                                        if st.node_id == node else st for st in states)
                     task = Task(timing["task_id"], timing["app_id"], int(timing["input_size"]))
                     self.speeds.observe(node, task.app_id, task.input_size,
-                                        float(timing["service_ms"]) / 1000.0)
+                                        timing_work_s(timing))
                     self._pending.append(_Example(task, node, latency, decided, states))
                     rates = self._service_s.setdefault(node, deque(maxlen=_RATE_WINDOW))
                     rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))

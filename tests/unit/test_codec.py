@@ -10,10 +10,12 @@ import random
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import fastavro
 import pytest
 
+import workload
 import workload.codec as codec_module
 from workload.codec import (HEADER_SIZE, MARKER, RECORD_NAMES, Codec, CodecError, decode, encode,
                             load_schema, schema_fingerprint)
@@ -37,7 +39,7 @@ NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 1_764_500_000_000, "cpu_uti
                  "in_flight": 2, "backpressure": 0.1,
                  "completed": [{"task_id": "t-1", "app_id": "face_recognition",
                                 "input_size": 921_600, "queue_ms": 12.5, "service_ms": 80.25,
-                                "finished_at_ms": 1_764_499_999_990}],
+                                "finished_at_ms": 1_764_499_999_990, "work_ms": 61.0}],
                  "sequence": 7, "routed_queue": [3],
                  "routed_backlog_ms": [120.5], "routed_speed_factor": [1.8]}
 DEAD_LETTER = {"source_topic": "tasks", "partition": 2, "offset": 12_345_678_901,
@@ -95,6 +97,28 @@ def test_feedback_written_before_the_routed_fields_existed_still_decodes(kept):
     old_record = {k: v for k, v in NODE_FEEDBACK.items() if k not in dropped}
     data = Codec(reader_schemas={"NodeFeedback": older}).encode("NodeFeedback", old_record)
     assert decode("NodeFeedback", data) == {**old_record, **{name: [] for name in dropped}}
+
+
+@pytest.mark.parametrize("dropped", [(), ("routed_queue",)])
+def test_timings_written_before_work_ms_existed_decode_as_not_reported(dropped):
+    """work_ms was added inside the nested TaskTiming: not a prefix, so the release before it
+    is kept as schemas/history/node_feedback.v1.avsc; it and its own defaulted prefix (the
+    release before routed_queue) decode with work_ms = -1 and the newer fields empty."""
+    older = json.loads((Path(workload.__file__).parent / "schemas" / "history" /
+                        "node_feedback.v1.avsc").read_text())
+    older["fields"] = [f for f in older["fields"] if f["name"] not in dropped]
+    new_fields = ("routed_queue", "routed_backlog_ms", "routed_speed_factor")
+    old_record = {k: v for k, v in NODE_FEEDBACK.items() if k not in new_fields}
+    old_record.update({k: NODE_FEEDBACK[k] for k in ("routed_queue",) if k not in dropped})
+    old_record["completed"] = [{k: v for k, v in t.items() if k != "work_ms"}
+                               for t in NODE_FEEDBACK["completed"]]
+    data = Codec(reader_schemas={"NodeFeedback": older}).encode("NodeFeedback", old_record)
+    codec = Codec()
+    decoded = codec.decode("NodeFeedback", data)
+    assert codec.unknown_writer_reads == 0  # a known writer, resolved, not guessed
+    assert decoded["completed"][0]["work_ms"] == -1.0
+    assert decoded["routed_backlog_ms"] == [] and decoded["routed_speed_factor"] == []
+    assert decoded["routed_queue"] == ([] if dropped else [3])
 
 
 def test_results_written_before_routed_to_existed_still_decode():

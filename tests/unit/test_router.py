@@ -323,8 +323,16 @@ def test_router_uses_the_fallback_then_swaps_in_new_models_and_survives_outages(
 # -- feedback records ----------------------------------------------------------------------
 
 class Outcome:
-    def __init__(self, queue_ms, service_ms, finished):
+    """An executor outcome whose stages ran back to back at the end of its service time for
+    ``work_ms`` in all (two stages), the rest of the service time waiting for the unit."""
+
+    def __init__(self, queue_ms, service_ms, finished, work_ms=None):
+        from interference.executor import StageRecord
         self.queue_ms, self.service_ms, self.finished_at_ms = queue_ms, service_ms, finished
+        work = int(service_ms if work_ms is None else work_ms)
+        half = work // 2
+        self.stages = [StageRecord("a", "cpu:0", finished - work, finished - work + half, 1),
+                       StageRecord("b", "cpu:0", finished - work + half, finished, 1)]
 
 
 def test_feedback_publisher_reports_each_finished_task_once_with_rates():
@@ -332,7 +340,8 @@ def test_feedback_publisher_reports_each_finished_task_once_with_rates():
     snap = {"cpu_util": 0.5, "host_mem_util": 0.2, "in_flight": 3, "queue_depth": 1}
     publisher = FeedbackPublisher("tm_a", lambda: snap, producer=None, clock=clock, instance=1)
     routed = dict(event(1), _routed_at_ms=99_900)
-    publisher.task_finished(routed, Outcome(3.0, 40.0, 100_000), bytes_in=100, bytes_out=50)
+    publisher.task_finished(routed, Outcome(3.0, 40.0, 100_000, work_ms=25),
+                            bytes_in=100, bytes_out=50)
     publisher.task_finished(dict(event(2), _routed_at_ms=99_990), Outcome(1.0, 20.0, 100_010),
                             bytes_in=300, bytes_out=150)
     # not placed by a router: bytes count, the timing teaches placement nothing
@@ -342,6 +351,9 @@ def test_feedback_publisher_reports_each_finished_task_once_with_rates():
     assert [t["task_id"] for t in first["completed"]] == ["t1", "t2"]
     # waiting counts from the routing decision: 100,000 - 99,900 - 40 ms of service
     assert first["completed"][0]["queue_ms"] == pytest.approx(60.0)
+    # the node's speed is measured by the stages' run time, not by the waits between them
+    assert first["completed"][0]["work_ms"] == pytest.approx(25.0)
+    assert first["completed"][1]["work_ms"] == pytest.approx(20.0)
     assert first["downlink_bytes_per_s"] == pytest.approx(200.0)
     assert first["uplink_bytes_per_s"] == pytest.approx(100.0)
     assert (first["cpu_util"], first["in_flight"], first["queue_depth"]) == (0.5, 3, 1)

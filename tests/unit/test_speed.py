@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from placement.speed import ObservedSpeed
+from placement.speed import ObservedSpeed, timing_work_s
 from workload.model import ClusterSpec, NodeSpec
 
 CLUSTER = ClusterSpec((NodeSpec("fast", 1, 8.0), NodeSpec("slow", 1, 8.0, cpu_speed=0.5)))
@@ -59,3 +59,12 @@ def test_odd_timings_are_clipped_or_ignored():
 def test_bad_settings_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ObservedSpeed(CLUSTER, **kwargs)
+
+
+@pytest.mark.parametrize("timing,expected", [
+    ({"service_ms": 400.0, "work_ms": 50.0}, 0.05),   # waited 350 ms for units others held
+    ({"service_ms": 400.0, "work_ms": -1.0}, 0.4),    # not reported (an older executor)
+    ({"service_ms": 400.0}, 0.4),                     # a record from before work_ms existed
+])
+def test_work_time_is_the_stages_run_time_when_reported(timing, expected):
+    assert timing_work_s(timing) == pytest.approx(expected)
