@@ -159,6 +159,9 @@ class Bench:
         self.mode = None
         self.cfg = None
         self.broker = self.cluster = self.service = None
+        # one feedback topic per benchmark invocation: the service and the routers must not
+        # read an earlier invocation's feedback (its nodes' speeds, its schema version)
+        self.feedback_topic = f"bench-feedback-{time.time_ns()}"
 
     def ensure(self, mode: str):
         from streamplace.flink_cluster import FlinkCluster
@@ -178,12 +181,12 @@ class Bench:
         if self.service is None:
             from streamplace.topics import ensure_topics
             topics = cfg.model_copy(deep=True)
-            topics.job.topic_feedback = "bench-feedback"
+            topics.job.topic_feedback = self.feedback_topic
             ensure_topics(topics)  # before the service subscribes to it
             from placement.service import PlacementService, ServiceSettings
             self.service = PlacementService(ServiceSettings(
                 port=0, bootstrap_servers=cfg.kafka.bootstrap_servers,
-                feedback_topic="bench-feedback", group_id=f"bench-service-{time.time_ns()}",
+                feedback_topic=self.feedback_topic, group_id=f"bench-service-{time.time_ns()}",
                 flink_rest_url=cfg.flink.rest_url,
                 model_dir=str(cfg.home / "bench-models" / str(time.time_ns()))))
             self.service.start()
@@ -204,13 +207,13 @@ class Bench:
         from streamplace.topics import ensure_topics
         cfg = self.ensure(mode).model_copy(deep=True)
         cfg.job.topic_tasks, cfg.job.topic_results = f"{tag}-tasks", f"{tag}-results"
-        cfg.job.topic_dead_letter, cfg.job.topic_feedback = f"{tag}-dlq", "bench-feedback"
+        cfg.job.topic_dead_letter, cfg.job.topic_feedback = f"{tag}-dlq", self.feedback_topic
         ensure_topics(cfg)
         extra = {"executor": "iawp", **settings}
         if extra.get("placement") == "hook":
             extra.setdefault("plan", PLAN)
             extra["service_url"] = self.service.url
-        job_id = submit_task_pipeline(cfg, self.cluster, topic_feedback="bench-feedback",
+        job_id = submit_task_pipeline(cfg, self.cluster, topic_feedback=self.feedback_topic,
                                       group_id=f"{tag}-job", transactional_id_prefix=tag,
                                       executor_capacity=EXECUTOR_CAPACITY,
                                       executor_timeout_s=600, **extra)
@@ -385,8 +388,11 @@ def main(argv=None) -> None:
             if not args.only:  # keep what is measured even if a later run fails
                 write_result("flink_e2e.partial", {"runs": rows, "overhead_runs": overhead_rows,
                                                    "training_run": training})
+            speeds = {k.rsplit("_", 2)[-2] + "_" + k.rsplit("_", 1)[-1]: v / 1000
+                      for k, v in (row.get("router") or {}).items() if "speed_milli" in k}
             tqdm.write(f"  {label:32s} {row['throughput_per_s']:7.1f}/s  "
-                       f"p99 {row['latency_p99_ms'] / 1000:6.1f} s  {row['per_node']}")
+                       f"p99 {row['latency_p99_ms'] / 1000:6.1f} s  {row['per_node']}"
+                       + (f"  measured speed factors {speeds}" if speeds else ""))
     finally:
         bench.close()
     summary = summarise(rows)
