@@ -137,7 +137,8 @@ def summarise_run(results: list[dict], sent_at: float) -> dict:
     per_node = {node: sum(1 for r in results if r["node_id"] == node) for node in NODES}
     bins: dict[str, dict[int, int]] = {node: {} for node in NODES}
     for r in results:
-        second = int((r["_seen_s"] - sent_at) // 2) * 2
+        # by when the executor finished it (commits come in bursts: they say little over time)
+        second = int((r["finished_at_ms"] / 1000.0 - sent_at) // 2) * 2
         bins.setdefault(r["node_id"], {})
         bins[r["node_id"]][second] = bins[r["node_id"]].get(second, 0) + 1
     return {"results": n, "throughput_per_s": n / span,
@@ -308,10 +309,10 @@ def plot(summary: list[dict], rows: list[dict], overhead: list[dict], path: Path
             points = series.get(node, [])
             if points and label in (labels[0], labels[-1]):
                 ax.plot([p[0] for p in points], [p[1] / 2 for p in points], style, color=color,
-                        label=f"{node} · {label}")
+                        marker=".", label=f"{node} · {label}")
     ax.set_xlabel("seconds since the backlog was sent")
     ax.set_ylabel("results / s per node")
-    ax.set_title("Per-node load over time (last run)")
+    ax.set_title("Per-node load over time (last run; tasks executed per s)")
     ax.legend(fontsize=7)
     if overhead:
         text = "; ".join(f"{o['variant']}: {o['throughput_per_s']['mean']:.0f}/s"
