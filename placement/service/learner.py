@@ -192,6 +192,28 @@ class NodeHistory:
         return dict(record) if record else None
 
 
+#: LDWPSettings that define what a model file computes: a stored version that differs in any
+#: of them is not resumed (its weights mean something else under the configured settings).
+MODEL_DEFINING_SETTINGS = ("network", "hidden_sizes", "q_prior", "residual", "spec_features",
+                           "reward", "latency_transform")
+
+
+def _model_settings_changed(path, settings: LDWPSettings) -> str:
+    """"" when the model file at ``path`` was built with ``settings``' model-defining values,
+    else a short "name: stored -> configured" list of the differences."""
+    from placement.ldwp.modelfile import load_model
+    stored = load_model(path)[1].get("settings") or {}
+    defaults = LDWPSettings()
+    differences = []
+    for name in MODEL_DEFINING_SETTINGS:
+        old = stored.get(name, getattr(defaults, name))
+        new = getattr(settings, name)
+        if (list(old) if isinstance(old, (list, tuple)) else old) != \
+                (list(new) if isinstance(new, (list, tuple)) else new):
+            differences.append(f"{name}: {old!r} -> {new!r}")
+    return ", ".join(differences)
+
+
 def _with_speed(state: NodeState, speed_factor: float) -> NodeState:
     return dataclasses.replace(state, speed_factor=speed_factor)
 
@@ -253,6 +275,13 @@ class OnlineLearner:
 
         latest = store.latest()
         previous_hash = ""
+        if latest is not None and initial_model is None:
+            changed = _model_settings_changed(store.path(latest["version"]), settings)
+            if changed:
+                log.warning("the newest stored model (version %d) was trained with other "
+                            "model settings (%s); starting a fresh model, numbered after it",
+                            latest["version"], changed)
+                latest = None
         if latest is not None:  # resume from the newest version (restart)
             self.agent = LDWPPolicy.from_file(store.path(latest["version"]), self.cluster,
                                               self.costs, training=True)

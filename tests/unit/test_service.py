@@ -329,6 +329,26 @@ def test_restart_resumes_from_the_newest_version(tmp_path):
     assert second["version"] == first["version"] + 1 and second["trained_on_records"] == 200
 
 
+def test_a_stored_model_built_with_other_model_settings_is_not_resumed(tmp_path):
+    """A store whose newest version is another kind of model (here the plain node-scoring
+    network of earlier releases) is not resumed under the residual defaults: a fresh model
+    starts, numbered after it."""
+    plain = {"q_prior": "none", "residual": "additive", "latency_transform": "linear"}
+    old = make_service(tmp_path, min_records_first_version=100, learning=plain)
+    old.ingest.ingest(synthetic_feedback(100, seed=4))
+    old.learner.train_pending()
+    assert old.store.latest()["version"] == 1
+    fresh = make_service(tmp_path, min_records_first_version=100)
+    assert fresh.learner.records_trained == 0
+    assert fresh.learner.agent.settings.q_prior == "completion"
+    fresh.ingest.ingest(synthetic_feedback(100, seed=5, prefix="u"))
+    fresh.learner.train_pending()
+    latest = fresh.store.latest()
+    assert (latest["version"], latest["trained_on_records"]) == (2, 100)
+    same = make_service(tmp_path, min_records_first_version=100)   # same settings: resumed
+    assert same.learner.records_trained == 100
+
+
 def test_initial_model_is_version_one_and_bad_learning_settings_are_named(tmp_path):
     initial = tmp_path / "pretrained.spmodel"
     _save_model(initial, seed=7)
