@@ -26,7 +26,12 @@ NODES = ("tm_a", "tm_b", "tm_c")
 
 
 def _feedback(seed: int = 11) -> list[dict]:
-    """One NodeFeedback per task (1,200), tm_b five times faster than the others."""
+    """One NodeFeedback per task (1,200), tm_b five times faster than the others: a task's
+    service time is the cost model's estimate for its app and size on that node, times 1 on
+    tm_b and 5 elsewhere (with noise), as a node's real times scale with the work."""
+    from placement.service.learner import to_cluster_spec
+    from placement.speed import ObservedSpeed
+    estimates = ObservedSpeed(to_cluster_spec(load_cluster_spec("default")))
     rng = random.Random(seed)
     apps, t0 = app_ids(), int(time.time() * 1000) - 3_600_000
     sequence = dict.fromkeys(NODES, 0)
@@ -34,7 +39,9 @@ def _feedback(seed: int = 11) -> list[dict]:
     for i in range(UNIQUE):
         node = rng.choice(NODES)
         fast = node == "tm_b"
-        service_ms = (200.0 if fast else 1000.0) * rng.uniform(0.8, 1.2)
+        app, size = apps[i % len(apps)], int(rng.lognormvariate(10.5, 0.5))
+        service_ms = (1000.0 * estimates.estimate_s(node, app, size) * (1.0 if fast else 5.0)
+                      * rng.uniform(0.8, 1.2))
         queue_ms = (20.0 if fast else 100.0) * rng.uniform(0.5, 1.5)
         finished = t0 + i * 50 + int(queue_ms + service_ms)
         sequence[node] += 1
@@ -44,8 +51,7 @@ def _feedback(seed: int = 11) -> list[dict]:
             "gpu_mem_util": 0.0, "uplink_bytes_per_s": 1e5, "downlink_bytes_per_s": 1e6,
             "queue_depth": 0 if fast else rng.randint(3, 8), "in_flight": 1,
             "backpressure": 0.0, "sequence": sequence[node],
-            "completed": [{"task_id": f"svc-{i:05d}", "app_id": apps[i % len(apps)],
-                           "input_size": int(rng.lognormvariate(10.5, 0.5)),
+            "completed": [{"task_id": f"svc-{i:05d}", "app_id": app, "input_size": size,
                            "queue_ms": queue_ms, "service_ms": service_ms,
                            "finished_at_ms": finished}]})
     return records
