@@ -40,10 +40,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from placement.ldwp.features import (NODE_ROW_SIZE, NODE_SPEC_SIZE, node_rows,
-                                     node_spec_features, paper_vector, paper_vector_size)
-from placement.ldwp.networks import (NodeScoringQNetwork, PaperQNetwork, completion_prior,
-                                     export_layers, numpy_forward, scaled_completion_q)
+from placement.ldwp.features import (NODE_ROW_SIZE, NODE_SPEC_SIZE, completion_prior,
+                                     node_rows, node_spec_features, paper_vector,
+                                     paper_vector_size, scaled_completion_q)
+from placement.ldwp.networks import (NodeScoringQNetwork, PaperQNetwork, export_layers,
+                                     numpy_forward)
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, Decision, Observation, Policy, Transition
 

@@ -28,19 +28,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from placement.ldwp.features import NODE_ROW_SIZE, completion_prior
-from placement.ldwp.features import scaled_completion_q as _scaled_completion_q
+from placement.ldwp.features import NODE_ROW_SIZE, completion_prior, scaled_completion_q
 
 __all__ = ["PaperQNetwork", "NodeScoringQNetwork", "numpy_forward", "export_layers",
            "completion_prior"]
 
 PRIORS = ("none", "completion")
 RESIDUALS = ("additive", "scaled")
-
-
-def scaled_completion_q(rows, factors, lib=torch):
-    """:func:`placement.ldwp.features.scaled_completion_q` with torch as the default."""
-    return _scaled_completion_q(rows, factors, lib)
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -95,7 +89,7 @@ class NodeScoringQNetwork(nn.Module):
     def forward(self, rows: torch.Tensor) -> torch.Tensor:  # (..., M, F) -> (..., M)
         out = self.body(self.with_context(rows))
         if self.prior == "completion" and self.residual == "scaled":
-            return scaled_completion_q(rows, out)
+            return scaled_completion_q(rows, out, lib=torch)
         q = out.squeeze(-1)
         if self.prior == "completion":
             q = q + completion_prior(rows)

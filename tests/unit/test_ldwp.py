@@ -251,13 +251,13 @@ def test_untrained_residual_agent_decides_like_mct(costs, residual):
 
 
 def test_scaled_residual_q_is_minus_log_of_the_corrected_completion():
-    from placement.ldwp.features import COMPLETION_COLUMN, ESTIMATE_COLUMN, NODE_ROW_SIZE
-    from placement.ldwp.networks import scaled_completion_q
+    from placement.ldwp.features import (COMPLETION_COLUMN, ESTIMATE_COLUMN, NODE_ROW_SIZE,
+                                         scaled_completion_q)
     rows = torch.zeros(1, NODE_ROW_SIZE)
     rows[0, ESTIMATE_COLUMN] = np.log1p(10.0) / 10      # task alone: 10 s
     rows[0, COMPLETION_COLUMN] = np.log1p(40.0) / 10    # wait 30 s + 10 s
     factors = torch.tensor([[np.log(2.0), np.log(0.5)]], dtype=torch.float32)
-    q = scaled_completion_q(rows, factors)
+    q = scaled_completion_q(rows, factors, lib=torch)
     assert q.item() == pytest.approx(-np.log1p(2 * 30 + 0.5 * 10), rel=1e-5)
 
 
