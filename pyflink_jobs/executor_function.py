@@ -101,9 +101,8 @@ class FeedbackPublisher:
         self.instance = instance
         self.clock = clock
         self._completed: list[dict] = []
-        self._routed_queue: list[int] = []
-        self._routed_backlog_ms: list[float] = []
-        self._routed_speed: list[float] = []
+        # per completed timing, what its routing decision saw: (queue, backlog ms, speed)
+        self._routed: list[tuple[int, float, float]] = []
         self._lock = threading.Lock()
         self._bytes_in = self._bytes_out = 0
         self._last_emit = clock()
@@ -136,9 +135,9 @@ class FeedbackPublisher:
         with self._lock:
             if routed_at:
                 self._completed.append(timing)
-                self._routed_queue.append(int(event.get("_routed_queue", -1)))
-                self._routed_backlog_ms.append(float(event.get("_routed_backlog_ms", -1.0)))
-                self._routed_speed.append(float(event.get("_routed_speed", -1.0)))
+                self._routed.append((int(event.get("_routed_queue", -1)),
+                                     float(event.get("_routed_backlog_ms", -1.0)),
+                                     float(event.get("_routed_speed", -1.0))))
             self._bytes_in += bytes_in
             self._bytes_out += bytes_out
 
@@ -147,9 +146,7 @@ class FeedbackPublisher:
         now = self.clock()
         with self._lock:
             completed, self._completed = self._completed, []
-            routed_queue, self._routed_queue = self._routed_queue, []
-            routed_backlog_ms, self._routed_backlog_ms = self._routed_backlog_ms, []
-            routed_speed, self._routed_speed = self._routed_speed, []
+            routed, self._routed = self._routed, []
             bytes_in, bytes_out = self._bytes_in, self._bytes_out
             self._bytes_in = self._bytes_out = 0
         elapsed = max(1e-3, now - self._last_emit)
@@ -167,8 +164,10 @@ class FeedbackPublisher:
                 "downlink_bytes_per_s": bytes_in / elapsed,
                 "queue_depth": int(snap.get("queue_depth", 0)),
                 "in_flight": int(snap.get("in_flight", 0)), "backpressure": 0.0,
-                "completed": completed, "sequence": sequence, "routed_queue": routed_queue,
-                "routed_backlog_ms": routed_backlog_ms, "routed_speed_factor": routed_speed}
+                "completed": completed, "sequence": sequence,
+                "routed_queue": [r[0] for r in routed],
+                "routed_backlog_ms": [r[1] for r in routed],
+                "routed_speed_factor": [r[2] for r in routed]}
 
     def _delivered(self, err, msg) -> None:
         if err is not None:

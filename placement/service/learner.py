@@ -214,14 +214,8 @@ def _model_settings_changed(path, settings: LDWPSettings) -> str:
     return ", ".join(differences)
 
 
-def _with_speed(state: NodeState, speed_factor: float) -> NodeState:
-    return dataclasses.replace(state, speed_factor=speed_factor)
-
-
 def _with_age(state: NodeState, age_s: float) -> NodeState:
-    return NodeState(state.node_id, state.cpu_util, state.gpu_util, state.host_mem_util,
-                     state.gpu_mem_util, state.uplink_util, state.downlink_util,
-                     state.queue_depth, state.backlog_s, max(0.0, age_s), state.speed_factor)
+    return dataclasses.replace(state, age_s=max(0.0, age_s))
 
 
 @dataclass(frozen=True)
@@ -368,7 +362,8 @@ class OnlineLearner:
         a task was NOT sent to from the routers' newest earlier stamps on them. In the real-engine
         benchmark the model trained that way sent 65% of a backlog to the slow tm_c (33.5
         tasks/s against 67-71 without it), so those nodes keep their reports' numbers."""
-        return _with_speed(self.history.state_at(node, at_ms), self.speeds.factor(node))
+        return dataclasses.replace(self.history.state_at(node, at_ms),
+                                   speed_factor=self.speeds.factor(node))
 
     # -- learner side -------------------------------------------------------------------------
     def train_pending(self, max_records: int | None = None) -> int:
@@ -486,7 +481,8 @@ class OnlineLearner:
         """Every known node's newest state (a zero state for nodes that never reported), with
         its measured speed factor (what the model was trained with)."""
         with self._lock:
-            return [_with_speed(self.history.latest(n, now_ms), self.speeds.factor(n))
+            return [dataclasses.replace(self.history.latest(n, now_ms),
+                                        speed_factor=self.speeds.factor(n))
                     for n in self._node_order]
 
     def latest_feedback(self) -> dict[str, dict]:
