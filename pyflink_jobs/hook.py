@@ -1,32 +1,43 @@
-"""The streamplace hook: put learned placement (LDWP) and the IAWP executor into a PyFlink job.
+"""The streamplace hook: learned placement (LDWP) and the IAWP executor for a PyFlink job's own
+operator.
 
-Three lines in an existing job::
+Three lines in an existing job (its ``stream.map(enrich, output_type=Types.STRING())`` becomes)::
 
     from pyflink_jobs.hook import StreamplaceHook
     hook = StreamplaceHook.create("127.0.0.1:9092", service_url="http://127.0.0.1:8471")
-    results = hook.apply(env, tasks)        # tasks: TaskEvent bytes (or Table rows with offsets)
+    enriched = hook.apply(env, stream, enrich, output_type=Types.STRING())
 
-``results`` is a DataStream of Avro TaskResult bytes; sink it as before (exactly-once KafkaSink).
-``hook.dead_letters`` carries undecodable records as DeadLetter bytes.
+``enriched`` carries the operator's own outputs, exactly as the ``map`` gave them; sink it as
+before. ``hook.dead_letters`` carries DeadLetter Avro bytes: records the operator raised on
+(with the error and traceback) and records the router could not describe. The operator may be
+a callable, a ``MapFunction`` / ``FlatMapFunction`` (``open``/``close`` once per executor
+instance), a torch ``nn.Module``, or named stages with CPU/GPU affinity and batching
+(:mod:`workload.operators`); ``task_type=`` / ``task_size=`` tell the policy what a record is
+(defaults: the operator's name; the record's serialized length). Without an operator,
+``apply(env, tasks)`` runs streamplace-native Avro TaskEvents through the built-in apps and
+returns TaskResult bytes.
 
 What ``apply`` adds::
 
-    tasks ──────────────┐
-                        ├─> router (decode + decide in one Python function, parallelism 1)
-    feedback (Kafka) ───┘      │ broadcast NodeFeedback     │ side output per TaskManager
+    stream ─────────────┐
+                        ├─> router (describe + decide in one Python function, parallelism 1)
+    feedback (Kafka) ───┘      │ broadcast NodeFeedback     │ RoutedRecord per TaskManager
       (broadcast)              v                            v
-                     executor@tm_a (pinned)  executor@tm_b (pinned)  ...   -> union -> results
+              executor@tm_a (pinned) -> outputs   executor@tm_b (pinned) -> outputs  ... union
 
 - The router holds a local copy of the current policy (numpy LDWP inference), node state from the
   broadcast NodeFeedback corrected by its own in-flight counts, refreshes model versions from the
   placement service in the background and falls back to the last model, or least-loaded, when the
-  service is unreachable (:mod:`pyflink_jobs.router`).
+  service is unreachable (:mod:`pyflink_jobs.router`, :mod:`pyflink_jobs.router_function`).
 - One executor operator per TaskManager, pinned by a slot sharing group that requests one unit of
   that TaskManager's external resource, with the plan's parallelism; records reach it through
   the router's side output for that node. Every other slot sharing group the hook uses gets an
   explicit resource spec (fine-grained resource management requires it).
 - Every operator has a stable uid (``<uid_prefix>-router``, ``<uid_prefix>-executor-<node>``,
-  ``<uid_prefix>-feedback-source``) so a savepoint survives resubmission with a new plan.
+  ``<uid_prefix>-outputs-<node>``, ``<uid_prefix>-feedback-source``) so a savepoint survives
+  resubmission with a new plan.
+- Keyed or stateful operators are refused with a clear error: the hook moves records between
+  nodes, so per-key state could not follow them.
 
 Cluster settings the hook needs (``streamplace doctor`` checks them):
 ``cluster.fine-grained-resource-management.enabled: true``; each TaskManager started with
@@ -39,25 +50,23 @@ Kafka connector jar added to the job.
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
-from pyflink_jobs.executor_function import (CountGauges, ExecutorFunctionSettings,
+from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
-from pyflink_jobs.router import ModelRefresher, Router, RouterNode, RouterSettings
+from pyflink_jobs.flink_ops import (dead_letter_tag, executor_slot_sharing_group,
+                                    io_slot_sharing_group, side_output)
+from pyflink_jobs.operator_function import OperatorExecutorFunction, SplitOutcomes
+from pyflink_jobs.router import RouterNode, RouterSettings
+from pyflink_jobs.router_function import (OperatorRecords, RestAwarePartitioner, RouterFunction,
+                                          TaskEventRecords, feedback_state_descriptor, node_tag,
+                                          routed_tag)
 
-__all__ = ["HookSettings", "HookBuilder", "StreamplaceHook", "RouterFunction", "node_tag",
-           "nodes_from_cluster_spec"]
+__all__ = ["HookSettings", "HookBuilder", "StreamplaceHook", "RouterFunction",
+           "RestAwarePartitioner", "node_tag", "nodes_from_cluster_spec", "parse_plan",
+           "parse_retired"]
 
 log = logging.getLogger(__name__)
-
-try:  # The module must import without pyflink too (docs, unit tests of the helpers).
-    from pyflink.datastream import BroadcastProcessFunction
-    from pyflink.datastream.functions import Partitioner
-except ImportError:  # pragma: no cover
-    BroadcastProcessFunction = Partitioner = object  # type: ignore[misc,assignment]
-
-FEEDBACK_STATE_NAME = "streamplace-node-feedback"
 
 
 @dataclass
@@ -95,6 +104,26 @@ class HookSettings:
     routing: str = "pinned"
     rest_url: str = "http://127.0.0.1:8081"   # the JobManager REST API (rest_partitioner)
     job_name: str = ""                         # this job's name in REST (rest_partitioner)
+    # A user operator's stages batch same-stage inputs of different in-flight records (each
+    # stage's BatchPolicy); False = one input per call (the ablation).
+    batching: bool = True
+
+    @classmethod
+    def from_fields(cls, source, renames: dict[str, str] | None = None) -> HookSettings:
+        """The hook's settings from any settings object (e.g. a job's ``PipelineSettings``):
+        every field of the same name, or named in ``renames`` (hook field -> source field);
+        ``plan`` / ``retired`` may be given as ``"tm_a=2,tm_b=1"`` / ``"tm_c=tm_a"``."""
+        renames = renames or {}
+        values = {}
+        for f in fields(cls):
+            name = renames.get(f.name, f.name)
+            if hasattr(source, name):
+                values[f.name] = getattr(source, name)
+        if isinstance(values.get("plan"), str):
+            values["plan"] = parse_plan(values["plan"])
+        if isinstance(values.get("retired"), str):
+            values["retired"] = parse_retired(values["retired"])
+        return cls(**values)
 
     def resolved_nodes(self) -> list[RouterNode]:
         """The nodes with their planned instance counts (plan > service plan > 1 each)."""
@@ -123,6 +152,27 @@ class HookSettings:
         return resolved
 
 
+def parse_plan(text: str) -> dict[str, int]:
+    """``"tm_a=2,tm_b=1"`` -> ``{"tm_a": 2, "tm_b": 1}``, with a clear error for bad input."""
+    return {node: int(count) for node, count in _pairs(text, "plan", "node=count, e.g. tm_a=2",
+                                                        lambda v: v.isdigit())}
+
+
+def parse_retired(text: str) -> dict[str, str]:
+    """``"tm_c=tm_a"`` -> ``{"tm_c": "tm_a"}`` (retired node -> host node)."""
+    return dict(_pairs(text, "retired", "node=host, e.g. tm_c=tm_a", bool))
+
+
+def _pairs(text: str, what: str, expected: str, valid) -> list[tuple[str, str]]:
+    pairs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = (x.strip() for x in part.partition("="))
+        if not sep or not key or not valid(value):
+            raise ValueError(f"bad {what} entry {part!r}: expected {expected}")
+        pairs.append((key, value))
+    return pairs
+
+
 def nodes_from_cluster_spec(name_or_path: str) -> list[RouterNode]:
     """RouterNodes from a streamplace cluster spec (``streamplace/specs/<name>.yaml`` or a path)."""
     from streamplace.cluster_spec import load_cluster_spec
@@ -130,189 +180,6 @@ def nodes_from_cluster_spec(name_or_path: str) -> list[RouterNode]:
     return [RouterNode(tm.id, cpu_cores=max(1, int(round(tm.cpu_cores))),
                        work_multiplier=tm.work_multiplier, instances=1, gpus=len(tm.gpu_ids))
             for tm in spec.taskmanagers]
-
-
-def node_tag(node_id: str):
-    """The side output that carries the tasks routed to ``node_id``."""
-    from pyflink.common import Types
-    from pyflink.datastream import OutputTag
-    return OutputTag(f"streamplace-node-{node_id}", Types.PICKLED_BYTE_ARRAY())
-
-
-def routed_tag():
-    """rest_partitioner mode: every routed task, as (node, task), on one side output."""
-    from pyflink.common import Types
-    from pyflink.datastream import OutputTag
-    return OutputTag("streamplace-routed", Types.PICKLED_BYTE_ARRAY())
-
-
-class RestAwarePartitioner(Partitioner):
-    """Sends a (node, task) record to an executor instance running on that node.
-
-    Which instance runs where is read from the JobManager's REST API
-    (``/jobs/<id>/vertices/<executor>``: ``subtask`` -> ``taskmanager-id``), at the first
-    record and again every ``refresh_s`` (instances move after a restart). Among a node's
-    instances it goes round-robin; a node that hosts no instance gets any instance, counted in
-    ``misrouted``. Works with any Flink scheduler, at the price of the extra Python hop that
-    ``partition_custom`` adds."""
-
-    def __init__(self, rest_url: str, job_name: str, vertex_name: str, refresh_s: float = 10.0):
-        self.rest_url = rest_url.rstrip("/")
-        self.job_name = job_name
-        self.vertex_name = vertex_name
-        self.refresh_s = refresh_s
-
-    def open(self, runtime_context):
-        self._where: dict[str, list[int]] = {}
-        self._next: dict[str, int] = {}
-        self._fetched_at = float("-inf")
-        self.misrouted = 0
-
-    def _refresh(self) -> None:
-        import requests
-        self._fetched_at = time.monotonic()
-        try:
-            jobs = requests.get(f"{self.rest_url}/jobs/overview", timeout=2).json()["jobs"]
-            running = [j for j in jobs if j["name"] == self.job_name and j["state"] == "RUNNING"]
-            if not running:
-                return
-            job = max(running, key=lambda j: j["start-time"])
-            detail = requests.get(f"{self.rest_url}/jobs/{job['jid']}", timeout=2).json()
-            # chained operators share a vertex: "..., streamplace-executor"
-            vertex = next(v for v in detail["vertices"] if self.vertex_name in v["name"])
-            subtasks = requests.get(f"{self.rest_url}/jobs/{job['jid']}/vertices/{vertex['id']}",
-                                    timeout=2).json()["subtasks"]
-        except Exception as exc:  # noqa: BLE001 - keep the last mapping
-            log.warning("REST mapping of executor instances not refreshed: %s", exc)
-            return
-        where: dict[str, list[int]] = {}
-        for sub in subtasks:
-            where.setdefault(sub.get("taskmanager-id", ""), []).append(int(sub["subtask"]))
-        self._where = where
-
-    def partition(self, key, num_partitions: int) -> int:
-        # Refresh every refresh_s, and at most once a second while no mapping is known (REST
-        # down must not cost a request per record).
-        age = time.monotonic() - self._fetched_at
-        if age > self.refresh_s or (not self._where and age > 1.0):
-            self._refresh()
-        candidates = self._where.get(key)
-        if not candidates:
-            self.misrouted += 1
-            candidates = list(range(num_partitions))
-        i = self._next.get(key, 0)
-        self._next[key] = i + 1
-        return candidates[i % len(candidates)] % num_partitions
-
-
-def side_output(stream, tag):
-    """``stream.get_side_output(tag)`` without the identity Python ``map`` that PyFlink 2.2.1
-    appends to every side output (``ds.map(lambda i: i)``): that map is one more Python hop
-    per record on the routing path, and the records already carry the tag's type."""
-    from pyflink.datastream import DataStream
-    return DataStream(stream._j_data_stream.getSideOutput(tag.get_java_output_tag()))
-
-
-def _feedback_state_descriptor():
-    from pyflink.common import Types
-    from pyflink.datastream.state import MapStateDescriptor
-    return MapStateDescriptor(FEEDBACK_STATE_NAME, Types.STRING(), Types.PICKLED_BYTE_ARRAY())
-
-
-class RouterFunction(BroadcastProcessFunction):
-    """Decode + decide in one Python function. Input: TaskEvent bytes, or a Row
-    ``(payload, topic, partition, offset)`` from the Table API Kafka source; broadcast input:
-    NodeFeedback bytes. Output: DeadLetter bytes (main), decoded tasks on one side output per
-    node."""
-
-    def __init__(self, settings: RouterSettings, single_output: bool = False):
-        self.settings = settings
-        self.single_output = single_output  # rest_partitioner: (node, task) on one side output
-
-    def open(self, runtime_context):
-        from pyflink_jobs.task_pipeline import make_dead_letter
-        from workload.codec import CodecError, decode
-        self._decode, self._codec_error = decode, CodecError
-        self._make_dead_letter = make_dead_letter
-        self.router = Router(self.settings)
-        if self.single_output:
-            routed = routed_tag()
-            self._tags = {n: routed for n in self.router.node_ids}
-        else:
-            self._tags = {n: node_tag(n) for n in self.router.node_ids}
-        self._descriptor = _feedback_state_descriptor()
-        self._restored = False
-        self.refresher = None
-        if self.settings.policy == "ldwp" and self.settings.service_url:
-            from placement.service.client import PlacementClient
-            client = PlacementClient(self.settings.service_url,
-                                     self.settings.service_token or None, timeout_s=2.0)
-            self.refresher = ModelRefresher(self.router, client, self.settings.refresh_interval_s)
-            self.refresher.start()
-        group = runtime_context.get_metrics_group()
-        router = self.router
-        self._counts = CountGauges(group, [f"streamplace_routed_{n}" for n in router.node_ids] +
-                                   ["streamplace_dead_letters"])
-        group.gauge("streamplace_decision_p50_us", lambda: int(router.latency_percentile_us(50)))
-        group.gauge("streamplace_decision_p99_us", lambda: int(router.latency_percentile_us(99)))
-        group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
-        group.gauge("streamplace_fallback_decisions", lambda: int(router.fallback_decisions))
-        group.gauge("streamplace_feedback_records", lambda: int(router.feedback_records))
-        for node in router.node_ids:  # measured speed factor x 1000 (Flink gauges are ints here)
-            group.gauge(f"streamplace_speed_milli_{node}",
-                        lambda node=node: int(1000 * router.speeds.factor(node)))
-
-    def close(self):
-        if getattr(self, "refresher", None) is not None:
-            self.refresher.stop()
-
-    def process_element(self, value, ctx):
-        if isinstance(value, (bytes, bytearray)):
-            payload, topic, partition, offset = bytes(value), "", -1, -1
-        else:
-            payload, topic, partition, offset = value[0], value[1], value[2], value[3]
-        try:
-            event = self._decode("TaskEvent", bytes(payload) if payload is not None else b"")
-        except self._codec_error as exc:
-            self._counts.inc("streamplace_dead_letters")
-            yield self._make_dead_letter(payload, topic, partition, offset, str(exc), "decode")
-            return
-        if not self._restored:
-            self._restore_node_view(ctx)
-        decision = self.router.decide_event(event)
-        self._counts.inc(f"streamplace_routed_{decision.node}")
-        event["_bytes"] = len(payload)
-        event["_routed_at_ms"] = int(time.time() * 1000)
-        event["_routed_to"] = decision.node
-        event["_routed_queue"] = self.router.last_decision_queue
-        event["_routed_backlog_ms"] = self.router.last_decision_backlog_s * 1000.0
-        event["_routed_speed"] = self.router.last_decision_speed
-        if self.single_output:
-            yield self._tags[decision.node], (decision.node, event)
-        else:
-            yield self._tags[decision.node], event
-
-    def _restore_node_view(self, ctx) -> None:
-        # After a restore the in-memory view is empty; the checkpointed broadcast state has the
-        # last report of every node.
-        self._restored = True
-        if self.router.feedback_records:
-            return
-        for _, raw in ctx.get_broadcast_state(self._descriptor).items():
-            try:
-                record = self._decode("NodeFeedback", raw)
-            except self._codec_error:
-                continue
-            record["completed"] = []  # tasks of the previous run are not ours to retire
-            self.router.on_feedback(record)
-
-    def process_broadcast_element(self, value, ctx):
-        try:
-            record = self._decode("NodeFeedback", bytes(value))
-        except self._codec_error:
-            return
-        self.router.on_feedback(record)
-        ctx.get_broadcast_state(self._descriptor).put(record["node_id"], bytes(value))
 
 
 class StreamplaceHook:
@@ -346,6 +213,14 @@ class StreamplaceHook:
                               refresh_interval_s=s.refresh_interval_s,
                               executor_capacity=s.executor_capacity)
 
+    def executor_settings(self, instances: int = 1) -> ExecutorFunctionSettings:
+        """The executor instances' settings, derived from this hook's."""
+        s = self.settings
+        return ExecutorFunctionSettings(
+            bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
+            scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s,
+            instances_on_node=instances, batching=s.batching)
+
     def feedback_stream(self, env):
         from pyflink.common import ByteArraySchema, WatermarkStrategy
         from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
@@ -359,78 +234,107 @@ class StreamplaceHook:
                                 "streamplace-feedback-source")
                 .uid(f"{s.uid_prefix}-feedback-source").set_parallelism(1))
 
-    def apply(self, env, tasks):
-        """Route ``tasks`` and execute them on the planned TaskManagers; returns the results
-        (TaskResult bytes). Also sets ``self.dead_letters`` (DeadLetter bytes)."""
+    def apply(self, env, stream, operator=None, output_type=None, task_type=None,
+              task_size=None, name: str | None = None):
+        """Route each record of ``stream`` and run ``operator`` on it where the policy decides.
+
+        ``operator``: a callable, a ``MapFunction`` / ``FlatMapFunction``, a torch
+        ``nn.Module`` or a :class:`workload.operators.StagedOperator`; ``output_type``: as in
+        ``DataStream.map`` (default: pickled); ``task_type(record) -> str`` /
+        ``task_size(record) -> int``: what the policy sees (defaults: the operator's name; the
+        record's serialized length). Returns the operator's outputs; sets
+        ``self.dead_letters`` (DeadLetter bytes). Without ``operator``: ``stream`` holds
+        streamplace TaskEvents, run by the built-in apps (TaskResult bytes)."""
         from pyflink.common import Types
 
-        from pyflink_jobs.task_pipeline import executor_slot_sharing_group, io_slot_sharing_group
+        from workload.operators import as_operator
         s = self.settings
-        self.nodes = s.resolved_nodes()
-        env.register_slot_sharing_group(io_slot_sharing_group())
-        broadcast = self.feedback_stream(env).broadcast(_feedback_state_descriptor())
         if s.routing not in ("pinned", "rest_partitioner"):
             raise ValueError(f"routing must be 'pinned' or 'rest_partitioner', got {s.routing!r}")
+        op = None
+        if operator is not None:
+            if s.executor == "checksum":
+                raise ValueError("executor='checksum' runs TaskEvents only; with an operator "
+                                 "the operator is the work")
+            op = as_operator(operator, name, task_type, task_size)
+        elif task_type is not None or task_size is not None or output_type is not None:
+            raise ValueError("task_type, task_size and output_type need an operator: "
+                             "hook.apply(env, stream, operator, output_type=...)")
+        self.nodes = s.resolved_nodes()
+        env.register_slot_sharing_group(io_slot_sharing_group())
+        broadcast = self.feedback_stream(env).broadcast(feedback_state_descriptor())
         single = s.routing == "rest_partitioner"
-        routed = (tasks.connect(broadcast)
-                  .process(RouterFunction(self.router_settings(), single_output=single),
+        reader = OperatorRecords(op) if op is not None else TaskEventRecords()
+        routed = (stream.connect(broadcast)
+                  .process(RouterFunction(self.router_settings(), reader, single_output=single),
                            output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
                   .name("streamplace-router").uid(f"{s.uid_prefix}-router").set_parallelism(1))
-        self.dead_letters = routed
+        self._dead = [routed]
+        self._output_type = output_type or Types.PICKLED_BYTE_ARRAY()
         if single:
-            return self._apply_rest_partitioner(env, routed)
-        outputs = []
-        for node in self.nodes:
-            if s.executor == "checksum":
-                from pyflink_jobs.task_pipeline import ChecksumExecutor
-                function = ChecksumExecutor()
-            else:
-                function = self._node_executor(node.node_id, node.instances)
-            executed = self._execute(side_output(routed, node_tag(node.node_id)), function)
-            outputs.append(executed.name(f"streamplace-executor-{node.node_id}")
-                           .uid(f"{s.uid_prefix}-executor-{node.node_id}")
-                           .set_parallelism(node.instances)
-                           .slot_sharing_group(executor_slot_sharing_group(node.node_id)))
-        for retired, host in sorted(s.retired.items()):
-            # Same uid as when the node was alive; pinned to its host; fed nothing new.
-            executed = self._execute(side_output(routed, node_tag(retired)),
-                                     self._node_executor(host))
-            outputs.append(executed.name(f"streamplace-executor-{retired}-retired-on-{host}")
-                           .uid(f"{s.uid_prefix}-executor-{retired}").set_parallelism(1)
-                           .slot_sharing_group(executor_slot_sharing_group(host)))
-        return outputs[0].union(*outputs[1:]) if len(outputs) > 1 else outputs[0]
+            result = self._apply_rest_partitioner(env, routed, op)
+        else:
+            outputs = [self._executor_chain(side_output(routed, node_tag(node.node_id)), op,
+                                            node.node_id, node.node_id, node.instances)
+                       for node in self.nodes]
+            # A retired node keeps its operator's uid, pinned to its host, fed nothing new: the
+            # tasks that were in flight there (in checkpointed state) finish on the host.
+            outputs += [self._executor_chain(side_output(routed, node_tag(retired)), op,
+                                             retired, host, 1, suffix=f"-retired-on-{host}")
+                        for retired, host in sorted(s.retired.items())]
+            result = outputs[0].union(*outputs[1:]) if len(outputs) > 1 else outputs[0]
+        self.dead_letters = self._dead[0].union(*self._dead[1:]) if len(self._dead) > 1 \
+            else self._dead[0]
+        return result
 
-
-    def _node_executor(self, planned_node: str, instances: int = 1) -> NodeExecutorFunction:
+    def _executor_chain(self, stream, op, label: str, host: str, parallelism: int,
+                        suffix: str = "", group=None):
+        """``stream`` through one executor operator (uid by ``label``, pinned to ``host``)
+        and, for a user operator, the split into outputs and dead letters."""
         s = self.settings
-        return NodeExecutorFunction(planned_node, ExecutorFunctionSettings(
-            bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
-            scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s,
-            instances_on_node=instances))
+        group = group or executor_slot_sharing_group(host)
+        if op is not None:
+            function = OperatorExecutorFunction(host, op, self.executor_settings(parallelism))
+        elif s.executor == "checksum":
+            function = ChecksumExecutor()
+        else:
+            function = NodeExecutorFunction(host, self.executor_settings(parallelism))
+        executed = (self._execute(stream, function, op is not None)
+                    .name(f"streamplace-executor{'-' + label if label else ''}{suffix}")
+                    .uid(f"{s.uid_prefix}-executor{'-' + label if label else ''}").set_parallelism(parallelism)
+                    .slot_sharing_group(group))
+        if op is None:
+            return executed
+        outputs = (executed.process(SplitOutcomes(), output_type=self._output_type)
+                   .name(f"streamplace-outputs{'-' + label if label else ''}{suffix}")
+                   .uid(f"{s.uid_prefix}-outputs{'-' + label if label else ''}").set_parallelism(parallelism)
+                   .slot_sharing_group(group))
+        self._dead.append(side_output(outputs, dead_letter_tag()))
+        return outputs
 
-    def _execute(self, stream, function):
-        """``stream`` through ``function`` as an unordered async operator (TaskResult bytes)."""
+    def _execute(self, stream, function, pickled: bool):
+        """``stream`` through ``function`` as an unordered async operator."""
         from pyflink.common import Time, Types
         from pyflink.datastream import AsyncDataStream
         s = self.settings
         return AsyncDataStream.unordered_wait(
             stream, function, Time.milliseconds(int(s.executor_timeout_s * 1000)),
-            capacity=s.executor_capacity, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
+            capacity=s.executor_capacity,
+            output_type=Types.PICKLED_BYTE_ARRAY() if pickled else
+            Types.PRIMITIVE_ARRAY(Types.BYTE()))
 
-    def _apply_rest_partitioner(self, env, routed):
-        from pyflink_jobs.task_pipeline import io_slot_sharing_group
+    def _apply_rest_partitioner(self, env, routed, op):
         s = self.settings
         if not s.job_name:
             raise ValueError("rest_partitioner routing needs the job's name (job_name) to find "
                              "its executor instances in REST")
-        name = "streamplace-executor"
         total = sum(n.instances for n in self.nodes)
         env.register_slot_sharing_group(io_slot_sharing_group("streamplace-executors"))
         partitioned = side_output(routed, routed_tag()).partition_custom(
-            RestAwarePartitioner(s.rest_url, s.job_name, name), lambda pair: pair[0])
-        executed = self._execute(partitioned, self._node_executor(""))
-        return (executed.name(name).uid(f"{s.uid_prefix}-executor").set_parallelism(total)
-                .slot_sharing_group("streamplace-executors"))
+            RestAwarePartitioner(s.rest_url, s.job_name, "streamplace-executor"),
+            lambda pair: pair[0])
+        return self._executor_chain(partitioned, op, "", "", total,
+                                    group="streamplace-executors")
 
 
 class HookBuilder:
@@ -483,6 +387,9 @@ class HookBuilder:
         if capacity < 1:
             raise ValueError("executor capacity must be at least 1")
         return self._set(executor_capacity=capacity)
+
+    def batching(self, enabled: bool = True) -> "HookBuilder":
+        return self._set(batching=bool(enabled))
 
     def uid_prefix(self, prefix: str) -> "HookBuilder":
         return self._set(uid_prefix=prefix)

@@ -37,6 +37,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from placement.speed import ObservedSpeed, timing_work_s
+from pyflink_jobs.routed import DecisionContext
 from workload.model import ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task
 
 __all__ = ["RouterNode", "RouterSettings", "Router", "ModelRefresher"]
@@ -114,9 +115,6 @@ class Router:
         self.routed = {n: 0 for n in self.node_ids}
         self.fallback_decisions = 0
         self.full_skips = 0
-        self.last_decision_queue = 0
-        self.last_decision_backlog_s = 0.0
-        self.last_decision_speed = 1.0
         self.feedback_records = 0
         self._latencies_us: list[float] = []
         self._latency_index = 0
@@ -207,6 +205,13 @@ class Router:
 
     # -- deciding ---------------------------------------------------------------------------
     def decide(self, task: Task) -> Decision:
+        """The node for ``task`` (see :meth:`route`, which also says what the decision saw)."""
+        return self.route(task)[0]
+
+    def route(self, task: Task) -> tuple[Decision, DecisionContext]:
+        """Decide a node for ``task`` and count it in flight there; returns the decision and
+        what it saw on the chosen node (reported back in the feedback, so the service learns
+        latency against the same numbers the router sees)."""
         started = time.perf_counter()
         with self._lock:
             now = self.clock()
@@ -228,21 +233,22 @@ class Router:
             speed = self.speeds.factor(node)
             work_s = self.speeds.estimate_s(node, task.app_id, task.input_size) * speed
             self._in_flight[task.task_id] = (node, now, work_s)
-            # what this decision saw on the chosen node (reported back in the feedback, so the
-            # service learns latency against the same numbers the router sees)
-            self.last_decision_queue = self._in_flight_count[node]
-            self.last_decision_backlog_s = self._backlog_s[node]
-            self.last_decision_speed = speed
+            context = DecisionContext(self._in_flight_count[node],
+                                      self._backlog_s[node] * 1000.0, speed)
             self._in_flight_count[node] += 1
             self._backlog_s[node] += work_s
             self.routed[decision.node] += 1
         self._record_latency((time.perf_counter() - started) * 1e6)
-        return decision
+        return decision, context
 
     def decide_event(self, event: dict) -> Decision:
         """:meth:`decide` for a decoded TaskEvent."""
-        return self.decide(Task(event["task_id"], event["app_id"], int(event["input_size"]),
-                                expected_work_ms=event.get("expected_work_ms")))
+        return self.route_event(event)[0]
+
+    def route_event(self, event: dict) -> tuple[Decision, DecisionContext]:
+        """:meth:`route` for a decoded TaskEvent."""
+        return self.route(Task(event["task_id"], event["app_id"], int(event["input_size"]),
+                               expected_work_ms=event.get("expected_work_ms")))
 
     def _record_latency(self, micros: float) -> None:
         samples, limit = self._latencies_us, self.settings.latency_samples

@@ -24,16 +24,20 @@ topics and connector jar), or by hand::
 from __future__ import annotations
 
 import argparse
-import asyncio
-import hashlib
 import os
-import time
 from dataclasses import dataclass, fields
 
-__all__ = ["PipelineSettings", "DecodeTaskEvents", "ChecksumExecutor", "build_pipeline", "main",
-           "executor_slot_sharing_group", "parse_plan", "parse_retired"]
+from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
+                                            NodeExecutorFunction)
+from pyflink_jobs.flink_ops import (dead_letter_tag, executor_slot_sharing_group,
+                                    io_slot_sharing_group, kafka_bytes_sink, make_dead_letter)
+from pyflink_jobs.hook import HookSettings, StreamplaceHook, parse_plan, parse_retired
 
-DEAD_LETTER_TAG_NAME = "dead-letter"
+__all__ = ["PipelineSettings", "DecodeTaskEvents", "build_pipeline", "main", "parse_plan",
+           "parse_retired", "HOOK_FIELD_NAMES"]
+
+#: The hook's settings come from the pipeline's: same-named fields, and these (hook -> pipeline).
+HOOK_FIELD_NAMES = {"feedback_topic": "topic_feedback", "scheduler": "node_scheduler"}
 
 
 @dataclass
@@ -81,25 +85,10 @@ class PipelineSettings:
 # Operators (module level so the Python workers can unpickle them)
 # --------------------------------------------------------------------------------------------
 
-def dead_letter_tag():
-    from pyflink.common import Types
-    from pyflink.datastream import OutputTag
-    return OutputTag(DEAD_LETTER_TAG_NAME, Types.PRIMITIVE_ARRAY(Types.BYTE()))
-
-
 try:  # The job module must import without pyflink too (docs, unit tests of the helpers).
-    from pyflink.datastream import AsyncFunction, ProcessFunction
+    from pyflink.datastream import ProcessFunction
 except ImportError:  # pragma: no cover
-    AsyncFunction = ProcessFunction = object  # type: ignore[misc,assignment]
-
-
-def make_dead_letter(raw: bytes, topic: str, partition: int, offset: int, reason: str,
-                     stage: str) -> bytes:
-    from workload.codec import encode
-    return encode("DeadLetter", {
-        "source_topic": topic or "", "partition": int(partition if partition is not None else -1),
-        "offset": int(offset if offset is not None else -1), "reason": reason[:2000],
-        "raw": bytes(raw or b""), "failed_at_ms": int(time.time() * 1000), "stage": stage})
+    ProcessFunction = object  # type: ignore[misc,assignment]
 
 
 class DecodeTaskEvents(ProcessFunction):
@@ -127,110 +116,9 @@ class DecodeTaskEvents(ProcessFunction):
         yield event
 
 
-def parse_plan(text: str) -> dict[str, int]:
-    """``"tm_a=2,tm_b=1"`` -> ``{"tm_a": 2, "tm_b": 1}``, with a clear error for bad input."""
-    plan = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        node, sep, count = part.partition("=")
-        if not sep or not node or not count.strip().isdigit():
-            raise ValueError(f"bad plan entry {part!r}: expected node=count, e.g. tm_a=2")
-        plan[node.strip()] = int(count)
-    return plan
-
-
-def parse_retired(text: str) -> dict[str, str]:
-    """``"tm_c=tm_a"`` -> ``{"tm_c": "tm_a"}`` (retired node -> host node)."""
-    retired = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        node, sep, host = part.partition("=")
-        if not sep or not node.strip() or not host.strip():
-            raise ValueError(f"bad retired entry {part!r}: expected node=host, e.g. tm_c=tm_a")
-        retired[node.strip()] = host.strip()
-    return retired
-
-
-class ChecksumExecutor(AsyncFunction):
-    """The foundation's trivial executor: a SHA-256 checksum over a deterministic buffer of the
-    task's ``input_size`` bytes (capped), done ``STREAMPLACE_WORK_MULTIPLIER`` times, in a thread
-    so several tasks are in flight at once (hashlib releases the GIL on large buffers)."""
-
-    MAX_BYTES = 1 << 20
-
-    def __init__(self):
-        self.node_id = "unknown"
-        self.multiplier = 1.0
-
-    def open(self, runtime_context):
-        from workload.codec import encode
-        self._encode = encode
-        self.node_id = os.environ.get("STREAMPLACE_NODE_ID", "unknown")
-        self.multiplier = float(os.environ.get("STREAMPLACE_WORK_MULTIPLIER", "1"))
-
-    def _work(self, event: dict) -> str:
-        size = max(1, min(int(event.get("input_size") or 1), self.MAX_BYTES))
-        seed = event["task_id"].encode()
-        block = (seed * (size // max(1, len(seed)) + 1))[:size]
-        digest = b""
-        repeats = max(1, round(self.multiplier))
-        for _ in range(repeats):
-            digest = hashlib.sha256(block + digest).digest()
-        return digest.hex()[:16]
-
-    async def async_invoke(self, value):
-        started = int(time.time() * 1000)
-        loop = asyncio.get_running_loop()
-        digest = await loop.run_in_executor(None, self._work, value)
-        finished = int(time.time() * 1000)
-        return [self._encode("TaskResult", {
-            "task_id": value["task_id"], "app_id": value["app_id"], "node_id": self.node_id,
-            "status": "OK", "submitted_at_ms": int(value["submitted_at_ms"]),
-            "started_at_ms": started, "finished_at_ms": finished,
-            "stage_timings": [{"stage": "checksum", "unit": "cpu:0",
-                               "started_at_ms": started, "finished_at_ms": finished}],
-            "output_digest": digest, "error": None})]
-
-
 # --------------------------------------------------------------------------------------------
 # Wiring
 # --------------------------------------------------------------------------------------------
-
-#: Resources of one executor instance and of the I/O operators. With fine-grained resource
-#: management every slot sharing group needs an explicit spec (else default slots eat the
-#: TaskManagers' external resources); what pins an executor is the one unit of its node's
-#: external resource.
-EXECUTOR_CPU, EXECUTOR_HEAP_MB, EXECUTOR_MANAGED_MB = 0.1, 32, 16
-IO_CPU, IO_HEAP_MB, IO_MANAGED_MB = 0.1, 64, 32
-
-
-def executor_slot_sharing_group(node_id: str):
-    """A slot sharing group whose every slot needs one unit of ``node_id``'s external resource,
-    so every instance of an operator in it runs on that TaskManager."""
-    from pyflink.datastream.slot_sharing_group import SlotSharingGroup
-    return (SlotSharingGroup.builder(f"executor-{node_id}")
-            .set_cpu_cores(EXECUTOR_CPU).set_task_heap_memory_mb(EXECUTOR_HEAP_MB)
-            .set_managed_memory_mb(EXECUTOR_MANAGED_MB)
-            .set_external_resource(node_id, 1.0).build())
-
-
-def io_slot_sharing_group(name: str = "default"):
-    from pyflink.datastream.slot_sharing_group import SlotSharingGroup
-    return (SlotSharingGroup.builder(name).set_cpu_cores(IO_CPU)
-            .set_task_heap_memory_mb(IO_HEAP_MB).set_managed_memory_mb(IO_MANAGED_MB).build())
-
-
-def kafka_bytes_sink(settings: PipelineSettings, topic: str, prefix: str):
-    from pyflink.common import ByteArraySchema
-    from pyflink.datastream.connectors.base import DeliveryGuarantee
-    from pyflink.datastream.connectors.kafka import KafkaRecordSerializationSchema, KafkaSink
-    return (KafkaSink.builder()
-            .set_bootstrap_servers(settings.bootstrap_servers)
-            .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
-                                   .set_value_serialization_schema(ByteArraySchema()).build())
-            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
-            .set_transactional_id_prefix(prefix)
-            .set_property("transaction.timeout.ms", str(settings.transaction_timeout_ms))
-            .build())
-
 
 def _tasks_table_ddl(settings: PipelineSettings) -> str:
     # The raw format hands us the Avro bytes untouched; the metadata columns give the dead-letter
@@ -266,16 +154,7 @@ def build_pipeline(env, t_env, settings: PipelineSettings) -> None:
     rows = t_env.to_data_stream(t_env.from_path("streamplace_tasks"))
 
     if settings.placement == "hook":
-        from pyflink_jobs.hook import HookSettings, StreamplaceHook
-        hook = StreamplaceHook(HookSettings(
-            bootstrap_servers=settings.bootstrap_servers, feedback_topic=settings.topic_feedback,
-            service_url=settings.service_url, service_token=settings.service_token,
-            cluster_spec=settings.cluster_spec, plan=parse_plan(settings.plan),
-            retired=parse_retired(settings.retired),
-            policy=settings.policy, initial_model=settings.initial_model,
-            scheduler=settings.node_scheduler, executor_capacity=settings.executor_capacity,
-            executor_timeout_s=settings.executor_timeout_s, executor=settings.executor,
-            routing=settings.routing, rest_url=settings.rest_url, job_name=settings.job_name))
+        hook = StreamplaceHook(HookSettings.from_fields(settings, HOOK_FIELD_NAMES))
         executed = hook.apply(env, rows)
         dead_letters = hook.dead_letters
     elif settings.placement in ("single", "rebalance"):
@@ -299,11 +178,14 @@ def build_pipeline(env, t_env, settings: PipelineSettings) -> None:
         raise ValueError(f"placement must be 'single', 'rebalance' or 'hook', got "
                          f"{settings.placement!r}")
 
-    (executed.sink_to(kafka_bytes_sink(settings, settings.topic_results,
-                                       settings.transactional_id_prefix + "-results"))
+    (executed.sink_to(kafka_bytes_sink(settings.bootstrap_servers, settings.topic_results,
+                                       settings.transactional_id_prefix + "-results",
+                                       settings.transaction_timeout_ms))
      .name("results-sink").uid("results-sink").slot_sharing_group("default"))
-    (dead_letters.sink_to(kafka_bytes_sink(settings, settings.topic_dead_letter,
-                                           settings.transactional_id_prefix + "-dlq"))
+    (dead_letters.sink_to(kafka_bytes_sink(settings.bootstrap_servers,
+                                           settings.topic_dead_letter,
+                                           settings.transactional_id_prefix + "-dlq",
+                                           settings.transaction_timeout_ms))
      .name("dead-letter-sink").uid("dead-letter-sink").slot_sharing_group("default"))
 
 
@@ -311,7 +193,6 @@ def _make_executor(settings: PipelineSettings):
     if settings.executor == "checksum":
         return ChecksumExecutor()
     if settings.executor == "iawp":
-        from pyflink_jobs.executor_function import ExecutorFunctionSettings, NodeExecutorFunction
         return NodeExecutorFunction(settings.pin_executor_to, ExecutorFunctionSettings(
             bootstrap_servers=settings.bootstrap_servers, feedback_topic=settings.topic_feedback,
             scheduler=settings.node_scheduler))

@@ -521,7 +521,7 @@ def _registered_names() -> tuple[set[str], set[str], set[str]]:
     """(exact Flink operator metric names the code registers, name prefixes of per-node
     metrics, service metric sample names)."""
     exact, prefixes = set(), set()
-    for path in (ROOT / "pyflink_jobs" / "hook.py", ROOT / "pyflink_jobs" / "executor_function.py"):
+    for path in sorted((ROOT / "pyflink_jobs").glob("*.py")):
         text = path.read_text()
         exact |= set(re.findall(r"[\"'](streamplace_[a-z0-9_]+)[\"']", text))
         prefixes |= set(re.findall(r"f[\"'](streamplace_[a-z0-9_]+_)\{", text))

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from pyflink_jobs.hook import RestAwarePartitioner
+from pyflink_jobs.router_function import RestAwarePartitioner
 
 SUBTASKS = [{"subtask": 0, "taskmanager-id": "tm_b"}, {"subtask": 1, "taskmanager-id": "tm_a"},
             {"subtask": 2, "taskmanager-id": "tm_a"}, {"subtask": 3, "taskmanager-id": "tm_c"}]

@@ -8,7 +8,8 @@ import pytest
 from placement.ldwp.agent import LDWPPolicy, LDWPSettings
 from placement.ldwp.inference import NumpyLDWPPolicy
 from placement.ldwp.modelfile import ModelFileError
-from pyflink_jobs.executor_function import FeedbackPublisher
+from pyflink_jobs.feedback import FeedbackPublisher, FinishedTask
+from pyflink_jobs.routed import DecisionContext, RoutedRecord
 from pyflink_jobs.hook import HookSettings, StreamplaceHook, nodes_from_cluster_spec
 from pyflink_jobs.router import ModelRefresher, Router, RouterNode, RouterSettings
 from workload.model import NodeState, Observation, Task
@@ -191,11 +192,11 @@ def _untrained_residual_model() -> bytes:
 
 def test_router_counts_the_estimated_work_it_sent_and_retires_it_on_completion():
     router = make_router(policy="mct")
-    first = router.decide_event(event(1))
+    first, context = router.route_event(event(1))
     estimate = router.speeds.estimate_s(first.node, "video_synopsis", 4096)
     assert estimate > 0
     assert router.backlog_s()[first.node] == pytest.approx(estimate)
-    assert router.last_decision_backlog_s == 0.0 and router.last_decision_speed == 1.0
+    assert context == DecisionContext(queue=0, backlog_ms=0.0, speed=1.0)
     router.on_feedback(feedback(first.node, completed=["t1"]))
     assert router.backlog_s()[first.node] == pytest.approx(0.0)
 
@@ -247,16 +248,15 @@ def test_the_routers_numbers_for_a_decision_reach_the_feedback():
     router = make_router(policy="mct")
     router.on_feedback(_slow_feedback("tm_a", 2.0))
     router.decide_event(event(1))
-    node = router.decide_event(event(2)).node
+    decision, context = router.route_event(event(2))
+    node = decision.node
     publisher = FeedbackPublisher(node, lambda: {}, producer=None, clock=FakeClock(100.0))
-    stamped = dict(event(2), _routed_at_ms=99_000, _routed_queue=router.last_decision_queue,
-                   _routed_backlog_ms=router.last_decision_backlog_s * 1000.0,
-                   _routed_speed=router.last_decision_speed)
-    publisher.task_finished(stamped, Outcome(1.0, 20.0, 100_000), bytes_in=1, bytes_out=1)
+    publisher.task_finished(finished(event(2), Outcome(1.0, 20.0, 100_000)),
+                            routed(event(2), node, 99_000, context), bytes_in=1, bytes_out=1)
     record = publisher.build_record()
     assert record["routed_speed_factor"] == [pytest.approx(router.speeds.factor(node))]
-    assert record["routed_backlog_ms"] == [pytest.approx(router.last_decision_backlog_s * 1000)]
-    assert record["routed_queue"] == [router.last_decision_queue]
+    assert record["routed_backlog_ms"] == [pytest.approx(context.backlog_ms)]
+    assert record["routed_queue"] == [context.queue]
 
 
 def test_paper_model_refuses_other_nodes(tmp_path):
@@ -335,17 +335,26 @@ class Outcome:
                        StageRecord("b", "cpu:0", finished - work + half, finished, 1)]
 
 
+def finished(event_, outcome):
+    return FinishedTask.from_task_outcome(event_, outcome)
+
+
+def routed(event_, node, at_ms, context=DecisionContext()):
+    return RoutedRecord(event_["task_id"], event_["app_id"], event_["input_size"], node, at_ms,
+                        context, event_)
+
+
 def test_feedback_publisher_reports_each_finished_task_once_with_rates():
     clock = FakeClock(100.0)
     snap = {"cpu_util": 0.5, "host_mem_util": 0.2, "in_flight": 3, "queue_depth": 1}
     publisher = FeedbackPublisher("tm_a", lambda: snap, producer=None, clock=clock, instance=1)
-    routed = dict(event(1), _routed_at_ms=99_900)
-    publisher.task_finished(routed, Outcome(3.0, 40.0, 100_000, work_ms=25),
-                            bytes_in=100, bytes_out=50)
-    publisher.task_finished(dict(event(2), _routed_at_ms=99_990), Outcome(1.0, 20.0, 100_010),
-                            bytes_in=300, bytes_out=150)
+    publisher.task_finished(finished(event(1), Outcome(3.0, 40.0, 100_000, work_ms=25)),
+                            routed(event(1), "tm_a", 99_900), bytes_in=100, bytes_out=50)
+    publisher.task_finished(finished(event(2), Outcome(1.0, 20.0, 100_010)),
+                            routed(event(2), "tm_a", 99_990), bytes_in=300, bytes_out=150)
     # not placed by a router: bytes count, the timing teaches placement nothing
-    publisher.task_finished(event(3), Outcome(1.0, 5.0, 100_020), bytes_in=0, bytes_out=0)
+    publisher.task_finished(finished(event(3), Outcome(1.0, 5.0, 100_020)), None,
+                            bytes_in=0, bytes_out=0)
     clock.now = 102.0
     first = publisher.build_record()
     assert [t["task_id"] for t in first["completed"]] == ["t1", "t2"]

@@ -1,0 +1,132 @@
+"""The user's own operator inside Flink: run where the router sent it, batched, exactly once.
+
+:class:`OperatorExecutorFunction` is the async executor of one pinned instance: it opens the
+user's operator once (``open(runtime_context)``), runs each routed record's stages on the node's
+CPU cores and GPUs through :class:`interference.executor.OperatorExecutor` (which batches
+same-stage inputs of different in-flight records and lets IAWP place the batches), reports the
+timing in the node's feedback, and emits one :class:`ExecutedRecord`.
+
+:class:`SplitOutcomes` (chained behind it) turns that into the operator's own outputs, typed as
+the job asked (``output_type``), and sends the records whose operator raised to the dead-letter
+output with the error and traceback. The user's record and outputs are never changed.
+
+Example (the hook builds this for you)::
+
+    executed = AsyncDataStream.unordered_wait(
+        node_stream, OperatorExecutorFunction("tm_a", operator, settings), Time.seconds(300),
+        capacity=16, output_type=Types.PICKLED_BYTE_ARRAY())
+    outputs = executed.process(SplitOutcomes(), output_type=Types.STRING())
+    dead = side_output(outputs, dead_letter_tag())
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pyflink_jobs.executor_function import ExecutorFunctionBase, ExecutorFunctionSettings, unwrap
+from pyflink_jobs.feedback import FinishedTask
+from pyflink_jobs.flink_ops import dead_letter_tag, make_dead_letter
+
+__all__ = ["ExecutedRecord", "OperatorExecutorFunction", "SplitOutcomes"]
+
+try:  # The module must import without pyflink too (docs, unit tests of the helpers).
+    from pyflink.datastream import ProcessFunction
+except ImportError:  # pragma: no cover
+    ProcessFunction = object  # type: ignore[misc,assignment]
+
+
+@dataclass(frozen=True)
+class ExecutedRecord:
+    """What one record's execution gave: the operator's outputs (OK) or a dead letter."""
+
+    outputs: tuple = ()
+    dead_letter: bytes | None = None
+
+
+def executed_from_outcome(routed, record, outcome, operator_name: str) -> ExecutedRecord:
+    """An :class:`ExecutedRecord` from the executor's ``RecordOutcome``."""
+    if outcome.status == "OK":
+        return ExecutedRecord(tuple(outcome.outputs))
+    return ExecutedRecord(dead_letter=_dead_letter(
+        routed, record, f"{outcome.error}\n{outcome.traceback or ''}".strip(),
+        f"operator:{operator_name}"))
+
+
+def _dead_letter(routed, record, reason: str, stage: str) -> bytes:
+    from workload.operators import record_bytes
+    try:
+        raw = record_bytes(record)
+    except Exception:  # noqa: BLE001 - a record that cannot be shown as bytes: its repr
+        raw = repr(record)[:10_000].encode("utf-8", "replace")
+    topic, partition, offset = routed.source if routed is not None else ("", -1, -1)
+    return make_dead_letter(raw, topic, partition, offset, reason, stage)
+
+
+def _bytes_out(executed: ExecutedRecord) -> int:
+    # Link-use telemetry: outputs measured as a sink would see them, cheaply for text/bytes.
+    from workload.operators import record_size
+    if executed.dead_letter is not None:
+        return len(executed.dead_letter)
+    try:
+        return sum(record_size(o) for o in executed.outputs)
+    except Exception:  # noqa: BLE001 - telemetry never fails a record
+        return 0
+
+
+class OperatorExecutorFunction(ExecutorFunctionBase):
+    """RoutedRecord -> [ExecutedRecord]: the user's operator on this node (module docstring)."""
+
+    def __init__(self, planned_node: str, operator, settings: ExecutorFunctionSettings | None
+                 = None):
+        super().__init__(planned_node, settings)
+        self.operator = operator
+
+    def open(self, runtime_context):
+        import os
+
+        from interference.executor import OperatorExecutor, OperatorExecutorSettings
+        node = os.environ.get("STREAMPLACE_NODE_ID") or self.planned_node or "unknown"
+        s = self.settings
+        self.executor = OperatorExecutor(self.operator, OperatorExecutorSettings.from_env(
+            node_id=node, scheduler=s.scheduler, cpu_workers=s.workers(),
+            batching=s.batching), runtime_context=runtime_context)
+        self._open_feedback(runtime_context, self.executor.snapshot)
+
+    async def async_invoke(self, value):
+        routed, record = unwrap(value)
+        self._check_routed(routed)
+        task_id = routed.task_id if routed is not None else f"local-{id(value)}-{time.time()}"
+        size = routed.task_size if routed is not None else 0
+        outcome = await self.executor.run(task_id, record, size)
+        ok = outcome.status == "OK"
+        self._count(ok)
+        executed = executed_from_outcome(routed, record, outcome, self.operator.name)
+        if routed is not None:
+            self.feedback.task_finished(FinishedTask(
+                task_id, routed.task_type, size, float(outcome.queue_ms),
+                float(outcome.service_ms), float(outcome.work_ms), int(outcome.finished_at_ms)),
+                routed, bytes_in=routed.raw_bytes, bytes_out=_bytes_out(executed))
+        return [executed]
+
+    def timeout(self, value):
+        routed, record = unwrap(value)
+        self._count(False)
+        # Reported, never dropped: the dead letter says the record ran out of time here.
+        return [ExecutedRecord(dead_letter=_dead_letter(
+            routed, record, f"timed out in the executor on {self.node_id} (async timeout)",
+            f"operator:{self.operator.name}"))]
+
+
+class SplitOutcomes(ProcessFunction):
+    """ExecutedRecord -> the operator's outputs (main output, the job's ``output_type``);
+    dead letters on the :func:`~pyflink_jobs.flink_ops.dead_letter_tag` side output."""
+
+    def open(self, runtime_context):
+        self._tag = dead_letter_tag()
+
+    def process_element(self, value, ctx):
+        if value.dead_letter is not None:
+            yield self._tag, value.dead_letter
+            return
+        yield from value.outputs

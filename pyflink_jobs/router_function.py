@@ -1,0 +1,309 @@
+"""The router inside Flink: decode or describe each record, decide its node, send it there.
+
+:class:`RouterFunction` is a thin ``BroadcastProcessFunction`` around
+:class:`pyflink_jobs.router.Router`: its main input is the job's own stream, its broadcast input
+the NodeFeedback of the executors. Each record leaves on the side output of the chosen node as
+one :class:`~pyflink_jobs.routed.RoutedRecord` (the user's record untouched inside); what cannot
+be routed leaves on the main output as DeadLetter bytes, with the reason, and the job keeps
+running. How a record becomes a task the policy can judge is a :class:`RecordReader`:
+
+- :class:`OperatorRecords`: any record of the user's stream (JSON strings, ``Row``s, bytes,
+  Python objects); the task type and size come from the operator's ``task_type`` /
+  ``task_size`` functions (defaults: the operator's name, the record's serialized length);
+- :class:`TaskEventRecords`: streamplace-native Avro TaskEvent bytes, or a Table API Kafka
+  ``Row(payload, topic, partition, offset)``.
+
+:class:`RestAwarePartitioner` is the other way to reach a node's executor instance on clusters
+without fine-grained resource management.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from pyflink_jobs.flink_ops import CountGauges, make_dead_letter
+from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
+from pyflink_jobs.routed import RoutedRecord
+from workload.model import Task
+
+__all__ = ["RouterFunction", "RecordReader", "OperatorRecords", "TaskEventRecords",
+           "Refused", "RestAwarePartitioner", "node_tag", "routed_tag",
+           "feedback_state_descriptor", "MAX_TASK_TYPE_CHARS", "MAX_TASK_SIZE"]
+
+log = logging.getLogger(__name__)
+
+try:  # The module must import without pyflink too (docs, unit tests of the helpers).
+    from pyflink.datastream import BroadcastProcessFunction
+    from pyflink.datastream.functions import Partitioner
+except ImportError:  # pragma: no cover
+    BroadcastProcessFunction = Partitioner = object  # type: ignore[misc,assignment]
+
+FEEDBACK_STATE_NAME = "streamplace-node-feedback"
+
+#: Bounds on what a user's ``task_type`` / ``task_size`` may return: a type name is a label, not
+#: a payload; a size beyond 1 TiB is a bug, not a task.
+MAX_TASK_TYPE_CHARS = 200
+MAX_TASK_SIZE = 1 << 40
+
+
+class Refused(Exception):
+    """A record the router cannot route; ``stage`` names the step that refused it."""
+
+    def __init__(self, reason: str, stage: str, raw: bytes = b"",
+                 source: tuple[str, int, int] = ("", -1, -1)):
+        super().__init__(reason)
+        self.reason, self.stage, self.raw, self.source = reason, stage, raw, source
+
+
+class RecordReader:
+    """Turns one input record into ``(task, record, raw_bytes, source)`` or raises
+    :class:`Refused`. ``open`` runs once per router instance."""
+
+    def open(self, runtime_context) -> None:  # pragma: no cover - trivial default
+        pass
+
+    def read(self, value):
+        raise NotImplementedError
+
+
+class TaskEventRecords(RecordReader):
+    """Avro TaskEvent bytes, or ``Row(payload, topic, partition, offset)``."""
+
+    def open(self, runtime_context) -> None:
+        from workload.codec import CodecError, decode
+        self._decode, self._codec_error = decode, CodecError
+
+    def read(self, value):
+        if isinstance(value, (bytes, bytearray)):
+            payload, source = bytes(value), ("", -1, -1)
+        else:
+            try:
+                payload = value[0]
+                source = (str(value[1] or ""), int(value[2]), int(value[3]))
+            except (TypeError, IndexError, ValueError) as exc:
+                raise Refused(f"expected TaskEvent bytes or Row(payload, topic, partition, "
+                              f"offset), got {type(value).__name__}: {exc}", "shape",
+                              _raw(value)) from None
+        payload = bytes(payload) if payload is not None else b""
+        try:
+            event = self._decode("TaskEvent", payload)
+        except self._codec_error as exc:
+            raise Refused(str(exc), "decode", payload, source) from None
+        task = Task(event["task_id"], event["app_id"], int(event["input_size"]),
+                    expected_work_ms=event.get("expected_work_ms"))
+        return task, event, len(payload), source
+
+
+class OperatorRecords(RecordReader):
+    """Any record; type and size from the operator's functions (see module docstring)."""
+
+    def __init__(self, operator):
+        # Only the extractors travel to the router, not the operator's stages (models, weights).
+        self.task_type_of = operator.task_type
+        self.task_size_of = operator.task_size
+        self.operator_name = operator.name
+
+    def open(self, runtime_context) -> None:
+        # Task ids must be unique across router restarts too (feedback de-duplicates by id).
+        index = runtime_context.get_index_of_this_subtask() if runtime_context else 0
+        self._prefix = f"{self.operator_name[:40]}-{uuid.uuid4().hex[:10]}-{index}-"
+        self._next = 0
+
+    def read(self, value):
+        from workload.operators import record_size
+        try:
+            task_type = self.task_type_of(value)
+        except Exception as exc:  # noqa: BLE001 - the user's function: dead-letter, go on
+            raise Refused(f"task_type failed: {type(exc).__name__}: {exc}", "task_type",
+                          _raw(value)) from None
+        if not isinstance(task_type, str) or not 0 < len(task_type) <= MAX_TASK_TYPE_CHARS:
+            raise Refused(f"task_type must give a non-empty string of at most "
+                          f"{MAX_TASK_TYPE_CHARS} characters, got {str(task_type)[:80]!r}",
+                          "task_type", _raw(value))
+        try:
+            size = self.task_size_of(value)
+        except Exception as exc:  # noqa: BLE001
+            raise Refused(f"task_size failed: {type(exc).__name__}: {exc}", "task_size",
+                          _raw(value)) from None
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_TASK_SIZE:
+            raise Refused(f"task_size must give an int in [0, {MAX_TASK_SIZE}], got "
+                          f"{str(size)[:80]!r}", "task_size", _raw(value))
+        task_id = f"{self._prefix}{self._next}"
+        self._next += 1
+        return Task(task_id, task_type, size), value, record_size(value), ("", -1, -1)
+
+
+def _raw(value) -> bytes:
+    from workload.operators import record_bytes
+    try:
+        return record_bytes(value)[:1 << 20]
+    except Exception:  # noqa: BLE001 - a record that cannot even be shown: its repr
+        return repr(value)[:10_000].encode("utf-8", "replace")
+
+
+def node_tag(node_id: str):
+    """The side output that carries the records routed to ``node_id``."""
+    from pyflink.common import Types
+    from pyflink.datastream import OutputTag
+    return OutputTag(f"streamplace-node-{node_id}", Types.PICKLED_BYTE_ARRAY())
+
+
+def routed_tag():
+    """rest_partitioner mode: every routed record, as (node, RoutedRecord), on one output."""
+    from pyflink.common import Types
+    from pyflink.datastream import OutputTag
+    return OutputTag("streamplace-routed", Types.PICKLED_BYTE_ARRAY())
+
+
+def feedback_state_descriptor():
+    from pyflink.common import Types
+    from pyflink.datastream.state import MapStateDescriptor
+    return MapStateDescriptor(FEEDBACK_STATE_NAME, Types.STRING(), Types.PICKLED_BYTE_ARRAY())
+
+
+class RouterFunction(BroadcastProcessFunction):
+    """Read + decide in one Python function (see the module docstring). Output: DeadLetter
+    bytes (main); RoutedRecords on one side output per node."""
+
+    def __init__(self, settings: RouterSettings, reader: RecordReader | None = None,
+                 single_output: bool = False):
+        self.settings = settings
+        self.reader = reader or TaskEventRecords()
+        self.single_output = single_output  # rest_partitioner: (node, routed) on one output
+
+    def open(self, runtime_context):
+        from workload.codec import CodecError, decode
+        self._decode, self._codec_error = decode, CodecError
+        self.reader.open(runtime_context)
+        self.router = router = Router(self.settings)
+        if self.single_output:
+            tag = routed_tag()
+            self._tags = {n: tag for n in router.node_ids}
+        else:
+            self._tags = {n: node_tag(n) for n in router.node_ids}
+        self._descriptor = feedback_state_descriptor()
+        self._restored = False
+        self.refresher = None
+        if self.settings.policy == "ldwp" and self.settings.service_url:
+            from placement.service.client import PlacementClient
+            client = PlacementClient(self.settings.service_url,
+                                     self.settings.service_token or None, timeout_s=2.0)
+            self.refresher = ModelRefresher(router, client, self.settings.refresh_interval_s)
+            self.refresher.start()
+        group = runtime_context.get_metrics_group()
+        self._counts = CountGauges(group, [f"streamplace_routed_{n}" for n in router.node_ids] +
+                                   ["streamplace_dead_letters"])
+        group.gauge("streamplace_decision_p50_us", lambda: int(router.latency_percentile_us(50)))
+        group.gauge("streamplace_decision_p99_us", lambda: int(router.latency_percentile_us(99)))
+        group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
+        group.gauge("streamplace_fallback_decisions", lambda: int(router.fallback_decisions))
+        group.gauge("streamplace_feedback_records", lambda: int(router.feedback_records))
+        for node in router.node_ids:  # measured speed factor x 1000 (Flink gauges are ints here)
+            group.gauge(f"streamplace_speed_milli_{node}",
+                        lambda node=node: int(1000 * router.speeds.factor(node)))
+
+    def close(self):
+        if getattr(self, "refresher", None) is not None:
+            self.refresher.stop()
+
+    def process_element(self, value, ctx):
+        try:
+            task, record, raw_bytes, source = self.reader.read(value)
+        except Refused as refused:
+            self._counts.inc("streamplace_dead_letters")
+            yield make_dead_letter(refused.raw, *refused.source, refused.reason,
+                                         refused.stage)
+            return
+        if not self._restored:
+            self._restore_node_view(ctx)
+        decision, context = self.router.route(task)
+        self._counts.inc(f"streamplace_routed_{decision.node}")
+        routed = RoutedRecord(task.task_id, task.app_id, task.input_size, decision.node,
+                              int(time.time() * 1000), context, record, raw_bytes, source)
+        if self.single_output:
+            yield self._tags[decision.node], (decision.node, routed)
+        else:
+            yield self._tags[decision.node], routed
+
+    def _restore_node_view(self, ctx) -> None:
+        # After a restore the in-memory view is empty; the checkpointed broadcast state has the
+        # last report of every node.
+        self._restored = True
+        if self.router.feedback_records:
+            return
+        for _, raw in ctx.get_broadcast_state(self._descriptor).items():
+            try:
+                record = self._decode("NodeFeedback", raw)
+            except self._codec_error:
+                continue
+            record["completed"] = []  # tasks of the previous run are not ours to retire
+            self.router.on_feedback(record)
+
+    def process_broadcast_element(self, value, ctx):
+        try:
+            record = self._decode("NodeFeedback", bytes(value))
+        except self._codec_error:
+            return
+        self.router.on_feedback(record)
+        ctx.get_broadcast_state(self._descriptor).put(record["node_id"], bytes(value))
+
+
+class RestAwarePartitioner(Partitioner):
+    """Sends a (node, record) pair to an executor instance running on that node.
+
+    Which instance runs where is read from the JobManager's REST API
+    (``/jobs/<id>/vertices/<executor>``: ``subtask`` -> ``taskmanager-id``), at the first
+    record and again every ``refresh_s`` (instances move after a restart). Among a node's
+    instances it goes round-robin; a node that hosts no instance gets any instance, counted in
+    ``misrouted``. Works with any Flink scheduler, at the price of the extra Python hop that
+    ``partition_custom`` adds."""
+
+    def __init__(self, rest_url: str, job_name: str, vertex_name: str, refresh_s: float = 10.0):
+        self.rest_url = rest_url.rstrip("/")
+        self.job_name = job_name
+        self.vertex_name = vertex_name
+        self.refresh_s = refresh_s
+
+    def open(self, runtime_context):
+        self._where: dict[str, list[int]] = {}
+        self._next: dict[str, int] = {}
+        self._fetched_at = float("-inf")
+        self.misrouted = 0
+
+    def _refresh(self) -> None:
+        import requests
+        self._fetched_at = time.monotonic()
+        try:
+            jobs = requests.get(f"{self.rest_url}/jobs/overview", timeout=2).json()["jobs"]
+            running = [j for j in jobs if j["name"] == self.job_name and j["state"] == "RUNNING"]
+            if not running:
+                return
+            job = max(running, key=lambda j: j["start-time"])
+            detail = requests.get(f"{self.rest_url}/jobs/{job['jid']}", timeout=2).json()
+            # chained operators share a vertex: "..., streamplace-executor"
+            vertex = next(v for v in detail["vertices"] if self.vertex_name in v["name"])
+            subtasks = requests.get(f"{self.rest_url}/jobs/{job['jid']}/vertices/{vertex['id']}",
+                                    timeout=2).json()["subtasks"]
+        except Exception as exc:  # noqa: BLE001 - keep the last mapping
+            log.warning("REST mapping of executor instances not refreshed: %s", exc)
+            return
+        where: dict[str, list[int]] = {}
+        for sub in subtasks:
+            where.setdefault(sub.get("taskmanager-id", ""), []).append(int(sub["subtask"]))
+        self._where = where
+
+    def partition(self, key, num_partitions: int) -> int:
+        # Refresh every refresh_s, and at most once a second while no mapping is known (REST
+        # down must not cost a request per record).
+        age = time.monotonic() - self._fetched_at
+        if age > self.refresh_s or (not self._where and age > 1.0):
+            self._refresh()
+        candidates = self._where.get(key)
+        if not candidates:
+            self.misrouted += 1
+            candidates = list(range(num_partitions))
+        i = self._next.get(key, 0)
+        self._next[key] = i + 1
+        return candidates[i % len(candidates)] % num_partitions

@@ -1,0 +1,463 @@
+"""The user's own per-record work, as the hook places and the executor runs it.
+
+A job hands the hook its operator in one of these forms (:func:`as_operator` turns each into a
+:class:`StagedOperator`):
+
+- a plain Python callable ``fn(record) -> output``;
+- a PyFlink ``MapFunction`` (``map``) or ``FlatMapFunction`` (``flat_map``): its ``open`` /
+  ``close`` run once per executor instance, as in Flink;
+- a torch ``nn.Module`` (an instance, or a class / zero-argument factory built once per executor
+  instance, as Ray Data's ``map_batches(Cls)``): one batched stage, see :func:`torch_stage`;
+- a :class:`StagedOperator`: named stages with dependencies, each marked ``cpu``, ``gpu`` or
+  ``any`` and taking a *batch* of inputs, so the executor's co-scheduler (IAWP) has stages to
+  batch and to co-schedule on the node's CPU cores and GPUs.
+
+A stage's function takes a list of inputs (one per record in the batch) and returns a list of
+outputs of the same length. A stage without dependencies gets the records themselves; a stage
+with one dependency gets that stage's outputs; a stage with several gets a dict ``{dep: output}``
+per record. The operator's output for a record is its one sink stage's output (a flat operator's
+sink returns an iterable of outputs per record).
+
+What the placement policy sees of a record is its task type (:attr:`StagedOperator.task_type`;
+default: the operator's name) and its size (:attr:`StagedOperator.task_size`; default: the
+record's serialized length, :func:`record_size`).
+
+Example::
+
+    >>> op = StagedOperator("enrich", [
+    ...     stage("parse", lambda r: r.split(","), device="cpu"),
+    ...     stage("count", lambda fields: len(fields), deps=("parse",)),
+    ... ])
+    >>> op.run_record("a,b,c")
+    [3]
+    >>> as_operator(str.upper).run_record("hi")
+    ['HI']
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import pickle
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+__all__ = ["BatchPolicy", "OperatorStage", "StagedOperator", "stage", "torch_stage",
+           "as_operator", "record_size", "record_bytes", "DEVICES", "OperatorError"]
+
+#: Where a stage may run: ``cpu`` (a CPU core), ``gpu`` (a GPU; on a node without one it runs on
+#: a CPU core, so the same job runs on a laptop), ``any`` (wherever is free first).
+DEVICES = ("cpu", "gpu", "any")
+
+
+class OperatorError(ValueError):
+    """An operator the hook cannot place (bad stages, keyed or stateful functions)."""
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How the executor batches one stage's inputs from different in-flight records (Triton's
+    dynamic batcher; ElasticBatch's latency-driven batch size, without MIG).
+
+    preferred_batch_sizes: the sizes the executor forms; it picks, per stage and unit kind, the
+        largest whose measured latency meets ``latency_target_ms``.
+    max_batch_size: never more inputs in one call (the largest preferred size by default).
+    max_queue_delay_us: how long a ready input may wait for others to fill a batch.
+    latency_target_ms: the per-batch latency goal; ``None`` = no goal (the largest preferred
+        size the queue fills within the delay).
+    """
+
+    preferred_batch_sizes: tuple[int, ...] = (1,)
+    max_batch_size: int = 0
+    max_queue_delay_us: int = 0
+    latency_target_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        sizes = tuple(sorted(set(int(s) for s in self.preferred_batch_sizes)))
+        if not sizes or sizes[0] < 1:
+            raise OperatorError(f"preferred batch sizes must be >= 1, got "
+                                f"{self.preferred_batch_sizes}")
+        object.__setattr__(self, "preferred_batch_sizes", sizes)
+        if self.max_batch_size == 0:
+            object.__setattr__(self, "max_batch_size", sizes[-1])
+        if self.max_batch_size < sizes[-1]:
+            raise OperatorError(f"max_batch_size {self.max_batch_size} is below the largest "
+                                f"preferred batch size {sizes[-1]}")
+        if not 0 <= self.max_queue_delay_us <= 10_000_000:
+            raise OperatorError(f"max_queue_delay_us must be in [0, 1e7], got "
+                                f"{self.max_queue_delay_us}")
+        if self.latency_target_ms is not None and not self.latency_target_ms > 0:
+            raise OperatorError(f"latency_target_ms must be positive, got "
+                                f"{self.latency_target_ms}")
+
+    @classmethod
+    def up_to(cls, max_batch_size: int, max_queue_delay_us: int = 2000,
+              latency_target_ms: float | None = None) -> BatchPolicy:
+        """Powers of two up to ``max_batch_size``: ``BatchPolicy.up_to(32)``."""
+        sizes, s = [], 1
+        while s < max_batch_size:
+            sizes.append(s)
+            s *= 2
+        return cls(tuple(sizes) + (int(max_batch_size),), int(max_batch_size),
+                   max_queue_delay_us, latency_target_ms)
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch_size > 1
+
+
+NO_BATCHING = BatchPolicy()
+
+
+@dataclass(frozen=True)
+class OperatorStage:
+    """One named step of an operator: ``run(inputs, device) -> outputs`` (same length)."""
+
+    name: str
+    run: Callable[[list, str], list]
+    deps: tuple[str, ...] = ()
+    device: str = "cpu"
+    batch: BatchPolicy = NO_BATCHING
+    open: Callable[[Any], None] | None = None
+    close: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise OperatorError(f"a stage needs a name, got {self.name!r}")
+        if self.device not in DEVICES:
+            raise OperatorError(f"stage {self.name!r}: device must be one of {DEVICES}, got "
+                                f"{self.device!r}")
+        object.__setattr__(self, "deps", tuple(self.deps))
+
+    @property
+    def gpu_capable(self) -> bool:
+        return self.device in ("gpu", "any")
+
+
+def stage(name: str, fn: Callable, deps: Sequence[str] = (), device: str = "cpu",
+          batch: BatchPolicy | int | None = None, batched: bool = False) -> OperatorStage:
+    """A stage from a function: per input ``fn(x) -> y`` (default), or per batch
+    ``fn(xs) -> ys`` with ``batched=True``. ``batch``: a :class:`BatchPolicy`, or an int for
+    ``BatchPolicy.up_to(n)``. Functions that accept a ``device`` keyword get the unit's device
+    (``"cpu"`` or ``"cuda:0"``)."""
+    policy = _batch_policy(batch)
+    takes_device = _accepts_keyword(fn, "device")
+
+    if batched:
+        def run(inputs: list, device: str) -> list:
+            out = fn(inputs, device=device) if takes_device else fn(inputs)
+            out = list(out)
+            if len(out) != len(inputs):
+                raise OperatorError(f"stage {name!r} returned {len(out)} outputs for "
+                                    f"{len(inputs)} inputs")
+            return out
+    else:
+        def run(inputs: list, device: str) -> list:
+            if takes_device:
+                return [fn(x, device=device) for x in inputs]
+            return [fn(x) for x in inputs]
+    return OperatorStage(name, run, tuple(deps), device, policy)
+
+
+def torch_stage(module, name: str = "model", deps: Sequence[str] = (), device: str = "gpu",
+                batch: BatchPolicy | int | None = 32, preprocess: Callable | None = None,
+                postprocess: Callable | None = None) -> OperatorStage:
+    """A torch model as one batched stage, in one line::
+
+        torch_stage(MyNet, batch=32)              # built once per executor instance
+        torch_stage(my_net_instance, device="any", postprocess=lambda row: int(row.argmax()))
+
+    Inputs (tensors, arrays or nested lists; ``preprocess(x)`` first when given) are stacked
+    into one tensor, run through the module on the unit's device under ``torch.inference_mode``
+    in eval mode, and split back per record (``postprocess(row)``; default: ``row.tolist()``).
+    Weights are never trained here."""
+    policy = _batch_policy(batch)
+    state: dict[str, Any] = {}
+
+    def build(_runtime_context=None) -> None:
+        if "module" not in state:
+            import torch
+            made = module() if (isinstance(module, type) or not isinstance(
+                module, torch.nn.Module)) else module
+            if not isinstance(made, torch.nn.Module):
+                raise OperatorError(f"torch_stage {name!r}: {module!r} did not give an "
+                                    f"nn.Module")
+            state["module"] = made.eval()
+            state["on"] = {}
+
+    def run(inputs: list, device: str) -> list:
+        import torch
+        build()
+        on = state["on"]
+        if device not in on:  # one copy of the weights per device
+            on[device] = state["module"] if device == "cpu" else \
+                _copy_module(state["module"]).to(device)
+        xs = [preprocess(x) if preprocess else x for x in inputs]
+        batch_tensor = torch.stack([torch.as_tensor(x) for x in xs]).to(device)
+        with torch.inference_mode():
+            out = on[device](batch_tensor)
+        out = out.detach().to("cpu")
+        return [postprocess(row) if postprocess else row.tolist() for row in out]
+
+    def close() -> None:
+        state.clear()
+    return OperatorStage(name, run, tuple(deps), device, policy, open=build, close=close)
+
+
+def _copy_module(module):
+    import copy
+    return copy.deepcopy(module)
+
+
+class StagedOperator:
+    """Named stages forming a DAG with exactly one sink; see the module docstring."""
+
+    def __init__(self, name: str, stages: Sequence[OperatorStage], flat: bool = False,
+                 on_open: Callable[[Any], None] | None = None,
+                 on_close: Callable[[], None] | None = None,
+                 task_type: Callable[[Any], str] | None = None,
+                 task_size: Callable[[Any], int] | None = None):
+        if not name or not isinstance(name, str):
+            raise OperatorError(f"an operator needs a name, got {name!r}")
+        self.name = name
+        self.stages = tuple(stages)
+        self.flat = flat
+        self._on_open, self._on_close = on_open, on_close
+        self._task_type, self._task_size = task_type, task_size
+        self.order = _topological(self.stages)
+        self._by_name = {s.name: s for s in self.stages}
+        used = {d for s in self.stages for d in s.deps}
+        sinks = [s.name for s in self.stages if s.name not in used]
+        if len(sinks) != 1:
+            raise OperatorError(f"operator {name!r} needs exactly one sink stage (one no other "
+                                f"stage depends on); got {sinks}")
+        self.sink = sinks[0]
+        self.opened = False
+
+    def stage(self, name: str) -> OperatorStage:
+        return self._by_name[name]
+
+    @property
+    def uses_gpu(self) -> bool:
+        return any(s.gpu_capable for s in self.stages)
+
+    def task_type(self, record) -> str:
+        """The task type the policy sees (default: the operator's name)."""
+        if self._task_type is None:
+            return self.name
+        return str(self._task_type(record))
+
+    def task_size(self, record) -> int:
+        """The task size the policy sees (default: :func:`record_size`)."""
+        if self._task_size is None:
+            return record_size(record)
+        size = self._task_size(record)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise OperatorError(f"task_size must return an int >= 0, got {size!r}")
+        return size
+
+    def with_extractors(self, task_type: Callable | None = None,
+                        task_size: Callable | None = None) -> StagedOperator:
+        """A copy with other task type / size functions (``None`` keeps the current one)."""
+        return StagedOperator(self.name, self.stages, self.flat, self._on_open, self._on_close,
+                              task_type or self._task_type, task_size or self._task_size)
+
+    def open(self, runtime_context=None) -> None:
+        """Once per executor instance, before the first record."""
+        if self.opened:
+            return
+        if self._on_open is not None:
+            self._on_open(runtime_context)
+        for s in self.stages:
+            if s.open is not None:
+                s.open(runtime_context)
+        self.opened = True
+
+    def close(self) -> None:
+        if not self.opened:
+            return
+        self.opened = False
+        for s in self.stages:
+            if s.close is not None:
+                s.close()
+        if self._on_close is not None:
+            self._on_close()
+
+    def stage_inputs(self, name: str, record, outputs: dict[str, Any]):
+        """What stage ``name`` takes for one record, given the outputs of its dependencies."""
+        deps = self._by_name[name].deps
+        if not deps:
+            return record
+        if len(deps) == 1:
+            return outputs[deps[0]]
+        return {d: outputs[d] for d in deps}
+
+    def results(self, sink_output) -> list:
+        """The operator's outputs for one record from its sink stage's output."""
+        if not self.flat:
+            return [sink_output]
+        if sink_output is None:
+            return []
+        return list(sink_output)
+
+    def run_record(self, record, device: str = "cpu") -> list:
+        """The reference path: every stage once, batch of one, in topological order. The
+        executor's batched path must give the same outputs."""
+        self.open(None)
+        outputs: dict[str, Any] = {}
+        for name in self.order:
+            outputs[name] = self._by_name[name].run(
+                [self.stage_inputs(name, record, outputs)], device)[0]
+        return self.results(outputs[self.sink])
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["opened"] = False  # a copy unpickled in a worker opens there
+        return state
+
+    def __repr__(self) -> str:
+        return (f"StagedOperator({self.name!r}, stages={list(self.order)}, "
+                f"flat={self.flat})")
+
+
+def _topological(stages: Sequence[OperatorStage]) -> tuple[str, ...]:
+    names = [s.name for s in stages]
+    if not names:
+        raise OperatorError("an operator needs at least one stage")
+    if len(set(names)) != len(names):
+        raise OperatorError(f"stage names must be unique, got {names}")
+    known = set(names)
+    for s in stages:
+        missing = [d for d in s.deps if d not in known]
+        if missing:
+            raise OperatorError(f"stage {s.name!r} depends on unknown stages {missing}")
+    order: list[str] = []
+    done: set[str] = set()
+    pending = list(stages)
+    while pending:
+        ready = [s for s in pending if all(d in done for d in s.deps)]
+        if not ready:
+            raise OperatorError(f"stages form a cycle: {[s.name for s in pending]}")
+        for s in ready:
+            order.append(s.name)
+            done.add(s.name)
+        pending = [s for s in pending if s.name not in done]
+    return tuple(order)
+
+
+def _batch_policy(batch: BatchPolicy | int | None) -> BatchPolicy:
+    if batch is None:
+        return NO_BATCHING
+    if isinstance(batch, BatchPolicy):
+        return batch
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise OperatorError(f"batch must be a BatchPolicy or an int >= 1, got {batch!r}")
+    return BatchPolicy.up_to(batch) if batch > 1 else NO_BATCHING
+
+
+def _accepts_keyword(fn: Callable, keyword: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+    return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _refuse_stateful(fn, what: str) -> None:
+    # The hook moves each record to whichever node the policy picks: keyed state would be split
+    # across nodes and timers would fire on the wrong one.
+    names = {"process_element", "on_timer"}
+    kind = type(fn).__name__
+    if any(callable(getattr(fn, n, None)) for n in names) or "Keyed" in kind or \
+            "CoMap" in kind or "CoFlatMap" in kind:
+        raise OperatorError(
+            f"{what} {kind} is keyed or stateful (process functions, timers, co-functions): "
+            f"the hook moves records between nodes, so per-key state cannot follow them. "
+            f"Hand the hook a stateless per-record function (a map, a flat map, a callable or "
+            f"named stages) and keep keyed work before or after it in the job.")
+
+
+def as_operator(operator, name: str | None = None, task_type: Callable | None = None,
+                task_size: Callable | None = None) -> StagedOperator:
+    """Any supported operator form as a :class:`StagedOperator` (see the module docstring)."""
+    if not isinstance(operator, (StagedOperator, OperatorStage)):
+        _refuse_stateful(operator, "the operator")
+    if isinstance(operator, StagedOperator):
+        op = operator
+    elif isinstance(operator, OperatorStage):
+        op = StagedOperator(name or operator.name, [operator])
+    elif callable(getattr(operator, "flat_map", None)) or callable(getattr(operator, "map",
+                                                                           None)):
+        flat = callable(getattr(operator, "flat_map", None)) and not callable(
+            getattr(operator, "map", None))
+        method = operator.flat_map if flat else operator.map
+        label = name or type(operator).__name__
+        run = stage(label, method, device="cpu")
+        op = StagedOperator(label, [run], flat=flat,
+                            on_open=getattr(operator, "open", None),
+                            on_close=getattr(operator, "close", None))
+    elif _is_torch_module(operator):
+        label = name or type(operator).__name__
+        op = StagedOperator(label, [torch_stage(operator, name=label)])
+    elif callable(operator):
+        label = name or getattr(operator, "__name__", None) or type(operator).__name__
+        if label == "<lambda>":
+            label = "lambda"
+        op = StagedOperator(label, [stage(label, operator)])
+    else:
+        raise OperatorError(f"cannot place {operator!r}: hand the hook a callable, a "
+                            f"MapFunction / FlatMapFunction, a torch nn.Module, or a "
+                            f"StagedOperator")
+    if task_type is not None or task_size is not None:
+        op = op.with_extractors(task_type, task_size)
+    if name and op.name != name:
+        op = StagedOperator(name, op.stages, op.flat, op._on_open, op._on_close,
+                            op._task_type, op._task_size)
+    return op
+
+
+def _is_torch_module(obj) -> bool:
+    module = type(obj).__module__ or ""
+    if not module.startswith("torch") and "torch" not in str(type(obj).__mro__):
+        return False
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, torch.nn.Module)
+
+
+def record_bytes(record) -> bytes:
+    """A record as bytes (for its size and for a dead letter's ``raw`` field): bytes as they
+    are, text as UTF-8, a ``Row`` or anything else as JSON when it can be, else pickled."""
+    if isinstance(record, (bytes, bytearray, memoryview)):
+        return bytes(record)
+    if isinstance(record, str):
+        return record.encode("utf-8", errors="replace")
+    values = _row_values(record)
+    try:
+        return json.dumps(values, default=str, separators=(",", ":")).encode()
+    except (TypeError, ValueError):
+        return pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def record_size(record) -> int:
+    """The default task size: the record's serialized length in bytes (:func:`record_bytes`)."""
+    if isinstance(record, (bytes, bytearray, memoryview)):
+        return len(record)
+    if isinstance(record, str):
+        return len(record.encode("utf-8", errors="replace"))
+    return len(record_bytes(record))
+
+
+def _row_values(record):
+    # pyflink.common.Row is a tuple subclass with field names; plain values otherwise.
+    as_dict = getattr(record, "as_dict", None)
+    if callable(as_dict):
+        try:
+            return as_dict()
+        except Exception:  # noqa: BLE001 - a Row without names: its values
+            return list(record)
+    if isinstance(record, tuple):
+        return list(record)
+    return record
