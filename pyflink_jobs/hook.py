@@ -55,7 +55,7 @@ from dataclasses import dataclass, field, fields, replace
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
 from pyflink_jobs.flink_ops import (dead_letter_tag, executor_slot_sharing_group,
-                                    io_slot_sharing_group, side_output)
+                                    io_slot_sharing_group, kafka_bytes_sink, side_output)
 from pyflink_jobs.operator_function import OperatorExecutorFunction, SplitOutcomes
 from pyflink_jobs.router import RouterNode, RouterSettings
 from pyflink_jobs.router_function import (OperatorRecords, RestAwarePartitioner, RouterFunction,
@@ -107,6 +107,10 @@ class HookSettings:
     # A user operator's stages batch same-stage inputs of different in-flight records (each
     # stage's BatchPolicy); False = one input per call (the ablation).
     batching: bool = True
+    # Where the hook itself sinks its dead letters (exactly-once); "" = the job sinks
+    # ``hook.dead_letters`` itself (or not at all).
+    dead_letter_topic: str = ""
+    transaction_timeout_ms: int = 600_000
 
     @classmethod
     def from_fields(cls, source, renames: dict[str, str] | None = None) -> HookSettings:
@@ -285,6 +289,13 @@ class StreamplaceHook:
             result = outputs[0].union(*outputs[1:]) if len(outputs) > 1 else outputs[0]
         self.dead_letters = self._dead[0].union(*self._dead[1:]) if len(self._dead) > 1 \
             else self._dead[0]
+        if s.dead_letter_topic:
+            (self.dead_letters.sink_to(kafka_bytes_sink(
+                s.bootstrap_servers, s.dead_letter_topic,
+                f"{s.uid_prefix}-{s.dead_letter_topic}",  # one prefix per job and topic
+                s.transaction_timeout_ms))
+             .name("streamplace-dead-letter-sink").uid(f"{s.uid_prefix}-dead-letter-sink")
+             .slot_sharing_group("default"))
         return result
 
     def _executor_chain(self, stream, op, label: str, host: str, parallelism: int,
@@ -390,6 +401,9 @@ class HookBuilder:
 
     def batching(self, enabled: bool = True) -> "HookBuilder":
         return self._set(batching=bool(enabled))
+
+    def dead_letter_topic(self, topic: str) -> "HookBuilder":
+        return self._set(dead_letter_topic=topic)
 
     def uid_prefix(self, prefix: str) -> "HookBuilder":
         return self._set(uid_prefix=prefix)

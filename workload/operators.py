@@ -8,6 +8,9 @@ A job hands the hook its operator in one of these forms (:func:`as_operator` tur
   ``close`` run once per executor instance, as in Flink;
 - a torch ``nn.Module`` (an instance, or a class / zero-argument factory built once per executor
   instance, as Ray Data's ``map_batches(Cls)``): one batched stage, see :func:`torch_stage`;
+- a list of steps, a linear pipeline in one line (:func:`pipeline_stages`):
+  ``[tokenize, TextNet, to_label]`` (callables run per record on a CPU core; a torch module
+  class or instance is a batched GPU stage);
 - a :class:`StagedOperator`: named stages with dependencies, each marked ``cpu``, ``gpu`` or
   ``any`` and taking a *batch* of inputs, so the executor's co-scheduler (IAWP) has stages to
   batch and to co-schedule on the node's CPU cores and GPUs.
@@ -43,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 __all__ = ["BatchPolicy", "OperatorStage", "StagedOperator", "stage", "torch_stage",
-           "as_operator", "record_size", "record_bytes", "DEVICES", "OperatorError"]
+           "as_operator", "pipeline_stages", "record_size", "record_bytes", "DEVICES", "OperatorError"]
 
 #: Where a stage may run: ``cpu`` (a CPU core), ``gpu`` (a GPU; on a node without one it runs on
 #: a CPU core, so the same job runs on a laptop), ``any`` (wherever is free first).
@@ -138,7 +141,7 @@ def stage(name: str, fn: Callable, deps: Sequence[str] = (), device: str = "cpu"
           batch: BatchPolicy | int | None = None, batched: bool = False) -> OperatorStage:
     """A stage from a function: per input ``fn(x) -> y`` (default), or per batch
     ``fn(xs) -> ys`` with ``batched=True``. ``batch``: a :class:`BatchPolicy`, or an int for
-    ``BatchPolicy.up_to(n)``. Functions that accept a ``device`` keyword get the unit's device
+    ``BatchPolicy.up_to(n)``. Functions with a parameter named ``device`` get the unit's device
     (``"cpu"`` or ``"cuda:0"``)."""
     policy = _batch_policy(batch)
     takes_device = _accepts_keyword(fn, "device")
@@ -360,7 +363,8 @@ def _accepts_keyword(fn: Callable, keyword: str) -> bool:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # builtins without a signature
         return False
-    return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    # Only a parameter of that name: functions taking **kwargs (json.loads) pass them on.
+    return keyword in params
 
 
 def _refuse_stateful(fn, what: str) -> None:
@@ -386,6 +390,10 @@ def as_operator(operator, name: str | None = None, task_type: Callable | None = 
         op = operator
     elif isinstance(operator, OperatorStage):
         op = StagedOperator(name or operator.name, [operator])
+    elif isinstance(operator, (list, tuple)):
+        stages = pipeline_stages(operator)
+        op = StagedOperator(name or "+".join(s.name for s in stages
+                                             if s.name != RECORD_STAGE)[:60], stages)
     elif callable(getattr(operator, "flat_map", None)) or callable(getattr(operator, "map",
                                                                            None)):
         flat = callable(getattr(operator, "flat_map", None)) and not callable(
@@ -414,6 +422,79 @@ def as_operator(operator, name: str | None = None, task_type: Callable | None = 
         op = StagedOperator(name, op.stages, op.flat, op._on_open, op._on_close,
                             op._task_type, op._task_size)
     return op
+
+
+def pipeline_stages(steps: Sequence) -> list[OperatorStage]:
+    """A linear pipeline from a list, in one line: ``[tokenize, TextNet, to_label]``.
+
+    Each step is an :class:`OperatorStage` (kept), a torch ``nn.Module`` instance or class
+    (:func:`torch_stage`: device ``gpu``, batches up to 32) or a per-record callable
+    (:func:`stage`, CPU); each step takes the output of the one before it. A callable with two
+    parameters ``(record, previous)`` also gets the record itself (e.g. to keep its id beside a
+    model's output)."""
+    if not steps:
+        raise OperatorError("a pipeline needs at least one step")
+    stages: list[OperatorStage] = []
+    for i, step in enumerate(steps):
+        wants_record = False
+        if isinstance(step, OperatorStage):
+            made = step
+        elif _is_torch_module(step) or _is_torch_module_class(step):
+            label = step.__name__ if isinstance(step, type) else type(step).__name__
+            made = torch_stage(step, name=label)
+        elif callable(step):
+            _refuse_stateful(step, "pipeline step")
+            wants_record = i > 0 and _positional_count(step) == 2
+            fn = (lambda both, f=step: f(both[RECORD_STAGE], both["previous"])) \
+                if wants_record else step
+            made = stage(getattr(step, "__name__", type(step).__name__), fn)
+        else:
+            raise OperatorError(f"pipeline step {i} ({step!r}) is not a stage, a torch module "
+                                f"or a callable")
+        name = made.name if made.name not in {s.name for s in stages} else f"{made.name}_{i}"
+        deps = made.deps or ((stages[-1].name,) if stages else ())
+        if wants_record:
+            if stages[0].name != RECORD_STAGE:
+                stages.insert(0, stage(RECORD_STAGE, _identity))
+                stages[1] = OperatorStage(stages[1].name, stages[1].run, (RECORD_STAGE,),
+                                          stages[1].device, stages[1].batch, stages[1].open,
+                                          stages[1].close)
+            previous = deps[0]
+            run = made.run
+            made = OperatorStage(name, lambda xs, device, p=previous, r=run: r(
+                [{RECORD_STAGE: x[RECORD_STAGE], "previous": x[p]} for x in xs], device),
+                (RECORD_STAGE, previous), made.device, made.batch)
+            deps = made.deps
+        stages.append(OperatorStage(name, made.run, deps, made.device, made.batch, made.open,
+                                    made.close))
+    return stages
+
+
+#: The implicit first stage of a pipeline whose later steps ask for the record itself.
+RECORD_STAGE = "record"
+
+
+def _identity(x):
+    return x
+
+
+def _positional_count(fn) -> int:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+               for p in params)
+
+
+def _is_torch_module_class(obj) -> bool:
+    if not isinstance(obj, type):
+        return False
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return issubclass(obj, torch.nn.Module)
 
 
 def _is_torch_module(obj) -> bool:

@@ -1,0 +1,174 @@
+"""The user's operator model (workload.operators) and how the router describes records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from pyflink_jobs.router_function import (MAX_TASK_SIZE, OperatorRecords, Refused,
+                                          TaskEventRecords)
+from workload.operators import (BatchPolicy, OperatorError, StagedOperator, as_operator,
+                                record_size, stage, torch_stage)
+
+
+class Doubler:  # a MapFunction-shaped object, without importing pyflink
+    opened = closed = 0
+
+    def open(self, runtime_context):
+        Doubler.opened += 1
+        self.k = 2
+
+    def map(self, value):
+        return value * self.k
+
+    def close(self):
+        Doubler.closed += 1
+
+
+class Splitter:
+    def flat_map(self, value):
+        yield from value.split()
+
+
+class KeyedThing:
+    def process_element(self, value, ctx):
+        yield value
+
+
+@pytest.mark.parametrize("operator,record,expected", [
+    (str.upper, "hi", ["HI"]),
+    (lambda x: x + 1, 1, [2]),
+    (Splitter(), "a b c", ["a", "b", "c"]),
+    ([str.strip, str.upper, len], "  ab ", [2]),
+    ([json.loads, lambda rec, obj: f"{rec}->{obj['n'] * 2}"], '{"n": 4}', ['{"n": 4}->8']),
+], ids=["builtin", "lambda", "flat_map", "pipeline", "pipeline_with_record"])
+def test_every_operator_form_gives_the_functions_outputs(operator, record, expected):
+    assert as_operator(operator).run_record(record) == expected
+
+
+def test_map_function_open_and_close_run_once_per_instance():
+    Doubler.opened = Doubler.closed = 0
+    op = as_operator(Doubler())
+    assert op.run_record(3) == [6] and op.run_record(4) == [8]
+    op.close()
+    op.close()
+    assert (Doubler.opened, Doubler.closed) == (1, 1)
+
+
+def test_a_diamond_of_named_stages_runs_in_dependency_order():
+    op = StagedOperator("diamond", [
+        stage("join", lambda both: both["left"] + both["right"], deps=("left", "right")),
+        stage("left", lambda x: x * 10, deps=("parse",)),
+        stage("right", lambda x: -x, deps=("parse",)),
+        stage("parse", int),
+    ])
+    assert op.order.index("parse") == 0 and op.order[-1] == "join"
+    assert op.run_record("3") == [27]
+
+
+@pytest.mark.parametrize("stages,message", [
+    ([], "at least one stage"),
+    ([stage("a", str), stage("a", str)], "unique"),
+    ([stage("a", str, deps=("b",))], "unknown stages"),
+    ([stage("a", str, deps=("b",)), stage("b", str, deps=("a",))], "cycle"),
+    ([stage("a", str), stage("b", str)], "exactly one sink"),
+])
+def test_bad_stage_graphs_are_refused_with_the_reason(stages, message):
+    with pytest.raises(OperatorError, match=message):
+        StagedOperator("op", stages)
+
+
+def test_keyed_or_stateful_operators_are_refused_with_why():
+    with pytest.raises(OperatorError, match="moves records between nodes"):
+        as_operator(KeyedThing())
+    with pytest.raises(OperatorError, match="cannot place"):
+        as_operator(42)
+    with pytest.raises(OperatorError, match="device"):
+        stage("s", str, device="tpu")
+
+
+def test_batch_policy_up_to_and_bounds():
+    policy = BatchPolicy.up_to(32, max_queue_delay_us=500)
+    assert policy.preferred_batch_sizes == (1, 2, 4, 8, 16, 32) and policy.max_batch_size == 32
+    with pytest.raises(OperatorError):
+        BatchPolicy((0, 4))
+    with pytest.raises(OperatorError):
+        BatchPolicy((4, 8), max_batch_size=4)
+
+
+def test_a_torch_module_is_one_batched_stage_equal_to_running_it_per_record():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    model = torch_stage(net, batch=16, postprocess=lambda row: int(row.argmax()))
+    assert model.batch.max_batch_size == 16 and model.gpu_capable
+    op = StagedOperator("net", [model])
+    op.open(None)
+    inputs = [torch.randn(8).tolist() for _ in range(10)]
+    batched = model.run(inputs, "cpu")
+    assert batched == [op.run_record(x)[0] for x in inputs]
+    with torch.inference_mode():
+        assert batched == [int(net(torch.tensor(x)).argmax()) for x in inputs]
+
+
+def test_a_batched_stage_must_return_one_output_per_input():
+    broken = stage("b", lambda xs: xs[:-1], batched=True)
+    with pytest.raises(OperatorError, match="2 outputs for 3 inputs"):
+        broken.run([1, 2, 3], "cpu")
+
+
+def test_default_task_type_and_size_and_user_extractors():
+    op = as_operator(str.upper, name="shout")
+    assert op.task_type("abc") == "shout" and op.task_size("héllo") == 6
+    sized = as_operator(str.upper, task_type=lambda r: r[:1], task_size=len)
+    assert (sized.task_type("xyz"), sized.task_size("xyz")) == ("x", 3)
+    assert record_size(b"\x00\x01") == 2 and record_size({"a": 1}) == len('{"a":1}')
+    with pytest.raises(OperatorError, match="int >= 0"):
+        as_operator(str, task_size=lambda r: -1).task_size("x")
+
+
+# -- how the router describes records ---------------------------------------------------------
+
+def _reader(operator, **extractors):
+    reader = OperatorRecords(as_operator(operator, **extractors))
+    reader.open(None)
+    return reader
+
+
+def test_any_record_becomes_a_task_with_a_unique_id_and_the_record_untouched():
+    reader = _reader(str.upper)
+    first = reader.read('{"k": 1}')
+    second = reader.read('{"k": 1}')
+    assert first[0].task_id != second[0].task_id
+    assert first[0].app_id == "upper" and first[0].input_size == len('{"k": 1}')
+    assert first[1] == '{"k": 1}'
+
+
+@pytest.mark.parametrize("extractors,stage_name", [
+    ({"task_type": lambda r: 1 / 0}, "task_type"),
+    ({"task_type": lambda r: ""}, "task_type"),
+    ({"task_type": lambda r: "x" * 500}, "task_type"),
+    ({"task_size": lambda r: -5}, "task_size"),
+    ({"task_size": lambda r: MAX_TASK_SIZE + 1}, "task_size"),
+    ({"task_size": lambda r: float("nan")}, "task_size"),
+    ({"task_size": lambda r: r["missing"]}, "task_size"),
+])
+def test_records_the_users_extractors_fail_on_are_refused_not_raised(extractors, stage_name):
+    reader = _reader(str, **extractors)
+    with pytest.raises(Refused) as refused:
+        reader.read({"value": 1})
+    assert refused.value.stage == stage_name and refused.value.raw
+
+
+@pytest.mark.parametrize("value,stage_name", [
+    (b"\x00garbage", "decode"),
+    (("only", "two"), "shape"),
+    (42, "shape"),
+])
+def test_task_event_reader_refuses_bad_bytes_and_unexpected_shapes(value, stage_name):
+    reader = TaskEventRecords()
+    reader.open(None)
+    with pytest.raises(Refused) as refused:
+        reader.read(value)
+    assert refused.value.stage == stage_name
