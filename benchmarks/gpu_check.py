@@ -6,7 +6,10 @@
    Gavel table and the slowdown model hold);
 2. the executor (``NodeExecutor``, GPUs and all CPU cores) on a mixed task stream, FCFS vs IAWP
    (paper rules) vs IAWP slowdown-aware, in alternating order: tasks/s, p50/p99 latency, where
-   the stages ran, NVML GPU utilisation sampled every 0.1 s, and the co-run slowdowns learned.
+   the stages ran, NVML GPU utilisation sampled every 0.1 s, and the co-run slowdowns learned;
+3. a user's operator, example (b) (``examples/text_inference``: tokenize -> torch classifier on
+   the GPU -> label) in the ``OperatorExecutor`` with dynamic batching on and off
+   (``benchmarks.operator_batching``): records/s, p99, mean model batch, NVML GPU utilisation.
 
     python -m benchmarks.gpu_check            # about 4-6 minutes on one GPU
     python -m benchmarks.gpu_check --quick    # about 1-2 minutes
@@ -218,9 +221,19 @@ def main(argv=None) -> int:
     remaining = args.budget_s - (time.perf_counter() - started)
     with tqdm(total=repeats * len(VARIANTS), desc="executor runs") as progress:
         execution = executor_runs(tasks, repeats, args.max_in_flight, remaining, progress)
+    from benchmarks import operator_batching
+    records = operator_batching.reviews(800 if args.quick else 3000, seed=7)
+    batching = {}
+    for label, on in (("batching on", True), ("batching off", False), ("batching on ", True)):
+        run = operator_batching.one_run(on, records, workers=0)
+        run.pop("outputs")
+        batching.setdefault(label.strip(), []).append(run)
+        print(f"example (b) {label.strip():12s} {run['records_per_s']:.1f} records/s  p99 "
+              f"{run['p99_ms']:.1f} ms  GPU util {run['gpu_util_mean']}  model batch "
+              f"{run['model_stage']}", flush=True)
     out = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS
     out.mkdir(parents=True, exist_ok=True)
-    document = {"benchmark": "gpu_check", "command": " ".join([Path(sys.executable).name]
+    document = {"benchmark": "gpu_check", "operator_batching": batching, "command": " ".join([Path(sys.executable).name]
                                                               + sys.argv),
                 "git_commit": git_commit(), "machine": machine(), "device": device,
                 "wall_s": time.perf_counter() - started, "pairs": pairs, "executor": execution}

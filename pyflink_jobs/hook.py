@@ -68,6 +68,9 @@ __all__ = ["HookSettings", "HookBuilder", "StreamplaceHook", "RouterFunction",
 
 log = logging.getLogger(__name__)
 
+#: Environment variables ``STREAMPLACE_HOOK_<FIELD>`` set hook settings (:meth:`HookSettings.from_env`).
+ENV_PREFIX = "STREAMPLACE_HOOK_"
+
 
 @dataclass
 class HookSettings:
@@ -127,6 +130,41 @@ class HookSettings:
             values["plan"] = parse_plan(values["plan"])
         if isinstance(values.get("retired"), str):
             values["retired"] = parse_retired(values["retired"])
+        return cls(**values)
+
+    @classmethod
+    def from_env(cls, environ=None, **explicit) -> HookSettings:
+        """Defaults, then ``STREAMPLACE_HOOK_<FIELD>`` environment variables of the process
+        that builds the job (e.g. ``STREAMPLACE_HOOK_POLICY=mct``,
+        ``STREAMPLACE_HOOK_SERVICE_URL``, ``STREAMPLACE_HOOK_PLAN=tm_a=2,tm_b=1``), then the
+        ``explicit`` keywords: a job's code keeps its three lines while an operator of the
+        cluster (or a benchmark) picks the policy."""
+        import os
+        environ = os.environ if environ is None else environ
+        values: dict = {}
+        for f in fields(cls):
+            raw = environ.get(ENV_PREFIX + f.name.upper())
+            if raw is None or f.name in ("nodes",):
+                continue
+            kind = str(f.type)
+            try:
+                if kind == "bool":
+                    if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                        raise ValueError("expected true or false")
+                    values[f.name] = raw.lower() in ("1", "true", "yes")
+                elif kind == "int":
+                    values[f.name] = int(raw)
+                elif kind == "float":
+                    values[f.name] = float(raw)
+                elif f.name == "plan":
+                    values[f.name] = parse_plan(raw)
+                elif f.name == "retired":
+                    values[f.name] = parse_retired(raw)
+                else:
+                    values[f.name] = raw
+            except ValueError as exc:
+                raise ValueError(f"{ENV_PREFIX + f.name.upper()}={raw!r}: {exc}") from None
+        values.update(explicit)
         return cls(**values)
 
     def resolved_nodes(self) -> list[RouterNode]:
@@ -201,9 +239,12 @@ class StreamplaceHook:
     @classmethod
     def create(cls, bootstrap_servers: str, service_url: str = "", **settings) -> "StreamplaceHook":
         """The one-line form: ``StreamplaceHook.create("127.0.0.1:9092", service_url=url)``;
-        other :class:`HookSettings` fields as keywords."""
-        return HookBuilder().settings(HookSettings(bootstrap_servers=bootstrap_servers,
-                                                   service_url=service_url, **settings)).build()
+        other :class:`HookSettings` fields as keywords; fields not given may come from
+        ``STREAMPLACE_HOOK_<FIELD>`` environment variables (:meth:`HookSettings.from_env`)."""
+        if service_url:
+            settings["service_url"] = service_url
+        return HookBuilder().settings(HookSettings.from_env(
+            bootstrap_servers=bootstrap_servers, **settings)).build()
 
     def router_settings(self) -> RouterSettings:
         s = self.settings

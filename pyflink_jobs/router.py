@@ -36,7 +36,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from placement.speed import ObservedSpeed, timing_work_s
+from placement.measured_costs import MeasuredCosts
+from placement.speed import ObservedSpeed, timing_sample
 from pyflink_jobs.routed import DecisionContext
 from workload.model import ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task
 
@@ -102,14 +103,18 @@ class Router:
         self._in_flight: OrderedDict[str, tuple[str, float, float]] = OrderedDict()
         self._in_flight_count = {n: 0 for n in self.node_ids}
         self._backlog_s = {n: 0.0 for n in self.node_ids}
-        self.speeds = ObservedSpeed(self.cluster)
+        # Work times learned per (task type, node) from the feedback, with the hand-made cost
+        # model of the built-in apps as an optional prior: users' operators have none.
+        from workload.estimates import CostModel
+        self.costs = MeasuredCosts(self.cluster, prior=CostModel(colocation=None))
+        self.speeds = ObservedSpeed(self.cluster, self.costs)
         self._lock = threading.Lock()
-        self.fallback: Policy = make_policy(settings.fallback, self.cluster)
+        self.fallback: Policy = make_policy(settings.fallback, self.cluster, costs=self.costs)
         self.model_policy = None
         self.model_version: int | None = None
         self.fixed_policy: Policy | None = None
         if settings.policy != "ldwp":
-            self.fixed_policy = make_policy(settings.policy, self.cluster)
+            self.fixed_policy = make_policy(settings.policy, self.cluster, costs=self.costs)
         elif settings.initial_model:
             self.install_model(settings.initial_model)
         self.routed = {n: 0 for n in self.node_ids}
@@ -125,7 +130,8 @@ class Router:
         from placement.ldwp.inference import NumpyLDWPPolicy
         previous = self.model_policy
         policy = NumpyLDWPPolicy.from_bytes(
-            data, self.cluster, coefficients=previous.coefficients if previous else None)
+            data, self.cluster, costs=self.costs,
+            coefficients=previous.coefficients if previous else None)
         with self._lock:
             self.model_policy = policy
             self.model_version = version if version is not None else policy.version
@@ -148,8 +154,9 @@ class Router:
             if node_id not in self._nodes:
                 return  # a node outside this job's plan (e.g. another job's executor)
             for timing in feedback.get("completed") or ():
-                self.speeds.observe(node_id, timing["app_id"], int(timing["input_size"]),
-                                    timing_work_s(timing))
+                sample = timing_sample(timing)  # (type, size, work s); None when implausible
+                if sample is not None:
+                    self.speeds.observe(node_id, *sample)
             link = self._nodes[node_id].link_mbps * 125_000.0  # Mbit/s -> bytes/s
             self._states[node_id] = NodeState(
                 node_id,

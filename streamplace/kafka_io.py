@@ -3,7 +3,7 @@
 Example::
 
     cfg = load_config()
-    report = produce_task_events(cfg, synthetic_task_events(1000, seed=1))
+    report = produce_task_events(cfg, synthetic_task_events(1000, seed=1, payloads=True))
     results = read_topic(cfg, cfg.job.topic_results, "TaskResult", expected=1000)
 """
 
@@ -18,20 +18,49 @@ from streamplace.config import StreamplaceConfig
 from workload.catalog import app_ids
 
 __all__ = ["synthetic_task_events", "produce_task_events", "produce_raw", "read_topic",
-           "ProduceReport", "ReadReport"]
+           "ProduceReport", "ReadReport", "PAYLOAD_QUALITY"]
+
+
+#: JPEG quality of the clips producers attach (``workload.apps.images.DEFAULT_QUALITY``).
+PAYLOAD_QUALITY = 80
 
 
 def synthetic_task_events(count: int, seed: int = 0, prefix: str = "task",
-                          source: str = "synthetic") -> Iterator[dict]:
-    """``count`` TaskEvents of the three applications with lognormal input sizes."""
+                          source: str = "synthetic", payloads: bool = False,
+                          quality: int = PAYLOAD_QUALITY) -> Iterator[dict]:
+    """``count`` TaskEvents of the three applications with lognormal input sizes (median about
+    36,000 pixels, capped at 2^20).
+
+    With ``payloads`` each event carries its real clip (``workload.apps.registry.task_payload``:
+    frames cut from real photographs, ``frame_shape(input_size)`` pixels, JPEG at ``quality``,
+    seeded by the task id), which the executors decode instead of making synthetic frames.
+    Typical record sizes at quality 80: 5 KB at 4,096 pixels, 15 KB at the median 36,864,
+    44 KB at 147,456, about 240 KB at the 2^20 cap. Off by default: light records (about
+    100 bytes) keep throughput benchmarks and tests comparable with earlier runs, and need no
+    torch in the producer.
+
+    Example::
+
+        >>> [e["input_size"] for e in synthetic_task_events(3, seed=1)]
+        [59039, 35904, 97219]
+        >>> len(next(synthetic_task_events(1, seed=1, payloads=True))["payload"]) > 1000
+        True
+    """
     rng = random.Random(seed)
     apps = app_ids()
     now = int(time.time() * 1000)
+    task_payload = None
+    if payloads:  # imports torch: only when asked for
+        from workload.apps.registry import task_payload
     for i in range(count):
-        yield {"task_id": f"{prefix}-{i:07d}", "app_id": apps[i % len(apps)],
-               "input_size": int(min(1 << 20, rng.lognormvariate(10.5, 0.8))),
-               "submitted_at_ms": now, "source": source, "expected_work_ms": None,
-               "attributes": {}}
+        event = {"task_id": f"{prefix}-{i:07d}", "app_id": apps[i % len(apps)],
+                 "input_size": int(min(1 << 20, rng.lognormvariate(10.5, 0.8))),
+                 "submitted_at_ms": now, "source": source, "expected_work_ms": None,
+                 "attributes": {}}
+        if task_payload is not None:
+            event["payload"] = task_payload(event["app_id"], event["input_size"],
+                                            event["task_id"], quality=quality)
+        yield event
 
 
 @dataclass
@@ -94,7 +123,8 @@ class ReadReport:
     seconds: float = 0.0
 
 
-def read_topic(config: StreamplaceConfig, topic: str, record_name: str, expected: int | None,
+def read_topic(config: StreamplaceConfig, topic: str, record_name: str | None,
+               expected: int | None,
                timeout_s: float = 120.0, idle_s: float | None = None,
                group_id: str | None = None, progress=None, settle_s: float = 0.0,
                keep=None, stamp_seen: bool = False) -> ReadReport:
@@ -130,8 +160,9 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str, expected
                         raise RuntimeError(f"reading {topic}: {msg.error()}")
                     continue
                 last = time.monotonic()
-                try:
-                    record = decode(record_name, msg.value())
+                try:  # record_name None: the raw bytes (records of the user's own jobs)
+                    record = msg.value() if record_name is None else \
+                        decode(record_name, msg.value())
                 except CodecError:
                     report.undecodable += 1
                     continue

@@ -25,8 +25,14 @@ per fingerprint in :attr:`Codec.unknown_writer_fingerprints`), with one log line
 fingerprint rather than one per record.
 
 Every problem with the bytes (empty, wrong marker, truncated, trailing junk, a message of another
-record type, a body that does not decode) raises :class:`CodecError`, never a bare
-``IndexError``/``EOFError``/``StopIteration``.
+record type, a body that does not decode, a message over the size limit) raises
+:class:`CodecError`, never a bare ``IndexError``/``EOFError``/``StopIteration``.
+
+Size: :meth:`Codec.decode` refuses a message longer than ``max_message_bytes``
+(:data:`DEFAULT_MAX_MESSAGE_BYTES`) before reading it, which also bounds the one field that
+carries bulk data, TaskEvent's ``payload`` (an encoded clip; ``workload.apps.images`` bounds what
+is inside it). Encoding is not bounded here: the Kafka producer refuses an over-sized message
+itself, and a DeadLetter must be able to carry whatever bytes were refused.
 
 Why fastavro rather than the ``avro`` package: its C-accelerated schemaless reader and writer
 are several times faster, and decoding sits on the per-record path (docs/avro.md has numbers).
@@ -56,8 +62,9 @@ from fastavro.schema import fingerprint as _fingerprint_hex
 from fastavro.schema import to_parsing_canonical_form
 from fastavro.validation import ValidationError, validate
 
-__all__ = ["CodecError", "Codec", "RECORD_NAMES", "MARKER", "HEADER_SIZE", "encode", "decode",
-           "default_codec", "load_schema", "schema_fingerprint"]
+__all__ = ["CodecError", "Codec", "RECORD_NAMES", "MARKER", "HEADER_SIZE",
+           "DEFAULT_MAX_MESSAGE_BYTES", "encode", "decode", "default_codec", "load_schema",
+           "schema_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +72,12 @@ MARKER = b"\xc3\x01"
 """The two bytes every single-object encoded message starts with."""
 HEADER_SIZE = 10
 """Marker (2 bytes) + CRC-64-AVRO fingerprint of the writer schema (8 bytes, little-endian)."""
+DEFAULT_MAX_MESSAGE_BYTES = 8 << 20
+"""The longest message :meth:`Codec.decode` reads (8 MiB): eight times Kafka's default
+``message.max.bytes`` (1 MiB), so nothing a default topic delivers is refused, while a corrupt or
+hostile message cannot make a reader copy and parse hundreds of megabytes. A TaskEvent with a
+payload (a real clip) is 5-70 KB at the replay's sizes, about 240 KB at the largest synthetic size
+(``workload.apps.images``)."""
 SCHEMA_FILES = {"TaskEvent": "task_event.avsc", "TaskResult": "task_result.avsc",
                 "NodeFeedback": "node_feedback.avsc", "DeadLetter": "dead_letter.avsc"}
 RECORD_NAMES = tuple(SCHEMA_FILES)
@@ -145,7 +158,8 @@ class Codec:
 
     ``reader_schemas`` replaces the shipped current schema of a record type (tests use it to
     play an older or newer writer); ``extra_writer_schemas`` adds writer schemas this reader
-    should resolve, next to the shipped ``schemas/history/`` versions.
+    should resolve, next to the shipped ``schemas/history/`` versions; ``max_message_bytes``
+    bounds what :meth:`decode` reads (:data:`DEFAULT_MAX_MESSAGE_BYTES`).
 
     >>> codec = Codec()
     >>> data = codec.encode("DeadLetter", {"source_topic": "tasks", "partition": 0, "offset": 7,
@@ -158,7 +172,13 @@ class Codec:
     """
 
     def __init__(self, reader_schemas: dict[str, dict] | None = None,
-                 extra_writer_schemas: dict[str, list[dict]] | None = None):
+                 extra_writer_schemas: dict[str, list[dict]] | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+        if max_message_bytes < HEADER_SIZE:
+            raise ValueError(f"max_message_bytes must be at least the {HEADER_SIZE}-byte "
+                             f"header, got {max_message_bytes}")
+        self.max_message_bytes = int(max_message_bytes)
+        """Longer messages are refused by :meth:`decode` before they are read."""
         self.unknown_writer_reads = 0
         """Messages decoded with the current schema because their writer was unknown."""
         self.unknown_writer_fingerprints: Counter[tuple[str, str]] = Counter()
@@ -232,7 +252,8 @@ class Codec:
 
     def decode(self, record_name: str, data: bytes) -> dict:
         """The record in ``data`` (bytes, bytearray or memoryview) as a dict, in the current
-        schema (missing fields filled with defaults). Raises :class:`CodecError`."""
+        schema (missing fields filled with defaults). Raises :class:`CodecError`, also for a
+        message longer than ``max_message_bytes``."""
         readers = self._readers.get(record_name)
         if readers is None:
             self._check_name(record_name)
@@ -240,7 +261,12 @@ class Codec:
             if not isinstance(data, (bytearray, memoryview)):
                 raise CodecError(f"cannot decode {record_name}: expected bytes, got "
                                  f"{type(data).__name__}")
+            size = data.nbytes if isinstance(data, memoryview) else len(data)
+            if size > self.max_message_bytes:  # before copying it
+                raise self._too_long(record_name, size)
             data = bytes(data)
+        elif len(data) > self.max_message_bytes:
+            raise self._too_long(record_name, len(data))
         if data[:2] != MARKER:
             head = f"0x{data[:2].hex()}" if data else "(empty message)"
             raise CodecError(f"not an Avro single-object message: first bytes {head} are not "
@@ -277,6 +303,11 @@ class Codec:
         else:
             self._count_unknown(record_name, fp)
         return record
+
+    def _too_long(self, record_name: str, size: int) -> CodecError:
+        return CodecError(f"{record_name} message of {size:,} bytes is over the "
+                          f"{self.max_message_bytes:,}-byte limit (Codec max_message_bytes); "
+                          "not read")
 
     def _count_unknown(self, record_name: str, fp: bytes) -> None:
         key = (record_name, _fp_text(fp))

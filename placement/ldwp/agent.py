@@ -40,9 +40,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from placement.ldwp.features import (NODE_ROW_SIZE, NODE_SPEC_SIZE, completion_prior,
-                                     node_rows, node_spec_features, paper_vector,
-                                     paper_vector_size, scaled_completion_q)
+from placement.ldwp.features import (TASK_ENCODINGS, completion_prior, is_live_costs,
+                                     model_task_encoding, node_row_size, node_rows,
+                                     node_spec_features, paper_vector, paper_vector_size,
+                                     scaled_completion_q, task_encoding_metadata,
+                                     task_estimates)
 from placement.ldwp.networks import (NodeScoringQNetwork, PaperQNetwork, export_layers,
                                      numpy_forward)
 from workload.estimates import CostModel
@@ -96,6 +98,10 @@ class LDWPSettings:
     #                                    correction of the taken actions (stay close to MCT)
     spec_features: bool = False        # node_scoring only: append each node's static spec
     #                                    (cores, GPUs, memories, speeds) to its row
+    task_encoding: str = "catalog"     # task type columns (placement.ldwp.features): "catalog"
+    #                                    (paper: one-hot over the built-in apps, other types
+    #                                    all zeros) or "hashed" (node_scoring only: one-hot +
+    #                                    a BLAKE2b code of any other type string)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -116,6 +122,12 @@ class LDWPSettings:
             raise ValueError(f"residual must be 'additive' or 'scaled', got {self.residual!r}")
         if self.spec_features and self.network != "node_scoring":
             raise ValueError("spec_features needs network='node_scoring'")
+        if self.task_encoding not in TASK_ENCODINGS:
+            raise ValueError(f"task_encoding must be one of {TASK_ENCODINGS}, got "
+                             f"{self.task_encoding!r}")
+        if self.task_encoding != "catalog" and self.network != "node_scoring":
+            raise ValueError("task_encoding='hashed' needs network='node_scoring' (the paper "
+                             "layout keeps the paper's TID)")
         if self.latency_transform not in ("linear", "log"):
             raise ValueError(f"latency_transform must be 'linear' or 'log', got "
                              f"{self.latency_transform!r}")
@@ -141,6 +153,8 @@ class LDWPPolicy(Policy):
 
     def __init__(self, cluster: ClusterSpec, costs: CostModel | None = None,
                  settings: LDWPSettings | None = None):
+        # costs: a CostModel (static per-app estimates) or a MeasuredCosts (learned, any task
+        # type; its estimates are read live on every encode)
         self.settings = settings or LDWPSettings()
         self.name = f"ldwp-{self.settings.network}"
         self.cluster = cluster
@@ -176,8 +190,7 @@ class LDWPPolicy(Policy):
             m = len(self.cluster.nodes)
             return PaperQNetwork(paper_vector_size(m), m, s.hidden_sizes)
         return NodeScoringQNetwork(s.hidden_sizes, prior=s.q_prior, residual=s.residual,
-                                   row_size=NODE_ROW_SIZE + (NODE_SPEC_SIZE if s.spec_features
-                                                             else 0))
+                                   row_size=node_row_size(s.task_encoding, s.spec_features))
 
     def _optimizer(self) -> torch.optim.Optimizer:
         params = self.q_network.parameters()
@@ -186,33 +199,37 @@ class LDWPPolicy(Policy):
         return torch.optim.Adam(params, lr=self.settings.learning_rate)
 
     # -- encoding ---------------------------------------------------------------------------
-    def encode(self, observation: Observation) -> np.ndarray:
+    def encode(self, observation: Observation,
+               estimates_s: dict[str, float] | None = None) -> np.ndarray:
+        """The network's input for ``observation``. ``estimates_s`` (node_scoring): per node
+        the task's estimated seconds to use instead of asking the cost model now (the service
+        keeps the ones current when the task was decided)."""
         if self.settings.network == "paper":
             if len(observation.nodes) != self.q_network.nodes:
                 raise ValueError(f"the paper network was built for {self.q_network.nodes} nodes "
                                  f"and sees {len(observation.nodes)}; transfer it first "
                                  "(placement.ldwp.transfer)")
             return paper_vector(observation)
-        task = observation.task
-        coefficients = self._coefficients()
-        estimates, units = {}, {}
-        for node_id in observation.node_ids:
-            entry = coefficients.get(node_id)
-            if entry is None:
-                continue  # a node the agent's cluster spec does not know: estimate unknown
-            per_app, unit_count = entry
-            fixed, slope = per_app.get(task.app_id, (0.0, 0.0))
-            estimates[node_id] = fixed + slope * task.input_size
-            units[node_id] = unit_count
+        # a node the agent's cluster spec does not know gets no estimate (unknown, 0)
+        table = self._coefficients()
+        if estimates_s is None:
+            live = self.costs if is_live_costs(self.costs) else None
+            estimates, units = task_estimates(observation, table, live)
+        else:
+            units = {n: table[n][1] for n in observation.node_ids if n in table}
+            estimates = {n: float(estimates_s.get(n, 0.0)) for n in units}
         return node_rows(observation, estimates, units,
-                         self._estimate_cache["specs"] if self.settings.spec_features else None)
+                         self._estimate_cache["specs"] if self.settings.spec_features else None,
+                         self.settings.task_encoding)
 
     def _coefficients(self) -> dict:
         """Per node of the agent's cluster: ({app: (fixed_s, per_pixel_s)}, parallel units),
-        built once per cluster so encoding costs no cost-model call on the router's hot path."""
+        built once per cluster so encoding costs no cost-model call on the router's hot path
+        (a learned cost model is asked live instead: its table stays empty)."""
         key = tuple(self.cluster.node_ids)
         if self._estimate_cache.get("key") != key:
-            table = {spec.node_id: (self.costs.task_time_coefficients(spec),
+            live = is_live_costs(self.costs)
+            table = {spec.node_id: ({} if live else self.costs.task_time_coefficients(spec),
                                     spec.cpu_cores + len(spec.gpus))
                      for spec in self.cluster.nodes}
             specs = {spec.node_id: node_spec_features(spec) for spec in self.cluster.nodes}
@@ -275,12 +292,15 @@ class LDWPPolicy(Policy):
     def _task_work_s(self, task, node_id: str) -> float:
         """Estimated unit-seconds of the task on the node (what NodeState.backlog_s sums)."""
         key = (task.app_id, task.input_size, node_id)
+        version = getattr(self.costs, "version", None)  # a learned model changes: re-ask it
+        if version != self._work_cache.get("version"):
+            self._work_cache = {"version": version}
         work = self._work_cache.get(key)
         if work is None:
             spec = next((n for n in self.cluster.nodes if n.node_id == node_id), None)
             work = self.costs.task_work_ms(task, spec) / 1000.0 if spec is not None else 0.0
             if len(self._work_cache) > 100_000:
-                self._work_cache.clear()
+                self._work_cache = {"version": version}
             self._work_cache[key] = work
         return work
 
@@ -412,6 +432,7 @@ class LDWPPolicy(Policy):
         settings["hidden_sizes"] = list(self.settings.hidden_sizes)
         return {"kind": self.settings.network, "nodes": list(self.cluster.node_ids),
                 "settings": settings, "updates": self.updates,
+                "task_types": task_encoding_metadata(self.settings.task_encoding),
                 "observation": "paper_vector" if self.settings.network == "paper"
                 else "node_rows"}
 
@@ -428,6 +449,8 @@ class LDWPPolicy(Policy):
         layers, metadata = load_model(path)
         settings = dict(metadata["settings"])
         settings["hidden_sizes"] = tuple(settings["hidden_sizes"])
+        # files from before task types were open say nothing: the catalog one-hot
+        settings["task_encoding"] = model_task_encoding(metadata)
         agent = cls(cluster, costs, LDWPSettings(**settings))
         if agent.settings.network == "paper" and list(cluster.node_ids) != metadata["nodes"]:
             raise ModelFileError(f"{path} is a paper-layout model for nodes {metadata['nodes']}; "

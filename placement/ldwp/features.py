@@ -7,9 +7,27 @@ Two layouts:
   ``len(apps) + 1 + 6 M``. Its size depends on M, which is why the paper's network must be
   re-shaped (transfer learning) when nodes join or leave.
 - ``node_rows``: one row per node with the task's features, that node's six numbers, its queue
-  depth and backlog, and what the public cost model expects of this task there; a network with
+  depth and backlog, and what the cost model expects of this task there; a network with
   shared weights scores each row, so one model serves any number of nodes (our size-agnostic
   variant).
+
+Task types (TID). Users place their own operators, so a task type is any string. Two encodings
+(``task_encoding``, recorded in a model's settings; a model file without it is "catalog"):
+
+- ``"catalog"`` (the paper's, and every model file written before types were open): one-hot
+  over the built-in apps (``APPS``); any other type encodes as all zeros ("not a built-in
+  app"), which keeps such models working (finite Q-values) but blind to the type's identity.
+- ``"hashed"`` (node_rows only): the same one-hot columns, then ``TYPE_HASH_SIZE`` more columns
+  holding a fixed code of the type string (:func:`type_code`: BLAKE2b, not Python's salted
+  ``hash()``, so a router and the service in other processes agree). The built-in apps keep
+  their one-hot and zeros there, so their rows are exactly the catalog rows plus zero columns;
+  any other type gets its own code and zeros in the one-hot. Columns come after the catalog
+  row (``NODE_ROW_SIZE``), before the spec columns, so every column index of the catalog
+  layout (``ESTIMATE_COLUMN``, ``COMPLETION_COLUMN``) holds in both.
+
+What the network learns about a type's cost does not need the code: the estimate columns come
+from the cost model, and a learned one (``placement.measured_costs.MeasuredCosts``) estimates
+any type (:func:`task_estimates`).
 
 Example::
 
@@ -17,11 +35,15 @@ Example::
     >>> obs = Observation(Task("t", "video_synopsis", 10**6), (NodeState("a"), NodeState("b")), 0)
     >>> paper_vector(obs).shape, node_rows(obs).shape
     ((16,), (2, 16))
+    >>> node_rows(obs, task_encoding="hashed").shape, node_row_size("hashed", spec_features=True)
+    ((2, 24), 30)
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -30,7 +52,9 @@ from workload.model import NODE_STATE_FIELDS, Observation
 
 __all__ = ["paper_vector", "paper_vector_size", "node_rows", "NODE_ROW_SIZE", "APPS",
            "COMPLETION_COLUMN", "ESTIMATE_COLUMN", "COMPLETION_SCALE", "NODE_SPEC_SIZE",
-           "node_spec_features", "completion_prior", "scaled_completion_q"]
+           "node_spec_features", "completion_prior", "scaled_completion_q", "TASK_ENCODINGS",
+           "TYPE_HASH_SIZE", "type_code", "node_row_size", "task_estimates",
+           "task_encoding_metadata", "model_task_encoding", "is_live_costs"]
 
 APPS = app_ids()
 #: task one-hot + log TSize + six node numbers + queue depth + backlog + estimated time +
@@ -45,6 +69,99 @@ COMPLETION_SCALE = 10.0
 #: optional static columns per node (``spec_features``): what the node is, so a shared network
 #: can tell apart node types that the public estimate treats alike (same GPU model, fewer GPUs).
 NODE_SPEC_SIZE = 6
+#: task type encodings (module docstring): "catalog" one-hot, "hashed" one-hot + type code
+TASK_ENCODINGS = ("catalog", "hashed")
+#: columns of the hashed type code. 8 numbers of 16 bits each: two distinct types collide
+#: (same code) with probability about 2**-128, and a few dozen types stay far apart.
+TYPE_HASH_SIZE = 8
+#: type strings longer than this are not kept in the code cache (memory stays bounded when a
+#: user function returns long or ever-new strings); their code is computed each time
+_CACHED_TYPE_CHARS = 256
+
+
+def node_row_size(task_encoding: str = "catalog", spec_features: bool = False) -> int:
+    """Columns of a ``node_rows`` row for this encoding, with or without spec columns."""
+    if task_encoding not in TASK_ENCODINGS:
+        raise ValueError(f"task_encoding must be one of {TASK_ENCODINGS}, got {task_encoding!r}")
+    return (NODE_ROW_SIZE + (TYPE_HASH_SIZE if task_encoding == "hashed" else 0)
+            + (NODE_SPEC_SIZE if spec_features else 0))
+
+
+def model_task_encoding(metadata: dict) -> str:
+    """The task encoding a model file was written with ("catalog" when it does not say: files
+    from before types were open), checked against this streamplace's columns; raises
+    ModelFileError when they would mean something else (other built-in apps, other code)."""
+    from placement.ldwp.modelfile import ModelFileError
+    settings = metadata.get("settings") or {}
+    encoding = settings.get("task_encoding", "catalog")
+    if encoding not in TASK_ENCODINGS:
+        raise ModelFileError(f"unknown task_encoding {encoding!r} in the model metadata")
+    recorded = metadata.get("task_types")
+    if recorded is not None:
+        expected = task_encoding_metadata(encoding)
+        if recorded.get("catalog") != expected["catalog"] or \
+                recorded.get("hash_size", 0) != expected["hash_size"]:
+            raise ModelFileError(f"the model's task type columns ({recorded}) differ from this "
+                                 f"streamplace's ({expected})")
+    return encoding
+
+
+def task_encoding_metadata(task_encoding: str) -> dict:
+    """What a model file records about its type columns (checked when it is loaded)."""
+    return {"encoding": task_encoding, "catalog": list(APPS),
+            "hash": "blake2b-16bit" if task_encoding == "hashed" else None,
+            "hash_size": TYPE_HASH_SIZE if task_encoding == "hashed" else 0}
+
+
+@lru_cache(maxsize=4096)
+def _cached_code(task_type: str) -> tuple[float, ...]:
+    return _code(task_type)
+
+
+def _code(task_type: str) -> tuple[float, ...]:
+    digest = hashlib.blake2b(task_type.encode("utf-8", "surrogatepass"),
+                             digest_size=2 * TYPE_HASH_SIZE, person=b"streamplace-tid").digest()
+    return tuple(int.from_bytes(digest[2 * i:2 * i + 2], "little") / 32767.5 - 1.0
+                 for i in range(TYPE_HASH_SIZE))
+
+
+def type_code(task_type: str) -> tuple[float, ...]:
+    """The hashed encoding's columns for ``task_type``: zeros for a built-in app (its one-hot
+    says it), else ``TYPE_HASH_SIZE`` numbers in [-1, 1] from its BLAKE2b digest, the same in
+    every process and Python version."""
+    if not isinstance(task_type, str):
+        task_type = str(task_type)
+    if task_type in APPS:
+        return (0.0,) * TYPE_HASH_SIZE
+    if len(task_type) <= _CACHED_TYPE_CHARS:
+        return _cached_code(task_type)
+    return _code(task_type)
+
+
+def is_live_costs(costs) -> bool:
+    """Whether ``costs`` estimates any type live (``estimates_s``: MeasuredCosts), as opposed
+    to a static per-app table (``CostModel.task_time_coefficients``)."""
+    return callable(getattr(costs, "estimates_s", None))
+
+
+def task_estimates(observation: Observation, table: dict, live=None
+                   ) -> tuple[dict[str, float], dict[str, int]]:
+    """(estimates_s, units) for ``node_rows``, for the observed nodes that ``table`` knows.
+
+    ``table[node] = ({type: (fixed_s, per_unit_s)}, parallel units)``. With ``live`` (a cost
+    model with ``estimates_s(nodes, type, size)``, e.g. MeasuredCosts) every estimate comes
+    from it, for any type; else from the table, 0 (unknown) for a type it lacks. One function
+    for the torch agent and the numpy policy, so both encode alike."""
+    task = observation.task
+    known = [n for n in observation.node_ids if n in table]
+    units = {n: table[n][1] for n in known}
+    if live is not None:
+        return live.estimates_s(known, task.app_id, task.input_size), units
+    estimates = {}
+    for node_id in known:
+        fixed, slope = table[node_id][0].get(task.app_id, (0.0, 0.0))
+        estimates[node_id] = fixed + slope * task.input_size
+    return estimates, units
 
 
 def node_spec_features(spec) -> tuple[float, ...]:
@@ -75,21 +192,24 @@ def paper_vector(observation: Observation) -> np.ndarray:
 
 def node_rows(observation: Observation, estimates_s: dict[str, float] | None = None,
               units: dict[str, int] | None = None,
-              spec_rows: dict[str, tuple] | None = None) -> np.ndarray:
-    """(M, NODE_ROW_SIZE) features. ``estimates_s[node]``: the public estimate of this task's
+              spec_rows: dict[str, tuple] | None = None,
+              task_encoding: str = "catalog") -> np.ndarray:
+    """(M, node_row_size(task_encoding, spec_rows is not None)) features.
+    ``estimates_s[node]``: the cost model's estimate of this task's
     time alone on that node; ``units[node]``: its parallel units (cores + GPUs). Missing
     entries count as unknown (0) so the encoding still works without a cost model. Each node's
     estimate is multiplied by its ``speed_factor`` (measured; 1.0 in the simulator), and
     ``backlog_s`` is taken as already measured-speed work (the router counts it that way).
-    With ``spec_rows`` (node -> ``node_spec_features``), NODE_SPEC_SIZE more columns follow
-    (zeros for a node without one): (M, NODE_ROW_SIZE + NODE_SPEC_SIZE).
+    With ``task_encoding="hashed"``, TYPE_HASH_SIZE columns of :func:`type_code` follow the
+    catalog row. With ``spec_rows`` (node -> ``node_spec_features``), NODE_SPEC_SIZE more
+    columns follow (zeros for a node without one).
     Vectorised: this runs once per routed record."""
     estimates_s = estimates_s or {}
     units = units or {}
     nodes = observation.nodes
     m = len(nodes)
-    extra = NODE_SPEC_SIZE if spec_rows is not None else 0
-    rows = np.empty((m, NODE_ROW_SIZE + extra), dtype=np.float32)
+    hashed = TYPE_HASH_SIZE if task_encoding == "hashed" else 0
+    rows = np.empty((m, node_row_size(task_encoding, spec_rows is not None)), dtype=np.float32)
     task = _task_features(observation)
     width = len(task)
     rows[:, :width] = task
@@ -110,9 +230,11 @@ def node_rows(observation: Observation, estimates_s: dict[str, float] | None = N
     with np.errstate(divide="ignore", invalid="ignore"):
         rows[:, width + 10] = np.where(estimate > 0, fastest / estimate, 0.0)
     rows[:, width + 11] = 1.0
-    if extra:
+    if hashed:
+        rows[:, NODE_ROW_SIZE:NODE_ROW_SIZE + hashed] = type_code(observation.task.app_id)
+    if spec_rows is not None:
         blank = (0.0,) * NODE_SPEC_SIZE
-        rows[:, NODE_ROW_SIZE:] = [spec_rows.get(n.node_id, blank) for n in nodes]
+        rows[:, NODE_ROW_SIZE + hashed:] = [spec_rows.get(n.node_id, blank) for n in nodes]
     return rows
 
 

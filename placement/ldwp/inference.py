@@ -14,6 +14,13 @@ or ``residual="scaled"``; settings read from the model metadata):
   does not know gets an unknown (0) cost estimate, as in the torch agent.
 - ``paper_vector``: the nodes must be exactly the ones the model was built for, in order.
 
+Any task type (a user's operator, not only the built-in apps): the type columns follow the
+model's ``task_encoding`` (``placement.ldwp.features``; files without one are "catalog", where
+an unknown type is all zeros), and the estimate columns come from ``costs``: with a learned
+``MeasuredCosts`` every type's estimate is read from it live on each decision (so the model's
+MCT prior explores and follows what the nodes measure); with a ``CostModel`` from the per-app
+table fitted once (``coefficients``), 0 (unknown) for a type the table lacks.
+
 Example::
 
     >>> policy = NumpyLDWPPolicy.from_file("ldwp.spmodel", cluster)        # doctest: +SKIP
@@ -30,8 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from placement.ldwp.features import (completion_prior, node_rows, node_spec_features,
-                                     paper_vector, scaled_completion_q)
+from placement.ldwp.features import (completion_prior, is_live_costs, model_task_encoding,
+                                     node_row_size, node_rows, node_spec_features,
+                                     paper_vector, scaled_completion_q, task_estimates)
 from placement.ldwp.modelfile import ModelFileError, load_model
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, Decision, Observation, Policy
@@ -55,8 +63,10 @@ class NumpyLDWPPolicy(Policy):
     """A frozen LDWP Q-network evaluated with numpy (greedy: no exploration on the router)."""
 
     def __init__(self, layers: list[tuple[np.ndarray, np.ndarray]], metadata: dict,
-                 cluster: ClusterSpec | None = None, costs: CostModel | None = None,
+                 cluster: ClusterSpec | None = None, costs=None,
                  coefficients: dict | None = None):
+        """``costs``: a CostModel (default: the calibration's) or a MeasuredCosts (estimates
+        read live, any task type); ``coefficients``: a previous policy's table to reuse."""
         kind = metadata.get("kind")
         if kind not in ("paper", "node_scoring"):
             raise ModelFileError(f"unknown LDWP network kind {kind!r} in the model metadata")
@@ -70,6 +80,7 @@ class NumpyLDWPPolicy(Policy):
         self.q_prior = settings.get("q_prior", "none")
         self.residual = settings.get("residual", "additive")
         self.spec_features = bool(settings.get("spec_features", False))
+        self.task_encoding = model_task_encoding(metadata)
         if self.q_prior not in ("none", "completion") or \
                 self.residual not in ("additive", "scaled"):
             raise ModelFileError(f"unknown residual LDWP settings q_prior={self.q_prior!r}, "
@@ -88,30 +99,38 @@ class NumpyLDWPPolicy(Policy):
             # [row, mean] @ W1.T == row @ W1a.T + mean @ W1b.T: split once so the hot path never
             # builds the concatenated (M, 2F) matrix.
             first = self._layers[0][0]
+            width = node_row_size(self.task_encoding, self.spec_features)
+            if first.shape[0] != 2 * width:  # a layout this code would fill differently
+                raise ModelFileError(f"the model reads rows of {first.shape[0] // 2} columns; "
+                                     f"task_encoding={self.task_encoding!r}, spec_features="
+                                     f"{self.spec_features} give {width}")
             half = first.shape[0] // 2
             self._own, self._context = first[:half], first[half:]
         # Per node: ({app: (fixed_s, per_pixel_s)}, parallel units). Fitting them walks every
         # application's DAG; a router that swaps models every few seconds passes the previous
         # model's table (``coefficients``) so a swap costs no fitting.
+        # A learned cost model (``live``) is asked on every decision instead: its per-app
+        # tables stay empty and only the units are kept.
+        self.live = costs if is_live_costs(costs) else None
         self.coefficients: dict[str, tuple[dict, int]] = dict(coefficients or {})
         if kind == "node_scoring" and cluster is not None and not self.coefficients:
             costs = costs or CostModel(colocation=None)
             for spec in cluster.nodes:
-                self.coefficients[spec.node_id] = (costs.task_time_coefficients(spec),
-                                                   spec.cpu_cores + len(spec.gpus))
+                self.coefficients[spec.node_id] = (
+                    {} if self.live is not None else costs.task_time_coefficients(spec),
+                    spec.cpu_cores + len(spec.gpus))
         self.digest = hashlib.sha256(b"".join(w.tobytes() + b.tobytes() for w, b in layers)
                                      ).hexdigest()[:12]
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
     def from_file(cls, path: str | Path, cluster: ClusterSpec | None = None,
-                  costs: CostModel | None = None) -> "NumpyLDWPPolicy":
+                  costs=None) -> "NumpyLDWPPolicy":
         layers, metadata = load_model(path)
         return cls(layers, metadata, cluster, costs)
 
     @classmethod
-    def from_bytes(cls, data: bytes, cluster: ClusterSpec | None = None,
-                   costs: CostModel | None = None,
+    def from_bytes(cls, data: bytes, cluster: ClusterSpec | None = None, costs=None,
                    coefficients: dict | None = None) -> "NumpyLDWPPolicy":
         layers, metadata = load_model_bytes(data)
         return cls(layers, metadata, cluster, costs, coefficients)
@@ -124,17 +143,8 @@ class NumpyLDWPPolicy(Policy):
                 raise ValueError(f"this paper-layout model was built for nodes {expected} and "
                                  f"sees {list(observation.node_ids)}; transfer it first")
             return paper_vector(observation)
-        task = observation.task
-        estimates, units = {}, {}
-        for node_id in observation.node_ids:
-            entry = self.coefficients.get(node_id)
-            if entry is None:
-                continue
-            per_app, unit_count = entry
-            fixed, slope = per_app.get(task.app_id, (0.0, 0.0))
-            estimates[node_id] = fixed + slope * task.input_size
-            units[node_id] = unit_count
-        return node_rows(observation, estimates, units, self._spec_rows)
+        estimates, units = task_estimates(observation, self.coefficients, self.live)
+        return node_rows(observation, estimates, units, self._spec_rows, self.task_encoding)
 
     def q_values(self, state: np.ndarray) -> np.ndarray:
         layers = self._layers

@@ -104,7 +104,11 @@ class ClusterPolicy(Policy):
 class EstimatingPolicy(ClusterPolicy):
     """Base of the policies that need public cost estimates (a default ``CostModel()`` when none
     is given). Caches ``task_ms_on`` per (app, input size, node): clips repeat sizes, and the
-    estimate walks the task's DAG (a few microseconds per node otherwise)."""
+    estimate walks the task's DAG (a few microseconds per node otherwise).
+
+    ``costs`` may also be a learned model (``placement.measured_costs.MeasuredCosts``: any task
+    type, estimates from measured times). Its estimates change with every sample it learns; it
+    says so with a ``version`` number, and the cache is dropped whenever that changes."""
 
     _CACHE_LIMIT = 4096
 
@@ -113,10 +117,14 @@ class EstimatingPolicy(ClusterPolicy):
 
     def _cluster_changed(self) -> None:
         self._task_ms_cache: dict[tuple[str, int, str], float] = {}
+        self._cache_version = getattr(self.costs, "version", None)
 
     def task_ms(self, task: Task, node_id: str) -> float:
         """Estimated milliseconds of ``task`` alone on the idle node (``CostModel.task_ms_on``)."""
         key = (task.app_id, task.input_size, node_id)
+        version = getattr(self.costs, "version", None)  # None for a CostModel: never changes
+        if version != self._cache_version:
+            self._task_ms_cache, self._cache_version = {}, version
         cache = self._task_ms_cache
         value = cache.get(key)
         if value is None:

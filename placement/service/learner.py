@@ -29,6 +29,16 @@ for the consumer that hands them over):
    the learner only has the feedback; node states come from reports up to one feedback
    interval older than the decision; tasks are learned from in the order their feedback
    arrives.
+
+   Task types are open (a user's operator, not only the built-in apps): every timing also
+   teaches the learner's cost model, by default a
+   :class:`placement.measured_costs.MeasuredCosts` with the calibration as prior for the
+   built-in apps, by the routers' rule (:func:`placement.speed.timing_sample`, then
+   ``observe``). An example keeps the estimates that model gave just before its own timing
+   was learned (what a router deciding then had seen), so it is not encoded with its own
+   outcome. A timing that cannot be learned from (missing or non-finite fields, a negative
+   size or latency) is skipped and counted (``timings_rejected``); nodes outside the cluster
+   spec are learned from up to ``max_unknown_nodes`` of them.
 3. Trains an :class:`placement.ldwp.agent.LDWPPolicy` (``network="node_scoring"``,
    ``reward="task_latency"``) through its replay buffer and training step, in the learner's
    own thread (the consumer thread only appends to a queue), one record at a time in arrival
@@ -54,6 +64,7 @@ import dataclasses
 import bisect
 import hashlib
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -62,8 +73,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from placement.ldwp.agent import LDWPPolicy, LDWPSettings
+from placement.ldwp.features import is_live_costs
+from placement.measured_costs import MeasuredCosts
 from placement.service.store import ModelStore
-from placement.speed import ObservedSpeed, timing_work_s
+from placement.speed import ObservedSpeed, timing_sample
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation, Task
 
@@ -82,7 +95,10 @@ SERVICE_LEARNING_DEFAULTS: dict = {"optimizer": "adam", "learning_rate": 1e-3,
                                    # the residual LDWP (docs/ldwp.md): Q = -log(1 + e^g wait
                                    # + e^h task time), untrained = MCT at measured speeds
                                    "q_prior": "completion", "residual": "scaled",
-                                   "latency_transform": "log", "gamma": 0.0}
+                                   "latency_transform": "log", "gamma": 0.0,
+                                   # any task type: the built-in apps' one-hot plus a hashed
+                                   # code of other type strings (placement.ldwp.features)
+                                   "task_encoding": "hashed"}
 
 _RATE_WINDOW = 200       # service times kept per node for the measured service rate
 _RATE_MIN_SAMPLES = 20   # below this, the plan uses the spec's capacity for the node
@@ -195,7 +211,7 @@ class NodeHistory:
 #: LDWPSettings that define what a model file computes: a stored version that differs in any
 #: of them is not resumed (its weights mean something else under the configured settings).
 MODEL_DEFINING_SETTINGS = ("network", "hidden_sizes", "q_prior", "residual", "spec_features",
-                           "reward", "latency_transform")
+                           "reward", "latency_transform", "task_encoding")
 
 
 def _model_settings_changed(path, settings: LDWPSettings) -> str:
@@ -227,6 +243,23 @@ class _Example:
     latency_ms: float
     decided_at_ms: int
     states: tuple[NodeState, ...]
+    estimates_s: dict | None = None   # per node, the learned cost model's before this timing
+
+
+def _timing_example_fields(timing: Mapping) -> tuple[str, float, int] | None:
+    """(task id, latency ms, finished at ms) of a timing, or None when they are unusable
+    (missing, not finite, negative latency parts)."""
+    try:
+        task_id = timing["task_id"]
+        queue_ms, service_ms = float(timing["queue_ms"]), float(timing["service_ms"])
+        finished = float(timing["finished_at_ms"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if not isinstance(task_id, str) or not all(math.isfinite(v) for v in
+                                                (queue_ms, service_ms, finished)) \
+            or queue_ms < 0.0 or service_ms < 0.0:
+        return None
+    return task_id, queue_ms + service_ms, int(finished)
 
 
 class OnlineLearner:
@@ -234,20 +267,30 @@ class OnlineLearner:
 
     ``take`` is called by the consumer thread; ``train_pending`` by the learner's own thread
     (``start``/``stop``) or, in tests, directly. ``metrics`` is an optional
-    :class:`placement.service.metrics.ServiceMetrics`.
+    :class:`placement.service.metrics.ServiceMetrics`. ``costs``: the cost model estimates
+    come from; default a MeasuredCosts (learned from the timings, any task type) with the
+    calibration's CostModel as prior; a plain CostModel keeps the older behaviour (per-app
+    estimates, built-in apps only, times measured speed factors). ``max_unknown_nodes``: how
+    many nodes outside the cluster spec are learned from (more would be ignored: hostile
+    feedback must not grow every example's node list without bound).
     """
 
     def __init__(self, cluster, store: ModelStore, learning: Mapping | LDWPSettings | None = None,
                  publish_every: int = 500, min_records_first_version: int = 200,
-                 initial_model: str | Path | None = None, costs: CostModel | None = None,
-                 metrics=None, history_per_node: int = 512, gpu_model: str = "t4"):
+                 initial_model: str | Path | None = None, costs=None,
+                 metrics=None, history_per_node: int = 512, gpu_model: str = "t4",
+                 max_unknown_nodes: int = 64):
         if publish_every < 1 or min_records_first_version < 1:
             raise ValueError("publish_every and min_records_first_version must be at least 1")
         self.cluster = to_cluster_spec(cluster, gpu_model)
         self.specs = {n.node_id: n for n in self.cluster.nodes}
         self.store = store
-        self.costs = costs or CostModel()
+        self.costs = costs if costs is not None else MeasuredCosts(self.cluster,
+                                                                   prior=CostModel())
         self.metrics = metrics
+        self.max_unknown_nodes = max_unknown_nodes
+        self.timings_rejected = 0   # timings skipped: fields missing, not finite or negative
+        self.nodes_ignored = 0      # records skipped: beyond max_unknown_nodes
         self.publish_every = publish_every
         self.min_records_first_version = min_records_first_version
         settings = (learning if isinstance(learning, LDWPSettings)
@@ -257,7 +300,8 @@ class OnlineLearner:
         self._pending: deque[_Example] = deque()
         self._service_s: dict[str, deque] = {}
         # the same measured speeds the routers keep (same timings, same rule), for the nodes
-        # whose decision-time numbers the feedback does not carry
+        # whose decision-time numbers the feedback does not carry; with a MeasuredCosts it
+        # feeds that model and every factor is 1 (the learned estimates hold the speeds)
         self.speeds = ObservedSpeed(self.cluster, self.costs)
         self._lock = threading.Lock()        # guards history, pending queue, rates
         self._train_lock = threading.Lock()  # one trainer at a time (thread or caller)
@@ -313,11 +357,9 @@ class OnlineLearner:
         (already de-duplicated) for training; returns how many task records were queued."""
         queued = 0
         with self._lock:
-            records = list(records)
+            records = [r for r in records if self._accept_node(r.get("node_id"))]
             for record in records:
                 node = record["node_id"]
-                if node not in self.specs and node not in self._node_order:
-                    self._node_order.append(node)  # a node the spec does not know: learn anyway
                 self.history.add(record, node_state_from_feedback(record, self.specs.get(node)))
             for record in records:
                 node = record["node_id"]
@@ -325,8 +367,12 @@ class OnlineLearner:
                 backlogs = record.get("routed_backlog_ms") or []
                 speeds = record.get("routed_speed_factor") or []
                 for i, timing in enumerate(record.get("completed") or ()):
-                    latency = float(timing["queue_ms"]) + float(timing["service_ms"])
-                    decided = int(timing["finished_at_ms"] - latency)
+                    sample, fields_ = timing_sample(timing), _timing_example_fields(timing)
+                    if sample is None or fields_ is None:
+                        self.timings_rejected += 1
+                        continue
+                    task_id, latency, finished = fields_
+                    decided = int(finished - latency)
                     states = tuple(self._state_at(n, decided) for n in self._node_order)
                     if i < len(queues) and queues[i] >= 0:
                         # The router's own numbers for the chosen node when it decided: the
@@ -340,10 +386,15 @@ class OnlineLearner:
                             chosen["speed_factor"] = float(speeds[i])
                         states = tuple(dataclasses.replace(st, **chosen)
                                        if st.node_id == node else st for st in states)
-                    task = Task(timing["task_id"], timing["app_id"], int(timing["input_size"]))
-                    self.speeds.observe(node, task.app_id, task.input_size,
-                                        timing_work_s(timing))
-                    self._pending.append(_Example(task, node, latency, decided, states))
+                    task = Task(task_id, sample[0], sample[1])
+                    estimates = None
+                    if is_live_costs(self.costs):  # before this timing teaches the model
+                        estimates = self.costs.estimates_s(
+                            [n for n in self._node_order if n in self.specs], task.app_id,
+                            task.input_size)
+                    self.speeds.observe(node, *sample)
+                    self._pending.append(_Example(task, node, latency, decided, states,
+                                                  estimates))
                     rates = self._service_s.setdefault(node, deque(maxlen=_RATE_WINDOW))
                     rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))
                     queued += 1
@@ -354,6 +405,23 @@ class OnlineLearner:
         if queued:
             self._wake.set()
         return queued
+
+    def _accept_node(self, node) -> bool:
+        """Whether records of ``node`` are learned from (adds a new node outside the spec
+        while fewer than ``max_unknown_nodes`` are known). Called with the lock held."""
+        if not isinstance(node, str):
+            return False
+        if node in self.specs or node in self._node_order:
+            return True
+        if len(self._node_order) - len(self.specs) >= self.max_unknown_nodes:
+            if not self.nodes_ignored:  # once: hostile feedback must not flood the log either
+                log.warning("feedback from node %r ignored: already %d nodes outside the "
+                            "cluster spec (counting the rest in nodes_ignored)", node[:80],
+                            self.max_unknown_nodes)
+            self.nodes_ignored += 1
+            return False
+        self._node_order.append(node)  # a node the spec does not know: learn anyway
+        return True
 
     def _state_at(self, node: str, at_ms: int) -> NodeState:
         """Node ``node`` as of ``at_ms``: its newest report then, with its measured speed.
@@ -392,7 +460,8 @@ class OnlineLearner:
         reward_of = getattr(agent, "latency_reward", None)
         reward = reward_of(latency_s) if reward_of else -latency_s / s.latency_scale_s
         # A terminal transition: the TD target is the reward (contextual bandit, see above).
-        agent.replay.add((agent.encode(observation), action, reward, None, True))
+        agent.replay.add((agent.encode(observation, example.estimates_s), action, reward, None,
+                          True))
         self.records_trained += 1
         if len(agent.replay.items) >= s.learning_starts and \
                 self.records_trained % s.train_frequency == 0:

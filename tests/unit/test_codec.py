@@ -22,7 +22,8 @@ from workload.codec import (HEADER_SIZE, MARKER, RECORD_NAMES, Codec, CodecError
 
 TASK_EVENT = {"task_id": "täsk-001 🎥", "app_id": "face_recognition", "input_size": 1 << 40,
               "submitted_at_ms": 1_764_500_000_000, "source": "alibaba-genai/ノード",
-              "expected_work_ms": 812.5, "attributes": {"model": "sd-1.5", "ключ": "значение"}}
+              "expected_work_ms": 812.5, "attributes": {"model": "sd-1.5", "ключ": "значение"},
+              "payload": b"SPCL\x01\x00\x01\x00\x00\x00\x04\xff\xd8\xff\xd9"}
 TASK_RESULT = {"task_id": "t-2", "app_id": "video_synopsis", "node_id": "tm_b-7f3a",
                "status": "FAILED", "submitted_at_ms": 1_764_500_000_000,
                "started_at_ms": 1_764_500_000_120, "finished_at_ms": 1_764_500_001_900,
@@ -32,7 +33,8 @@ TASK_RESULT = {"task_id": "t-2", "app_id": "video_synopsis", "node_id": "tm_b-7f
                                  {"stage": "gmm_background", "unit": "gpu:1",
                                   "started_at_ms": 1_764_500_000_300,
                                   "finished_at_ms": 1_764_500_001_900}],
-               "output_digest": "", "error": "CUDA out of memory (été)", "routed_to": "tm_b"}
+               "output_digest": "", "error": "CUDA out of memory (été)", "routed_to": "tm_b",
+               "output": '{"app_id": "video_synopsis", "tubes": 3, "note": "é"}'}
 NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 1_764_500_000_000, "cpu_util": 0.5,
                  "gpu_util": 0.0, "host_mem_util": 0.25, "gpu_mem_util": 1.0,
                  "uplink_bytes_per_s": 1.25e6, "downlink_bytes_per_s": 2.5e5, "queue_depth": 3,
@@ -47,13 +49,17 @@ DEAD_LETTER = {"source_topic": "tasks", "partition": 2, "offset": 12_345_678_901
                "failed_at_ms": 1_764_500_000_000, "stage": "decode"}
 EXAMPLES = {"TaskEvent": TASK_EVENT, "TaskResult": TASK_RESULT, "NodeFeedback": NODE_FEEDBACK,
             "DeadLetter": DEAD_LETTER}
+BIG_PAYLOAD = bytes(range(256)) * 1024  # 256 KiB: more than a clip of the largest task
 # Edge cases: empty arrays, maps and strings, null unions, OK enum, extreme numbers.
 EDGE_CASES = [
     ("TaskEvent", {**TASK_EVENT, "task_id": "", "input_size": 0, "source": "",
-                   "expected_work_ms": None, "attributes": {}}),
+                   "expected_work_ms": None, "attributes": {}, "payload": None}),
+    ("TaskEvent", {**TASK_EVENT, "payload": b""}),
+    ("TaskEvent", {**TASK_EVENT, "payload": BIG_PAYLOAD}),
     ("TaskEvent", {**TASK_EVENT, "input_size": -(1 << 63), "submitted_at_ms": (1 << 63) - 1}),
     ("TaskResult", {**TASK_RESULT, "status": "OK", "stage_timings": [], "error": None,
-                    "output_digest": "9f86d081884c7d65"}),
+                    "output_digest": "9f86d081884c7d65", "output": None}),
+    ("TaskResult", {**TASK_RESULT, "output": ""}),
     ("NodeFeedback", {**NODE_FEEDBACK, "completed": [], "queue_depth": 0, "in_flight": 0,
                       "backpressure": 0.0}),
     ("DeadLetter", {**DEAD_LETTER, "raw": b"", "partition": -1, "offset": -1, "reason": ""}),
@@ -77,11 +83,12 @@ def test_round_trip_edge_cases(name, record):
 def test_defaults_fill_optional_fields():
     minimal = {"task_id": "t", "app_id": "a", "input_size": 1, "submitted_at_ms": 0}
     assert decode("TaskEvent", encode("TaskEvent", minimal)) == {
-        **minimal, "source": "", "expected_work_ms": None, "attributes": {}}
+        **minimal, "source": "", "expected_work_ms": None, "attributes": {}, "payload": None}
     result = {k: v for k, v in TASK_RESULT.items()
-              if k not in ("stage_timings", "output_digest", "error", "routed_to")}
+              if k not in ("stage_timings", "output_digest", "error", "routed_to", "output")}
     assert decode("TaskResult", encode("TaskResult", result)) == {
-        **result, "stage_timings": [], "output_digest": "", "error": None, "routed_to": ""}
+        **result, "stage_timings": [], "output_digest": "", "error": None, "routed_to": "",
+        "output": None}
 
 
 APPENDED_FEEDBACK_FIELDS = ("routed_queue", "routed_backlog_ms", "routed_speed_factor")
@@ -122,15 +129,50 @@ def test_timings_written_before_work_ms_existed_decode_as_not_reported(dropped):
 
 
 def test_results_written_before_routed_to_existed_still_decode():
-    """routed_to was appended to TaskResult with a default: the older schema is a defaulted
-    prefix of the current one, so its records decode with routed_to = ""."""
+    """routed_to (then output) were appended to TaskResult with defaults: the older schema is a
+    defaulted prefix of the current one, so its records decode with routed_to = "" and no
+    output."""
     older = load_schema("TaskResult")
-    older["fields"] = [f for f in older["fields"] if f["name"] != "routed_to"]
+    older["fields"] = [f for f in older["fields"] if f["name"] not in ("routed_to", "output")]
     writer = Codec(reader_schemas={"TaskResult": older})
-    old_record = {k: v for k, v in TASK_RESULT.items() if k != "routed_to"}
+    old_record = {k: v for k, v in TASK_RESULT.items() if k not in ("routed_to", "output")}
     data = writer.encode("TaskResult", old_record)
     assert data[2:HEADER_SIZE] == schema_fingerprint(older)
-    assert decode("TaskResult", data) == {**old_record, "routed_to": ""}
+    assert decode("TaskResult", data) == {**old_record, "routed_to": "", "output": None}
+
+
+def _history(stem: str) -> dict:
+    return json.loads((Path(workload.__file__).parent / "schemas" / "history" /
+                       f"{stem}.v1.avsc").read_text())
+
+
+@pytest.mark.parametrize("name,stem,new_field", [("TaskEvent", "task_event", "payload"),
+                                                 ("TaskResult", "task_result", "output")])
+def test_records_of_the_release_before_payload_and_output_decode(name, stem, new_field):
+    """task_event.v1 / task_result.v1 are the releases before payload / output: their records
+    are read by a known writer schema (not guessed) and come back with the new field null."""
+    v1 = _history(stem)
+    assert [f["name"] for f in v1["fields"]] == [
+        f["name"] for f in load_schema(name)["fields"] if f["name"] != new_field]
+    old_record = {k: v for k, v in EXAMPLES[name].items() if k != new_field}
+    data = Codec(reader_schemas={name: v1}).encode(name, old_record)
+    codec = Codec()
+    assert data[2:HEADER_SIZE] in codec.known_fingerprints(name)
+    assert codec.decode(name, data) == {**old_record, new_field: None}
+    assert codec.unknown_writer_reads == 0
+
+
+@pytest.mark.parametrize("name,stem,new_field", [("TaskEvent", "task_event", "payload"),
+                                                 ("TaskResult", "task_result", "output")])
+def test_a_reader_of_the_release_before_skips_payload_and_output(name, stem, new_field):
+    """An executor or consumer not yet upgraded reads new records (new_field set, even a
+    256 KiB payload) with its own schema: every field it knows, the new one left unread."""
+    record = ({**TASK_EVENT, "payload": BIG_PAYLOAD} if name == "TaskEvent"
+              else TASK_RESULT)
+    old_reader = Codec(reader_schemas={name: _history(stem)})
+    assert old_reader.decode(name, encode(name, record)) == {
+        k: v for k, v in record.items() if k != new_field}
+    assert old_reader.unknown_writer_reads == 1
 
 
 def test_decode_accepts_bytearray_and_memoryview():
@@ -245,7 +287,8 @@ def test_old_writer_new_reader_gets_defaults():
         data = old_writer.encode("TaskEvent", record)
         assert data[2:HEADER_SIZE] in reader.known_fingerprints("TaskEvent")
         assert reader.decode("TaskEvent", data) == {
-            **{"source": "", "expected_work_ms": None, "attributes": {}}, **record}
+            **{"source": "", "expected_work_ms": None, "attributes": {}, "payload": None},
+            **record}
     assert reader.unknown_writer_reads == 0
 
 
@@ -321,6 +364,9 @@ def _garbage() -> dict[str, tuple[str, object, str]]:
                           "does not decode"),
         "huge length": ("TaskEvent", header + b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f",
                         "truncated TaskEvent body"),
+        # payload (union index 1 = bytes) declaring 2 GiB and carrying 3 bytes
+        "huge payload length": ("TaskEvent", header + b"\x02t\x02a\x02\x00\x00\x00\x00\x02"
+                                b"\xfe\xff\xff\xff\x0fabc", "truncated TaskEvent body"),
         "str input": ("TaskEvent", good.decode("latin-1"), "expected bytes, got str"),
         "None input": ("TaskEvent", None, "expected bytes, got NoneType"),
     }
@@ -358,6 +404,27 @@ def test_mutated_messages_raise_only_codec_error():
     assert rejected > 0 and decoded + rejected == 3000
 
 
+# --- size limit --------------------------------------------------------------------------------
+
+def test_messages_over_the_size_limit_are_refused_before_reading():
+    data = encode("TaskEvent", {**TASK_EVENT, "payload": bytes(100_000)})
+    small = Codec(max_message_bytes=len(data) - 1)
+    for form in (data, bytearray(data), memoryview(data)):
+        with pytest.raises(CodecError, match=f"TaskEvent message of {len(data):,} bytes is over "
+                                             f"the {len(data) - 1:,}-byte limit"):
+            small.decode("TaskEvent", form)
+    assert Codec(max_message_bytes=len(data)).decode("TaskEvent", data)["payload"] == bytes(100_000)
+    # The default bound is far above any real record (a 256 KiB payload decodes) ...
+    assert decode("TaskEvent", encode("TaskEvent", {**TASK_EVENT, "payload": BIG_PAYLOAD}))
+    assert codec_module.DEFAULT_MAX_MESSAGE_BYTES == 8 << 20
+    # ... and refuses a 9 MiB message without parsing it.
+    huge = encode("TaskEvent", {**TASK_EVENT, "payload": bytes(9 << 20)})
+    with pytest.raises(CodecError, match="over the 8,388,608-byte limit"):
+        decode("TaskEvent", huge)
+    with pytest.raises(ValueError, match="at least the 10-byte header"):
+        Codec(max_message_bytes=4)
+
+
 # --- encoding errors ---------------------------------------------------------------------------
 
 def test_missing_required_field_is_named():
@@ -376,6 +443,8 @@ def test_missing_required_field_is_named():
     ("NodeFeedback", "queue_depth", 1 << 31, "expected int"),  # Java would reject it
     ("TaskResult", "status", "MAYBE", "expected one of ['OK', 'FAILED']"),
     ("DeadLetter", "raw", "text", "expected bytes"),
+    ("TaskEvent", "payload", "jpeg", "expected null or bytes"),
+    ("TaskResult", "output", {"tubes": 3}, "expected null or string"),
 ])
 def test_wrong_type_is_named(name, field, value, phrase):
     pattern = f"field '{name}\\.{field}' is .*{re.escape(phrase)}"

@@ -40,7 +40,8 @@ CODE_PACKAGES = ("streamplace", "workload", "simulator", "placement", "interfere
 TASKMANAGER_PACKAGES = ("pyflink_jobs", "interference")
 #: Variables TaskManager-side code may read but that the stack need not set there.
 OPTIONAL_ON_TASKMANAGERS = {"STREAMPLACE_CONFIG", "STREAMPLACE_HOME", "STREAMPLACE_DATA_DIR",
-                            "STREAMPLACE_SERVICE_TOKEN", "STREAMPLACE_PROCESS"}
+                            "STREAMPLACE_SERVICE_TOKEN", "STREAMPLACE_PROCESS",
+                            "STREAMPLACE_HOOK_"}  # hook settings, read where a job is built
 REQUIRED = {"STREAMPLACE_SERVICE_TOKEN": "unit-test-token-0123456789",
             "GRAFANA_ADMIN_PASSWORD": "unit-test-password"}
 COMPOSE_SCHEMA = Path("/usr/lib/python3/dist-packages/compose/config/compose_spec.json")
