@@ -101,8 +101,9 @@ class OperatorRecords(RecordReader):
 
     def __init__(self, operator):
         # Only the extractors travel to the router, not the operator's stages (models, weights).
-        self.task_type_of = operator.task_type
-        self.task_size_of = operator.task_size
+        self.describer = operator.describer()
+        self.task_type_of = self.describer.task_type
+        self.task_size_of = self.describer.task_size
         self.operator_name = operator.name
 
     def open(self, runtime_context) -> None:

@@ -42,10 +42,11 @@ from __future__ import annotations
 import inspect
 import json
 import pickle
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-__all__ = ["BatchPolicy", "OperatorStage", "StagedOperator", "stage", "torch_stage",
+__all__ = ["BatchPolicy", "OperatorStage", "StagedOperator", "TaskDescriber", "stage", "torch_stage",
            "as_operator", "pipeline_stages", "record_size", "record_bytes", "DEVICES", "OperatorError"]
 
 #: Where a stage may run: ``cpu`` (a CPU core), ``gpu`` (a GPU; on a node without one it runs on
@@ -176,25 +177,30 @@ def torch_stage(module, name: str = "model", deps: Sequence[str] = (), device: s
     Weights are never trained here."""
     policy = _batch_policy(batch)
     state: dict[str, Any] = {}
+    # The executor's CPU workers and GPU lanes call run() concurrently; the lock is the module's
+    # (a lock in the closure could not be pickled to the Flink workers with the operator).
+    lock = _StageLock()
 
     def build(_runtime_context=None) -> None:
-        if "module" not in state:
-            import torch
-            made = module() if (isinstance(module, type) or not isinstance(
-                module, torch.nn.Module)) else module
-            if not isinstance(made, torch.nn.Module):
-                raise OperatorError(f"torch_stage {name!r}: {module!r} did not give an "
-                                    f"nn.Module")
-            state["module"] = made.eval()
-            state["on"] = {}
+        with lock:
+            if "module" not in state:
+                import torch
+                made = module() if (isinstance(module, type) or not isinstance(
+                    module, torch.nn.Module)) else module
+                if not isinstance(made, torch.nn.Module):
+                    raise OperatorError(f"torch_stage {name!r}: {module!r} did not give an "
+                                        f"nn.Module")
+                state["module"] = made.eval()
+                state["on"] = {}
 
     def run(inputs: list, device: str) -> list:
         import torch
         build()
         on = state["on"]
         if device not in on:  # one copy of the weights per device
-            on[device] = state["module"] if device == "cpu" else \
-                _copy_module(state["module"]).to(device)
+            with lock:
+                if device not in on:
+                    on[device] = _on_device(state["module"], device)
         xs = [preprocess(x) if preprocess else x for x in inputs]
         batch_tensor = torch.stack([torch.as_tensor(x) for x in xs]).to(device)
         with torch.inference_mode():
@@ -207,9 +213,57 @@ def torch_stage(module, name: str = "model", deps: Sequence[str] = (), device: s
     return OperatorStage(name, run, tuple(deps), device, policy, open=build, close=close)
 
 
+_TORCH_STAGE_LOCK = threading.RLock()
+
+
+class _StageLock:
+    """A context manager over the module's lock that pickles as nothing (the Flink client
+    pickles operators to the workers; a lock object cannot be pickled)."""
+
+    def __enter__(self):
+        _TORCH_STAGE_LOCK.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _TORCH_STAGE_LOCK.release()
+
+
 def _copy_module(module):
     import copy
     return copy.deepcopy(module)
+
+
+def _on_device(module, device: str):
+    """``module`` (kept for the CPU) or a copy of it on ``device``. A CUDA copy is made on the
+    calling lane's stream: it is synchronised before other streams may read the weights."""
+    if device == "cpu":
+        return module
+    import torch
+    copied = _copy_module(module).to(device)
+    if device.startswith("cuda"):
+        torch.cuda.current_stream(device).synchronize()
+    return copied
+
+
+@dataclass(frozen=True)
+class TaskDescriber:
+    """An operator's name and its ``task_type`` / ``task_size`` functions (``None``: the
+    defaults, the operator's name and :func:`record_size`)."""
+
+    name: str
+    type_of: Callable[[Any], str] | None = None
+    size_of: Callable[[Any], int] | None = None
+
+    def task_type(self, record) -> str:
+        return self.name if self.type_of is None else str(self.type_of(record))
+
+    def task_size(self, record) -> int:
+        if self.size_of is None:
+            return record_size(record)
+        size = self.size_of(record)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise OperatorError(f"task_size must return an int >= 0, got {size!r}")
+        return size
 
 
 class StagedOperator:
@@ -244,20 +298,18 @@ class StagedOperator:
     def uses_gpu(self) -> bool:
         return any(s.gpu_capable for s in self.stages)
 
+    def describer(self) -> TaskDescriber:
+        """What the router needs of this operator: its task type and size functions, without
+        the stages (models, weights) that only the executors need."""
+        return TaskDescriber(self.name, self._task_type, self._task_size)
+
     def task_type(self, record) -> str:
         """The task type the policy sees (default: the operator's name)."""
-        if self._task_type is None:
-            return self.name
-        return str(self._task_type(record))
+        return self.describer().task_type(record)
 
     def task_size(self, record) -> int:
         """The task size the policy sees (default: :func:`record_size`)."""
-        if self._task_size is None:
-            return record_size(record)
-        size = self._task_size(record)
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise OperatorError(f"task_size must return an int >= 0, got {size!r}")
-        return size
+        return self.describer().task_size(record)
 
     def with_extractors(self, task_type: Callable | None = None,
                         task_size: Callable | None = None) -> StagedOperator:
@@ -404,8 +456,10 @@ def as_operator(operator, name: str | None = None, task_type: Callable | None = 
         op = StagedOperator(label, [run], flat=flat,
                             on_open=getattr(operator, "open", None),
                             on_close=getattr(operator, "close", None))
-    elif _is_torch_module(operator):
-        label = name or type(operator).__name__
+    elif _is_torch_module(operator) or _is_torch_module_class(operator):
+        # A class is built once per executor instance (torch_stage), not called per record.
+        label = name or (operator.__name__ if isinstance(operator, type)
+                         else type(operator).__name__)
         op = StagedOperator(label, [torch_stage(operator, name=label)])
     elif callable(operator):
         label = name or getattr(operator, "__name__", None) or type(operator).__name__

@@ -110,5 +110,12 @@ class BaseNodeScheduler(NodeScheduler):
             self._costs = CostModel()
         return self._costs
 
+    def use_costs(self, costs) -> None:
+        """Estimate with ``costs`` from now on: anything with ``CostModel``'s ``stage``,
+        ``cpu_ms``, ``gpu_ms``, ``unit_ms`` and ``gpu_memory_mb``, e.g. an executor's measured
+        times (:class:`interference.executor.stage_costs.MeasuredStageCosts`) for stages the
+        calibration does not know."""
+        self._costs = costs
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(seed={self.seed})"

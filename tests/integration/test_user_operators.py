@@ -1,7 +1,8 @@
 """Users' own PyFlink jobs with the hook, on the real broker and the real 3-TaskManager cluster.
 
 For each example (``examples/json_enrich``: JSON in, a CPU-heavy enrichment function, JSON out;
-``examples/text_inference``: a torch classifier as tokenize -> batched model -> label) the plain
+``examples/text_inference``: a torch classifier as tokenize -> batched model -> label;
+``examples/video_analytics``: the built-in apps on clips of real photographs) the plain
 job and the hooked job run side by side on the same clean input, and the hooked job runs again
 on an input where some records make the operator raise. Checked: every input record's output
 exactly once (read_committed; none missing, none extra); the hooked outputs equal the plain
@@ -57,6 +58,40 @@ def reviews(count: int, seed: int, bad_every: int = 0) -> list[str]:
     return out
 
 
+def clips(count: int, seed: int, bad_every: int = 0) -> list[bytes]:
+    """TaskEvents (Avro) carrying real clips; with ``bad_every``, every n-th carries a payload
+    that is not a clip (the analysis raises)."""
+    from streamplace.kafka_io import synthetic_task_events
+    from workload.apps.registry import task_payload
+    from workload.codec import encode
+    events = list(synthetic_task_events(count, seed=seed, prefix=f"v{seed}", payloads=False))
+    for i, event in enumerate(events):
+        event["input_size"] = min(event["input_size"], 20_000)  # short clips: 2 cores
+        if bad_every and i % bad_every == bad_every - 1:
+            event["payload"] = b"not a clip" * 10
+    for event in events:
+        if event.get("payload") is None:
+            event["payload"] = task_payload(event["app_id"], event["input_size"],
+                                            event["task_id"])
+    return [encode("TaskEvent", e) for e in events]
+
+
+#: example -> (records, bad_every, record maker, id of an output, id of a raw input record)
+EXAMPLES = {
+    "json_enrich": (240, 12, orders, lambda out: json.loads(out)["id"],
+                    lambda raw: json.loads(raw)["id"]),
+    "text_inference": (240, 12, reviews, lambda out: json.loads(out)["id"],
+                       lambda raw: json.loads(raw)["id"]),
+    "video_analytics": (48, 8, clips, lambda out: json.loads(out)["task_id"],
+                        lambda raw: _decode_event(raw)["task_id"]),
+}
+
+
+def _decode_event(raw: bytes) -> dict:
+    from workload.codec import decode
+    return decode("TaskEvent", raw)
+
+
 def _create_topics(cfg, names):
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
@@ -102,17 +137,19 @@ def _per_node_counts(cluster, job_id, total):
         time.sleep(2)
 
 
-def _run_example(stack_config, cluster, example: str, make_records, tmp_name: str):
+def _run_example(stack_config, cluster, example: str, tmp_name: str):
     cfg = stack_config
+    count, bad_every, make_records, out_id, raw_id = EXAMPLES[example]
     jar = str(flink_connector_jar(cfg))
     clean_topic, mixed_topic = f"{tmp_name}-clean-in", f"{tmp_name}-mixed-in"
     out = {k: f"{tmp_name}-{k}" for k in ("plain", "hooked", "mixed")}
     dlq = {k: f"{tmp_name}-{k}-dlq" for k in ("plain", "hooked", "mixed")}
     _create_topics(cfg, [clean_topic, mixed_topic, *out.values(), *dlq.values(), "feedback"])
-    clean = make_records(240, seed=1)
-    mixed = make_records(240, seed=2, bad_every=12)
+    clean = make_records(count, seed=1)
+    mixed = make_records(count, seed=2, bad_every=bad_every)
     for topic, records in ((clean_topic, clean), (mixed_topic, mixed)):
-        report = produce_raw(cfg, topic, (r.encode() for r in records))
+        report = produce_raw(cfg, topic, (r if isinstance(r, bytes) else r.encode()
+                                          for r in records))
         assert report.errors == [] and report.delivered == len(records)
 
     def submit(kind, script, topic):
@@ -121,21 +158,30 @@ def _run_example(stack_config, cluster, example: str, make_records, tmp_name: st
             "--input-topic", topic, "--output-topic", out[kind],
             "--dead-letter-topic", dlq[kind], "--job-name", f"{tmp_name}-{kind}"])
 
+    # The clean pair first, then the mixed run: three jobs at once do not fit the small
+    # TaskManagers' resources (the third stays CREATED).
     jobs = {"plain": submit("plain", "plain_job.py", clean_topic),
-            "hooked": submit("hooked", "hooked_job.py", clean_topic),
-            "mixed": submit("mixed", "hooked_job.py", mixed_topic)}
-    run = {"clean": clean, "mixed": mixed, "jobs": jobs}
+            "hooked": submit("hooked", "hooked_job.py", clean_topic)}
+    run = {"clean": [raw_id(r) for r in clean], "mixed": [raw_id(r) for r in mixed],
+           "jobs": jobs, "out_id": out_id, "raw_id": raw_id,
+           "expected_bad": count // bad_every}
     try:
         for job_id in jobs.values():
             cluster.wait_job_state(job_id, {"RUNNING"}, timeout_s=180)
-        bad = [r for r in mixed if r not in set(make_records(240, seed=2))]
-        run["bad"] = bad
         run["plain"] = _read_strings(cfg, out["plain"], len(clean))
         run["hooked"] = _read_strings(cfg, out["hooked"], len(clean))
+        run["states"] = {k: cluster.job(j)["state"] for k, j in jobs.items()}
+        for kind in ("plain", "hooked"):
+            cluster.cancel_job(jobs.pop(kind))
+        jobs["mixed"] = submit("mixed", "hooked_job.py", mixed_topic)
+        cluster.wait_job_state(jobs["mixed"], {"RUNNING"}, timeout_s=180)
+        # every bad_every-th record of the mixed input makes the operator raise
+        run["bad"] = [raw_id(r) for i, r in enumerate(mixed) if i % bad_every == bad_every - 1]
+        bad = run["bad"]
         run["mixed_out"] = _read_strings(cfg, out["mixed"], len(mixed) - len(bad))
         run["dead"] = read_topic(cfg, dlq["mixed"], "DeadLetter", expected=len(bad),
                                  timeout_s=120, settle_s=5).records
-        run["states"] = {k: cluster.job(j)["state"] for k, j in jobs.items()}
+        run["states"]["mixed"] = cluster.job(jobs["mixed"])["state"]
         run["counts"] = _per_node_counts(cluster, jobs["mixed"], len(mixed))
         run["where"] = {}
         job = cluster.job(jobs["mixed"])
@@ -150,22 +196,22 @@ def _run_example(stack_config, cluster, example: str, make_records, tmp_name: st
             cluster.cancel_job(job_id)
 
 
-@pytest.fixture(scope="module", params=["json_enrich", "text_inference"])
+@pytest.fixture(scope="module", params=sorted(EXAMPLES))
 def example_run(request, stack_config, flink_cluster):
-    make = {"json_enrich": orders, "text_inference": reviews}[request.param]
-    yield from _run_example(stack_config, flink_cluster, request.param, make,
+    yield from _run_example(stack_config, flink_cluster, request.param,
                             f"ex-{request.param.replace('_', '-')}")
 
 
-def _ids(texts):
-    return Counter(json.loads(t)["id"] for t in texts)
+def _ids(run, texts):
+    return Counter(run["out_id"](t) for t in texts)
 
 
 def test_every_record_is_output_exactly_once(example_run):
-    assert _ids(example_run["plain"]) == _ids(example_run["clean"])
-    hooked = _ids(example_run["hooked"])
+    clean = Counter(example_run["clean"])
+    assert _ids(example_run, example_run["plain"]) == clean
+    hooked = _ids(example_run, example_run["hooked"])
     assert max(hooked.values()) == 1, "duplicated outputs"
-    assert set(hooked) == set(_ids(example_run["clean"])), "missing or extra outputs"
+    assert set(hooked) == set(clean), "missing or extra outputs"
 
 
 def test_the_hook_changes_where_work_runs_never_what_it_computes(example_run):
@@ -173,15 +219,15 @@ def test_the_hook_changes_where_work_runs_never_what_it_computes(example_run):
 
 
 def test_records_the_operator_raises_on_go_to_dead_letters_and_the_job_keeps_running(example_run):
-    bad_ids = {json.loads(r)["id"] for r in example_run["bad"]}
-    good_ids = {json.loads(r)["id"] for r in example_run["mixed"]} - bad_ids
-    assert bad_ids and len(bad_ids) == 20
-    dead_ids = Counter(json.loads(d["raw"])["id"] for d in example_run["dead"])
+    bad_ids = set(example_run["bad"])
+    good_ids = set(example_run["mixed"]) - bad_ids
+    assert len(bad_ids) == example_run["expected_bad"]
+    dead_ids = Counter(example_run["raw_id"](d["raw"]) for d in example_run["dead"])
     assert set(dead_ids) == bad_ids and max(dead_ids.values()) == 1
     assert all("Error" in d["reason"] and "Traceback" in d["reason"]
                for d in example_run["dead"]), example_run["dead"][0]["reason"]
     assert all(d["stage"].startswith("operator:") for d in example_run["dead"])
-    mixed_ids = _ids(example_run["mixed_out"])
+    mixed_ids = _ids(example_run, example_run["mixed_out"])
     assert set(mixed_ids) == good_ids and max(mixed_ids.values()) == 1
     assert example_run["states"] == {"plain": "RUNNING", "hooked": "RUNNING",
                                      "mixed": "RUNNING"}

@@ -22,6 +22,10 @@ PAIRS = [
      "topics = reviews.map(Classify(), output_type=Types.STRING())",
      "topics = hook.apply(env, reviews, [tokenize, TextNet, to_label], "
      "output_type=Types.STRING())"),
+    ("video_analytics/plain_job.py", "video_analytics/hooked_job.py",
+     "answers = clips.map(AnalyseClip(), output_type=Types.STRING())",
+     "answers = hook.apply(env, clips, AnalyseClip(), output_type=Types.STRING(), "
+     "task_type=application)"),
 ]
 
 

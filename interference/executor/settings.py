@@ -1,0 +1,135 @@
+"""What a node's executor runs on and how: one settings class per executor, one shared base.
+
+:class:`NodeSettings` holds what both executors share (the node, its scheduler, its units, retries,
+admission, the work multiplier) and reads the TaskManager's environment (:meth:`from_env`);
+:class:`ExecutorSettings` (the built-in video-analytics apps, :class:`NodeExecutor`) and
+:class:`OperatorExecutorSettings` (the user's own operator, :class:`OperatorExecutor`) add their
+own fields.
+
+Example::
+
+    >>> ExecutorSettings(cpu_workers=2, use_gpu="never").repeats
+    1
+    >>> OperatorExecutorSettings(batching=False, work_multiplier=2.4).repeats
+    2
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["NodeSettings", "ExecutorSettings", "OperatorExecutorSettings", "ENV_NODE_ID",
+           "ENV_WORK_MULTIPLIER"]
+
+#: Environment variables read by :meth:`NodeSettings.from_env` (a TaskManager exports them
+#: before it starts, and its Python workers inherit them).
+ENV_NODE_ID = "STREAMPLACE_NODE_ID"
+ENV_WORK_MULTIPLIER = "STREAMPLACE_WORK_MULTIPLIER"
+
+
+@dataclass
+class NodeSettings:
+    """Settings every node executor has.
+
+    node_id: the node (TaskManager resource id) reported in outcomes and snapshots.
+    scheduler: a name of the ``interference.schedulers`` registry (fcfs, mct, pats, heft,
+        mystic, iawp).
+    cpu_workers: CPU units (worker threads); 0 = one per CPU in ``os.sched_getaffinity(0)``.
+    use_gpu: "auto" (the CUDA devices torch sees, if any), "never", or "always" (error without).
+    gpu_streams_per_device: stages that may co-run on one GPU (one CUDA stream each).
+    work_multiplier: each stage call runs ``max(1, round(m))`` times: a slower node made real on
+        one host (the work is done, never slept).
+    max_attempts: tries per stage (exception, CUDA OOM) before its task fails.
+    max_in_flight: tasks accepted at once; further submits wait for a slot.
+    """
+
+    node_id: str = "local"
+    scheduler: str = "iawp"
+    cpu_workers: int = 0
+    use_gpu: str = "auto"
+    gpu_streams_per_device: int = 2
+    work_multiplier: float = 1.0
+    max_attempts: int = 2
+    max_in_flight: int = 64
+
+    def __post_init__(self) -> None:
+        if self.use_gpu not in ("auto", "never", "always"):
+            raise ValueError(f"use_gpu must be 'auto', 'never' or 'always', got {self.use_gpu!r}")
+        if self.cpu_workers < 0:
+            raise ValueError(f"cpu_workers must be >= 0 (0: all CPUs), got {self.cpu_workers}")
+        if self.gpu_streams_per_device < 1:
+            raise ValueError("gpu_streams_per_device must be at least 1")
+        if not self.work_multiplier > 0:
+            raise ValueError(f"work_multiplier must be positive, got {self.work_multiplier}")
+        if self.max_attempts < 1 or self.max_in_flight < 1:
+            raise ValueError("max_attempts and max_in_flight must be at least 1")
+
+    @property
+    def repeats(self) -> int:
+        """How many times each stage call really runs."""
+        return max(1, round(self.work_multiplier))
+
+    @classmethod
+    def from_env(cls, **overrides):
+        """Defaults, then ``STREAMPLACE_NODE_ID`` / ``STREAMPLACE_WORK_MULTIPLIER`` from the
+        environment (a TaskManager's Python worker inherits them), then ``overrides``."""
+        values: dict[str, Any] = {}
+        if os.environ.get(ENV_NODE_ID):
+            values["node_id"] = os.environ[ENV_NODE_ID]
+        if os.environ.get(ENV_WORK_MULTIPLIER):
+            try:
+                values["work_multiplier"] = float(os.environ[ENV_WORK_MULTIPLIER])
+            except ValueError:
+                raise ValueError(f"{ENV_WORK_MULTIPLIER} must be a number, got "
+                                 f"{os.environ[ENV_WORK_MULTIPLIER]!r}") from None
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass
+class ExecutorSettings(NodeSettings):
+    """:class:`NodeSettings` for :class:`~interference.executor.NodeExecutor` (the built-in
+    video-analytics apps), plus:
+
+    seed_from_task_id: frames seeded by a stable hash of the task id (else seed 0 for all).
+    """
+
+    seed_from_task_id: bool = True
+
+
+@dataclass
+class OperatorExecutorSettings(NodeSettings):
+    """:class:`NodeSettings` for :class:`~interference.executor.OperatorExecutor` (the user's
+    own :class:`~workload.operators.StagedOperator`), plus:
+
+    batching: form batches from the ready inputs of different records (each stage's
+        :class:`~workload.operators.BatchPolicy`); False = every stage call gets one input
+        (the "batching off" ablation).
+    interference: IAWP's GPU co-run rule when ``scheduler`` is "iawp": "slowdown" (default:
+        the slowdown model learned online from this node's measured co-runs, fed through
+        ``observe_corun``) or "cosine" (the paper's profile similarity; user stages have no
+        profiled GPU metrics, so the cosine rule treats every pair as non-interfering).
+    default_stage_ms: the estimated time of a stage call before anything was measured (the
+        schedulers' neutral prior; replaced by this node's measurements as they come in).
+    gpu_speedup_prior: the assumed GPU-over-CPU speedup of a ``device="gpu"`` stage until it
+        was measured on both kinds of unit (``"any"`` stages assume 1: no preference).
+    max_traceback_chars: a failed record's traceback is cut to its last this many characters.
+    """
+
+    batching: bool = True
+    interference: str = "slowdown"
+    default_stage_ms: float = 1.0
+    gpu_speedup_prior: float = 8.0
+    max_traceback_chars: int = 4000
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.interference not in ("slowdown", "cosine"):
+            raise ValueError(f"interference must be 'slowdown' or 'cosine', got "
+                             f"{self.interference!r}")
+        if not self.default_stage_ms > 0 or not self.gpu_speedup_prior > 0:
+            raise ValueError("default_stage_ms and gpu_speedup_prior must be positive")
+        if self.max_traceback_chars < 100:
+            raise ValueError("max_traceback_chars must be at least 100")
