@@ -27,7 +27,29 @@ from dataclasses import dataclass
 
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
 
-__all__ = ["FeedbackPublisher", "FinishedTask"]
+__all__ = ["FeedbackPublisher", "FinishedTask", "stage_batches", "MAX_STAGE_BATCHES"]
+
+#: Rows of batching telemetry per report: an operator with hundreds of stages reports its first.
+MAX_STAGE_BATCHES = 64
+
+
+def stage_batches(report: dict) -> list[dict]:
+    """NodeFeedback ``stage_batches`` rows from an executor's ``batch_report()``
+    (``{stage: {unit kind: {batch_size, batches, mean_inputs, p50_ms, p99_ms}}}``)."""
+    import math
+
+    def finite(value) -> float:
+        value = float(value or 0.0)
+        return value if math.isfinite(value) else 0.0
+    rows = []
+    for stage, kinds in sorted(report.items()):
+        for kind, numbers in sorted(kinds.items()):
+            rows.append({"stage": str(stage)[:200], "unit_kind": str(kind)[:16],
+                         "batch_size": int(numbers.get("batch_size", 1)),
+                         "batches": int(numbers.get("batches", 0)),
+                         "mean_inputs": finite(numbers.get("mean_inputs")),
+                         "p99_ms": finite(numbers.get("p99_ms"))})
+    return rows[:MAX_STAGE_BATCHES]
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +156,7 @@ class FeedbackPublisher:
                 "uplink_bytes_per_s": bytes_out / elapsed,
                 "downlink_bytes_per_s": bytes_in / elapsed,
                 "queue_depth": int(snap.get("queue_depth", 0)),
+                "stage_batches": list(snap.get("stage_batches", ()))[:MAX_STAGE_BATCHES],
                 "in_flight": int(snap.get("in_flight", 0)), "backpressure": 0.0,
                 "completed": completed, "sequence": sequence,
                 "routed_queue": [r.queue for r in routed],

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 from pyflink_jobs.executor_function import ExecutorFunctionBase, ExecutorFunctionSettings, unwrap
-from pyflink_jobs.feedback import FinishedTask
+from pyflink_jobs.feedback import FinishedTask, stage_batches
 from pyflink_jobs.flink_ops import dead_letter_tag, make_dead_letter
 
 __all__ = ["ExecutedRecord", "OperatorExecutorFunction", "SplitOutcomes"]
@@ -91,7 +91,13 @@ class OperatorExecutorFunction(ExecutorFunctionBase):
         self.executor = OperatorExecutor(self.operator, OperatorExecutorSettings.from_env(
             node_id=node, scheduler=s.scheduler, cpu_workers=s.workers(),
             batching=s.batching), runtime_context=runtime_context)
-        self._open_feedback(runtime_context, self.executor.snapshot)
+        self._open_feedback(runtime_context, self._snapshot)
+
+    def _snapshot(self) -> dict:
+        # the node's numbers plus how its stages batch (NodeFeedback.stage_batches)
+        snap = dict(self.executor.snapshot())
+        snap["stage_batches"] = stage_batches(self.executor.batch_report())
+        return snap
 
     async def async_invoke(self, value):
         routed, record = unwrap(value)

@@ -43,7 +43,9 @@ NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 1_764_500_000_000, "cpu_uti
                                 "input_size": 921_600, "queue_ms": 12.5, "service_ms": 80.25,
                                 "finished_at_ms": 1_764_499_999_990, "work_ms": 61.0}],
                  "sequence": 7, "routed_queue": [3],
-                 "routed_backlog_ms": [120.5], "routed_speed_factor": [1.8]}
+                 "routed_backlog_ms": [120.5], "routed_speed_factor": [1.8],
+                 "stage_batches": [{"stage": "model", "unit_kind": "gpu", "batch_size": 16,
+                                    "batches": 40, "mean_inputs": 12.5, "p99_ms": 4.25}]}
 DEAD_LETTER = {"source_topic": "tasks", "partition": 2, "offset": 12_345_678_901,
                "reason": "not an Avro single-object message", "raw": b"\x00\xff{\"x\": 1}",
                "failed_at_ms": 1_764_500_000_000, "stage": "decode"}
@@ -91,7 +93,8 @@ def test_defaults_fill_optional_fields():
         "output": None}
 
 
-APPENDED_FEEDBACK_FIELDS = ("routed_queue", "routed_backlog_ms", "routed_speed_factor")
+APPENDED_FEEDBACK_FIELDS = ("routed_queue", "routed_backlog_ms", "routed_speed_factor",
+                            "stage_batches")
 
 
 @pytest.mark.parametrize("kept", range(len(APPENDED_FEEDBACK_FIELDS)))
@@ -114,7 +117,7 @@ def test_timings_written_before_work_ms_existed_decode_as_not_reported(dropped):
     older = json.loads((Path(workload.__file__).parent / "schemas" / "history" /
                         "node_feedback.v1.avsc").read_text())
     older["fields"] = [f for f in older["fields"] if f["name"] not in dropped]
-    new_fields = ("routed_queue", "routed_backlog_ms", "routed_speed_factor")
+    new_fields = ("routed_queue", "routed_backlog_ms", "routed_speed_factor", "stage_batches")
     old_record = {k: v for k, v in NODE_FEEDBACK.items() if k not in new_fields}
     old_record.update({k: NODE_FEEDBACK[k] for k in ("routed_queue",) if k not in dropped})
     old_record["completed"] = [{k: v for k, v in t.items() if k != "work_ms"}
@@ -125,7 +128,7 @@ def test_timings_written_before_work_ms_existed_decode_as_not_reported(dropped):
     assert codec.unknown_writer_reads == 0  # a known writer, resolved, not guessed
     assert decoded["completed"][0]["work_ms"] == -1.0
     assert decoded["routed_backlog_ms"] == [] and decoded["routed_speed_factor"] == []
-    assert decoded["routed_queue"] == ([] if dropped else [3])
+    assert decoded["routed_queue"] == ([] if dropped else [3]) and decoded["stage_batches"] == []
 
 
 def test_results_written_before_routed_to_existed_still_decode():

@@ -391,3 +391,19 @@ def test_hook_resolves_the_plan_against_the_cluster_spec():
         StreamplaceHook.builder().policy("fastest-please").build()
     with pytest.raises(ValueError, match=">= 0"):
         StreamplaceHook.builder().plan({"tm_a": -1})
+
+
+def test_feedback_reports_how_the_executor_batches_each_stage():
+    from pyflink_jobs.feedback import stage_batches
+    from workload.codec import decode, encode
+    report = {"model": {"cpu": {"batch_size": 16, "batches": 40, "mean_inputs": 12.5,
+                                "p50_ms": 2.0, "p99_ms": float("nan")}},
+              "tokenize": {"cpu": {"batch_size": 1, "batches": 500, "mean_inputs": 1.0,
+                                   "p50_ms": 0.1, "p99_ms": 0.3}}}
+    snap = {"cpu_util": 0.4, "stage_batches": stage_batches(report)}
+    publisher = FeedbackPublisher("tm_a", lambda: snap, producer=None, clock=FakeClock(100.0))
+    record = decode("NodeFeedback", encode("NodeFeedback", publisher.build_record()))
+    assert [(r["stage"], r["batch_size"], r["mean_inputs"]) for r in record["stage_batches"]] == \
+        [("model", 16, 12.5), ("tokenize", 1, 1.0)]
+    assert record["stage_batches"][0]["p99_ms"] == 0.0  # not finite: not published
+    assert publisher.build_record()["stage_batches"] == record["stage_batches"]
