@@ -342,6 +342,10 @@ def previous_layout() -> dict | None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 round, 300 tasks")
+    parser.add_argument("--workload", default="tasks",
+                        choices=["tasks", "text_inference", "video_analytics"],
+                        help="tasks: streamplace TaskEvents (this module); an example: users' "
+                             "own hooked job (benchmarks/flink_e2e_examples.py)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=1200)
     parser.add_argument("--warmup", type=int, default=90)
@@ -352,6 +356,10 @@ def main(argv=None) -> None:
     parser.add_argument("--replot", action="store_true",
                         help="redraw the PNG from the committed JSON, run nothing")
     args = parser.parse_args(argv)
+    if args.workload != "tasks":
+        from benchmarks import flink_e2e_examples
+        return flink_e2e_examples.main(["--example", args.workload, "--runs", str(args.runs)]
+                                       + (["--quick"] if args.quick else []))
     if args.replot:
         import json
         document = json.loads((RESULTS / "flink_e2e.json").read_text())

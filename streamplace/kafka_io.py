@@ -160,8 +160,8 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str | None,
                         raise RuntimeError(f"reading {topic}: {msg.error()}")
                     continue
                 last = time.monotonic()
-                try:  # record_name None: the raw bytes (records of the user's own jobs)
-                    record = msg.value() if record_name is None else \
+                try:  # record_name None: {"value": raw bytes} (records of users' own jobs)
+                    record = {"value": msg.value()} if record_name is None else \
                         decode(record_name, msg.value())
                 except CodecError:
                     report.undecodable += 1

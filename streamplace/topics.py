@@ -7,7 +7,7 @@ import yaml
 from streamplace.config import StreamplaceConfig
 from streamplace.resources import kafka_assets
 
-__all__ = ["topic_definitions", "ensure_topics", "ALLOWED_COMPRESSION"]
+__all__ = ["topic_definitions", "ensure_topics", "create_topics", "ALLOWED_COMPRESSION"]
 
 #: Flink's bundled Kafka client lacks zstd (and we avoid snappy/gzip for CPU cost).
 ALLOWED_COMPRESSION = {"uncompressed", "lz4", "producer"}
@@ -47,5 +47,24 @@ def ensure_topics(config: StreamplaceConfig, timeout_s: float = 30.0) -> list[st
     if new:
         for name, future in admin.create_topics(new, operation_timeout=timeout_s).items():
             future.result()  # raises KafkaException with the broker's reason
+            created.append(name)
+    return created
+
+
+def create_topics(config: StreamplaceConfig, names, partitions: int = 2,
+                  timeout_s: float = 30.0) -> list[str]:
+    """Create plain topics ``names`` (duplicates and existing ones skipped) for jobs of one's
+    own (examples, benchmarks); returns the names created. The broker's reason is raised."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers})
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    # one request per name, never a name twice: the broker refuses a request that repeats one
+    new = [NewTopic(n, num_partitions=partitions, replication_factor=1)
+           for n in sorted(set(names)) if n not in existing]
+    created = []
+    if new:
+        for name, future in admin.create_topics(new, operation_timeout=timeout_s).items():
+            future.result()
             created.append(name)
     return created

@@ -25,6 +25,7 @@ import requests
 
 from streamplace.jars import flink_connector_jar
 from streamplace.kafka_io import produce_raw, read_topic
+from streamplace.topics import create_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ("tm_a", "tm_b", "tm_c")
@@ -92,21 +93,11 @@ def _decode_event(raw: bytes) -> dict:
     return decode("TaskEvent", raw)
 
 
-def _create_topics(cfg, names):
-    from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": cfg.kafka.bootstrap_servers})
-    existing = set(admin.list_topics(timeout=30).topics)
-    new = [NewTopic(n, num_partitions=2, replication_factor=1)
-           for n in sorted(set(names)) if n not in existing]
-    for future in (admin.create_topics(new).values() if new else ()):
-        future.result()
-
-
 def _read_strings(cfg, topic: str, expected: int, timeout_s: float = 300) -> list[str]:
     """Every committed record of ``topic`` as text, until ``expected`` arrived and 5 s more
     (to catch duplicates), or ``timeout_s``."""
     report = read_topic(cfg, topic, None, expected=expected, timeout_s=timeout_s, settle_s=5)
-    return [r.decode("utf-8") for r in report.records]
+    return [r["value"].decode("utf-8") for r in report.records]
 
 
 def _vertex_metric(cluster, job_id, vertex_part, name):
@@ -144,7 +135,7 @@ def _run_example(stack_config, cluster, example: str, tmp_name: str):
     clean_topic, mixed_topic = f"{tmp_name}-clean-in", f"{tmp_name}-mixed-in"
     out = {k: f"{tmp_name}-{k}" for k in ("plain", "hooked", "mixed")}
     dlq = {k: f"{tmp_name}-{k}-dlq" for k in ("plain", "hooked", "mixed")}
-    _create_topics(cfg, [clean_topic, mixed_topic, *out.values(), *dlq.values(), "feedback"])
+    create_topics(cfg, [clean_topic, mixed_topic, *out.values(), *dlq.values(), "feedback"])
     clean = make_records(count, seed=1)
     mixed = make_records(count, seed=2, bad_every=bad_every)
     for topic, records in ((clean_topic, clean), (mixed_topic, mixed)):

@@ -1,0 +1,232 @@
+"""Users' own jobs on the real engines: examples (b) and (c) under each placement.
+
+    python -m benchmarks.flink_e2e_examples [--quick] [--example text_inference|video_analytics]
+    python -m benchmarks.flink_e2e --workload text_inference      # the same, from flink_e2e
+
+Every variant is the example's **hooked job, unchanged** (``examples/<example>/hooked_job.py``)
+on the local broker and the heterogeneous 3-TaskManager cluster of
+``streamplace/specs/default.yaml``; only ``STREAMPLACE_HOOK_*`` variables of the submitting
+process differ (the job's three lines stay as a user writes them):
+
+=================================  ===========================================================
+Flink's default distribution       ``round_robin``: what Flink's ``rebalance`` does between an
+                                   operator and its instances, one instance per TaskManager
+least-outstanding                  fewest records in flight
+MCT at measured speeds             minimum completion time from the measured work times per
+                                   (task type, node) (``placement.measured_costs``)
+LDWP + IAWP                        the LDWP model the placement service learns online
+LDWP + IAWP, batching off          the same, every stage call with one input (the ablation)
+=================================  ===========================================================
+
+The plain job (``plain_job.py``, Flink places its map) is also run once per round and reported
+beside them, with a caveat that makes it not comparable: this machine emulates a slow node by
+repeating the work of a streamplace executor (``STREAMPLACE_WORK_MULTIPLIER``), which a user's
+plain ``map`` never reads, so on tm_c the plain job gets the fast node the others do not.
+
+Protocol as in ``benchmarks/flink_e2e.py``: variants in alternating order (``--runs`` rounds),
+fresh topics per run, a warm-up batch first (Python workers, torch), then the measured records
+all at once (a backlog); throughput = records / (last committed output - sending); every
+output read with read_committed and counted exactly once. Writes
+``benchmarks/results/flink_e2e_<example>.json`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from benchmarks._common import RESULTS, write_result
+
+ROOT = Path(__file__).resolve().parents[1]
+NODES = ("tm_a", "tm_b", "tm_c")
+VARIANTS = [
+    ("Flink's default distribution (round-robin)", {"POLICY": "round_robin"}),
+    ("least-outstanding", {"POLICY": "least_outstanding"}),
+    ("MCT at measured speeds", {"POLICY": "mct"}),
+    ("LDWP + IAWP", {"POLICY": "ldwp"}),
+    ("LDWP + IAWP, batching off", {"POLICY": "ldwp", "BATCHING": "false"}),
+]
+WORDS = ("the market rallied as the team won a cup while science labs found new stars and "
+         "world leaders met to talk trade goals").split()
+
+
+def records_for(example: str, count: int, seed: int, prefix: str) -> list[bytes]:
+    """The example's input records (the same for every variant of a round)."""
+    rng = random.Random(seed)
+    if example == "text_inference":
+        return [json.dumps({"id": f"{prefix}-{i}", "text": " ".join(
+            rng.choices(WORDS, k=rng.randrange(5, 64)))}).encode() for i in range(count)]
+    from streamplace.kafka_io import synthetic_task_events
+    from workload.apps.registry import task_payload
+    from workload.codec import encode
+    out = []
+    for event in synthetic_task_events(count, seed=seed, prefix=prefix):
+        event["input_size"] = min(event["input_size"], 60_000)
+        event["payload"] = task_payload(event["app_id"], event["input_size"], event["task_id"])
+        out.append(encode("TaskEvent", event))
+    return out
+
+
+@contextmanager
+def hook_environment(values: dict[str, str]):
+    """``STREAMPLACE_HOOK_*`` variables for the job submissions inside the block."""
+    keys = {f"STREAMPLACE_HOOK_{k}": v for k, v in values.items()}
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(keys)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def one_run(cfg, cluster, example: str, script: str, records: list[bytes],
+            warmup: list[bytes], tag: str, hook_env: dict, timeout_s: float) -> dict:
+    """Submit ``script`` of ``example`` on fresh topics, warm it up, send ``records`` at once,
+    read every output (read_committed); cancel the job."""
+    from benchmarks.flink_e2e import router_gauges
+    from streamplace.jars import flink_connector_jar
+    from streamplace.kafka_io import produce_raw, read_topic
+    from streamplace.topics import create_topics
+    topics = {k: f"bx-{tag}-{k}" for k in ("in", "out", "dlq")}
+    create_topics(cfg, [*topics.values(), "feedback"])
+    with hook_environment(hook_env):
+        job_id = cluster.submit_python_job(ROOT / "examples" / example / script, [
+            "--bootstrap-servers", cfg.kafka.bootstrap_servers,
+            "--connector-jar", str(flink_connector_jar(cfg)), "--input-topic", topics["in"],
+            "--output-topic", topics["out"], "--dead-letter-topic", topics["dlq"],
+            "--job-name", f"bx-{tag}"])
+    try:
+        cluster.wait_job_state(job_id, {"RUNNING"}, timeout_s=180)
+        produce_raw(cfg, topics["in"], warmup)
+        read_topic(cfg, topics["out"], None, expected=len(warmup), timeout_s=timeout_s)
+        sent_at = time.time()
+        report = produce_raw(cfg, topics["in"], records)
+        assert report.errors == [], report.errors[:3]
+        outputs = read_topic(cfg, topics["out"], None, expected=len(warmup) + len(records),
+                             timeout_s=timeout_s, stamp_seen=True, settle_s=3).records
+        dead = read_topic(cfg, topics["dlq"], "DeadLetter", expected=None, timeout_s=10,
+                          idle_s=3).records
+        gauges = router_gauges(cluster.rest_url, job_id) if "hooked" in script else {}
+    finally:
+        cluster.cancel_job(job_id)
+    seen = sorted(r["_seen_s"] for r in outputs[len(warmup):])
+    measured = len(seen)
+    span = max(1e-6, seen[-1] - sent_at) if seen else float("nan")
+    latencies = sorted(t - sent_at for t in seen)
+    routed = {n: int(gauges.get(f"streamplace_routed_{n}", 0)) for n in NODES}
+    return {"records": len(records), "outputs": measured, "dead_letters": len(dead),
+            "duplicates": len(outputs) - len({o["value"] for o in outputs}),
+            "records_per_s": measured / span, "seconds": span,
+            "p50_commit_s": latencies[len(latencies) // 2] if latencies else None,
+            "p99_commit_s": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
+            "routed": routed, "decision_p99_us": gauges.get("streamplace_decision_p99_us"),
+            "model_version": gauges.get("streamplace_model_version")}
+
+
+def confidence(values: list[float]) -> dict:
+    from scipy import stats
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"mean": mean, "ci95": [mean, mean], "runs": values}
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+    return {"mean": mean, "ci95": [mean - half, mean + half], "runs": values}
+
+
+def plot(summary: list[dict], example: str, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    labels = [s["variant"] for s in summary]
+    means = [s["records_per_s"]["mean"] for s in summary]
+    errs = [[m - s["records_per_s"]["ci95"][0] for m, s in zip(means, summary)],
+            [s["records_per_s"]["ci95"][1] - m for m, s in zip(means, summary)]]
+    colours = ["#2a7f62" if "LDWP" in label else "#cccccc" if "plain" in label else "#999999"
+               for label in labels]
+    ax.barh(labels, means, xerr=errs, capsize=4, color=colours)
+    ax.set_xlabel("committed outputs / s (mean, 95% CI)")
+    ax.set_title(f"examples/{example}: the hooked job under each placement (real engines)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--example", default="text_inference",
+                        choices=["text_inference", "video_analytics"])
+    parser.add_argument("--quick", action="store_true", help="1 round, fewer records")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--records", type=int, default=0, help="0: 3000 text / 300 clips")
+    parser.add_argument("--only", default="", help="variants whose label contains this")
+    args = parser.parse_args(argv)
+    from benchmarks.flink_e2e import bench_config
+    from placement.service import PlacementService, ServiceSettings
+    from streamplace.flink_cluster import FlinkCluster
+    from streamplace.kafka_broker import KafkaBroker
+    count = args.records or (3000 if args.example == "text_inference" else 300)
+    runs = 1 if args.quick else args.runs
+    if args.quick:
+        count //= 3
+    variants = [v for v in VARIANTS if args.only in v[0]] + [("plain job (Flink places "
+                                                               "its map; see docstring)", None)]
+    cfg = bench_config("default")
+    broker, cluster = KafkaBroker(cfg), FlinkCluster(cfg)
+    broker.stop(), cluster.stop()
+    broker.start(), cluster.start()
+    service = PlacementService(ServiceSettings(
+        port=0, bootstrap_servers=cfg.kafka.bootstrap_servers, feedback_topic="feedback",
+        group_id=f"bx-service-{time.time_ns()}", flink_rest_url=cluster.rest_url,
+        model_dir=str(cfg.home / "bx-models"), publish_every=300,
+        min_records_first_version=200))
+    service.start()
+    rows = []
+    try:
+        warmup = records_for(args.example, 30, seed=99, prefix="warm")
+        for r in range(runs):
+            records = records_for(args.example, count, seed=r, prefix=f"r{r}")
+            order = variants[r % len(variants):] + variants[:r % len(variants)]
+            for label, env in order:
+                hook_env = dict(env or {}, SERVICE_URL=service.url)
+                script = "plain_job.py" if env is None else "hooked_job.py"
+                tag = f"{args.example[:5]}-{r}-{len(rows)}-{time.time_ns() % 10**6}"
+                row = one_run(cfg, cluster, args.example, script, records,
+                              [w for w in warmup], tag, hook_env, timeout_s=900)
+                row.update(variant=label, round=r)
+                rows.append(row)
+                print(f"round {r + 1}/{runs} {label:46s} {row['records_per_s']:7.1f} rec/s  "
+                      f"outputs {row['outputs']}/{row['records']}  routed {row['routed']}",
+                      flush=True)
+    finally:
+        service.stop()
+        cluster.stop()
+        broker.stop()
+    summary = [{"variant": label,
+                "records_per_s": confidence([x["records_per_s"] for x in rows
+                                             if x["variant"] == label]),
+                "p99_commit_s": confidence([x["p99_commit_s"] for x in rows
+                                            if x["variant"] == label and x["p99_commit_s"]])}
+               for label, _ in variants]
+    name = f"flink_e2e_{args.example}"
+    write_result(name, {"example": args.example, "records": count, "rounds": runs,
+                        "summary": summary, "runs": rows})
+    plot(summary, args.example, RESULTS / f"{name}.png")
+    for s in summary:
+        ci = s["records_per_s"]["ci95"]
+        print(f"{s['variant']:46s} {s['records_per_s']['mean']:7.1f} [{ci[0]:.1f}, {ci[1]:.1f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
