@@ -36,12 +36,12 @@ import argparse
 import json
 import os
 import random
-import statistics
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks._common import RESULTS, write_result
+from benchmarks.flink_e2e import confidence
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = ("tm_a", "tm_b", "tm_c")
@@ -131,15 +131,6 @@ def one_run(cfg, cluster, example: str, script: str, records: list[bytes],
             "p99_commit_s": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
             "routed": routed, "decision_p99_us": gauges.get("streamplace_decision_p99_us"),
             "model_version": gauges.get("streamplace_model_version")}
-
-
-def confidence(values: list[float]) -> dict:
-    from scipy import stats
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return {"mean": mean, "ci95": [mean, mean], "runs": values}
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
-    return {"mean": mean, "ci95": [mean - half, mean + half], "runs": values}
 
 
 def plot(summary: list[dict], example: str, path: Path) -> None:

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks._common import RESULTS, git_commit, machine
+from benchmarks.flink_e2e import confidence
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "text_inference" / "plain_job.py"
 WORDS = ("the market rallied as the team won a cup while science labs found new stars and "
@@ -91,15 +92,6 @@ def one_run(batching: bool, records: list[str], workers: int) -> dict:
             "failed": len(failed), "model_stage": model,
             "gpu_util_mean": statistics.fmean(samples) if samples else None,
             "outputs": [o.outputs for o in outcomes]}
-
-
-def confidence(values: list[float]) -> dict:
-    from scipy import stats
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return {"mean": mean, "ci95": [mean, mean], "runs": values}
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
-    return {"mean": mean, "ci95": [mean - half, mean + half], "runs": values}
 
 
 def plot(summary: dict, path: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import time
@@ -81,7 +82,9 @@ def unwrap(value) -> tuple[RoutedRecord | None, object]:
 
 
 def result_record(event: dict, outcome, node_id: str, routed_to: str = "") -> dict:
-    """A TaskResult (dict for the Avro codec) from a TaskEvent and the executor's outcome."""
+    """A TaskResult (dict for the Avro codec) from a TaskEvent and the executor's outcome;
+    ``output`` is the outcome's answer as sorted-key JSON (None when it has none)."""
+    output = getattr(outcome, "output", None)
     return {
         "task_id": event["task_id"], "app_id": event["app_id"], "node_id": node_id,
         "status": outcome.status, "submitted_at_ms": int(event.get("submitted_at_ms") or 0),
@@ -89,7 +92,8 @@ def result_record(event: dict, outcome, node_id: str, routed_to: str = "") -> di
         "stage_timings": [{"stage": s.stage, "unit": s.unit, "started_at_ms": int(s.started_at_ms),
                            "finished_at_ms": int(s.finished_at_ms)} for s in outcome.stages],
         "output_digest": outcome.output_digest or "", "error": outcome.error,
-        "routed_to": routed_to}
+        "routed_to": routed_to,
+        "output": json.dumps(output, sort_keys=True) if output is not None else None}
 
 
 class ExecutorFunctionBase(AsyncFunction):
@@ -157,7 +161,8 @@ class NodeExecutorFunction(ExecutorFunctionBase):
         routed, event = unwrap(value)
         self._check_routed(routed)
         outcome = await self.executor.run_task(event["task_id"], event["app_id"],
-                                               int(event["input_size"]))
+                                               int(event["input_size"]),
+                                               payload=event.get("payload"))
         self._count(outcome.status == "OK")
         encoded = self._encode("TaskResult", result_record(
             event, outcome, self.node_id, routed.node if routed else ""))

@@ -166,7 +166,8 @@ def cmd_replay(args) -> int:
     cfg = _config(args)
     try:
         events, where = trace_events(args.trace, args.data_dir, args.limit, args.rate,
-                                     args.skip, args.prefix, args.seed)
+                                     args.skip, args.prefix, args.seed,
+                                     payloads=not args.light)
     except ValueError as exc:
         print(f"streamplace replay: {exc}", file=sys.stderr)
         return 2
@@ -198,7 +199,8 @@ def cmd_produce(args) -> int:
     cfg = _config(args)
     with tqdm(total=args.count, desc="tasks -> kafka", unit="task") as bar:
         report = produce_task_events(cfg, synthetic_task_events(args.count, seed=args.seed,
-                                                                prefix=args.prefix),
+                                                                prefix=args.prefix,
+                                                                payloads=args.payloads),
                                      progress=bar)
     print(f"delivered {report.delivered}/{report.sent} TaskEvents to {cfg.job.topic_tasks}")
     for err in report.errors[:5]:
@@ -377,7 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_job)
 
     p = sub.add_parser("replay", help="replay a request trace into the tasks topic, "
-                                      "time-compressed")
+                                      "time-compressed, each task with its real clip",
+                       description="Replay a request trace into the tasks topic, "
+                                   "time-compressed. Each TaskEvent carries its real clip in "
+                                   "'payload' (grey JPEG frames cut from real photographs, "
+                                   "9-70 KB a record), which the executors decode and run the "
+                                   "apps on; --light sends records without clips (about 100 "
+                                   "bytes: the executors make synthetic frames).")
     p.add_argument("--trace", default="alibaba-genai", choices=["alibaba-genai", "synthetic"])
     p.add_argument("--data-dir", help="folder with the traces (default: $STREAMPLACE_DATA_DIR, "
                                       "../shared/data, ./data)")
@@ -386,16 +394,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=40.0, help="mean tasks per second")
     p.add_argument("--prefix", default="replay", help="task id prefix")
     p.add_argument("--seed", type=int, default=0, help="generator seed (no data folder)")
+    p.add_argument("--light", action="store_true",
+                   help="no payloads: light records without the clips (the executors make "
+                        "synthetic frames of input_size pixels)")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("doctor", help="check a Flink cluster for what the hook needs")
     p.add_argument("--rest-url", help="JobManager REST API (default: the configured cluster)")
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("produce", help="send synthetic TaskEvents to the tasks topic")
+    p = sub.add_parser("produce", help="send synthetic TaskEvents to the tasks topic",
+                       description="Send synthetic TaskEvents (the three apps, lognormal input "
+                                   "sizes) to the tasks topic. Light records by default (the "
+                                   "executors make synthetic frames); --payloads attaches each "
+                                   "task's real clip.")
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prefix", default="task")
+    p.add_argument("--payloads", action="store_true",
+                   help="attach each task's real clip in 'payload' (grey JPEG frames cut from "
+                        "real photographs, seeded by the task id; 5-240 KB a record, about "
+                        "15 KB at the median size; needs torch in the producer)")
     p.set_defaults(func=cmd_produce)
 
     p = sub.add_parser("demo", help="replay a trace through the job with Flink's default "

@@ -542,24 +542,19 @@ def _positional_count(fn) -> int:
 
 
 def _is_torch_module_class(obj) -> bool:
-    if not isinstance(obj, type):
-        return False
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False
-    return issubclass(obj, torch.nn.Module)
+    return isinstance(obj, type) and _torch_module_type(obj)
 
 
 def _is_torch_module(obj) -> bool:
-    module = type(obj).__module__ or ""
-    if not module.startswith("torch") and "torch" not in str(type(obj).__mro__):
+    return not isinstance(obj, type) and _torch_module_type(type(obj))
+
+
+def _torch_module_type(cls: type) -> bool:
+    # Only look at torch when the class could be a torch module (torch is heavy to import).
+    if not any((c.__module__ or "").startswith("torch") for c in cls.__mro__):
         return False
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(obj, torch.nn.Module)
+    import torch
+    return issubclass(cls, torch.nn.Module)
 
 
 def record_bytes(record) -> bytes:

@@ -13,7 +13,8 @@ scheduler, with measured co-execution slowdowns and psutil/NVML telemetry.
 Modules: ``settings`` (both settings classes), ``dispatch`` (admission, the dispatcher thread,
 scheduler with FCFS fallback), ``lanes`` (CPU worker threads, CUDA stream lanes, timed calls),
 ``corun`` (co-run tracking, alone baselines, learned slowdowns), ``results`` (outcomes,
-digests), ``executor`` (NodeExecutor), ``operator_executor`` (OperatorExecutor),
+digests, answers), ``clips`` (a task's clip: synthetic, or decoded from its payload),
+``executor`` (NodeExecutor), ``operator_executor`` (OperatorExecutor),
 ``operator_records`` (a record in flight), ``batching`` (per-stage queues, formed batches),
 ``batch_sizer`` (latency-driven batch sizes), ``stage_costs`` (the schedulers' measured
 estimates for user stages), ``devices`` and ``telemetry``.

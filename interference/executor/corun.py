@@ -29,12 +29,13 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 from workload.model import ComputingUnit, Stage
 
@@ -80,6 +81,26 @@ class CoRunTracker:
                 me.open[other_id] = now
             self._running[run_id] = me
             return run_id, now
+
+    @contextlib.contextmanager
+    def tracking(self, stage: str, unit_id: str) -> Iterator[None]:
+        """``begin`` / ``end`` around a block that is not a timed stage call (e.g. making a
+        task's frames): it shows up as a partner of what overlaps it, and nothing learns from
+        its own time.
+
+        Example::
+
+            >>> tracker = CoRunTracker()
+            >>> with tracker.tracking("task_frames", "cpu:0"):
+            ...     run_id, _ = tracker.begin("resize", "cpu:1")
+            >>> "task_frames" in tracker.end(run_id)[1].node
+            True
+        """
+        run_id, _ = self.begin(stage, unit_id)
+        try:
+            yield
+        finally:
+            self.end(run_id)
 
     def end(self, run_id: int) -> tuple[float, CoRun]:
         with self._lock:

@@ -14,7 +14,9 @@ One :class:`NodeExecutor` per node (per Flink TaskManager). Tasks come in throug
   CPU unit (``torch.set_num_threads(1)``), and one thread per stream of each GPU
   (``gpu_streams_per_device`` ``torch.cuda.Stream`` lanes: the co-running stages IAWP packs
   onto one GPU). A worker runs the stage's real operator (``workload.apps.run_stage``) on the
-  task's frames, ``work_multiplier`` times;
+  task's frames, ``work_multiplier`` times. The frames are the task's ``payload`` decoded (a
+  real clip, the TaskEvent's SPCL container) or, without one, synthetic frames of
+  ``input_size`` pixels (:class:`~interference.executor.clips.TaskClip`);
 - **measured interference** (:class:`~interference.executor.corun.CoRunLearner`): every
   finished stage's wall time is compared with its alone time on that kind of unit (a running
   mean of what this node measured when nothing else ran, scaled by the cost model's size
@@ -26,33 +28,39 @@ One :class:`NodeExecutor` per node (per Flink TaskManager). Tasks come in throug
 A stage that raises (including CUDA out-of-memory) is retried up to ``max_attempts`` in total,
 on a CPU core after a GPU OOM; then its task resolves as ``FAILED`` with the error. A task is
 never dropped and the future always resolves: bad requests (unknown application, bad size)
-resolve at once as ``FAILED``.
+resolve at once as ``FAILED``, and so does a payload that does not decode (no retries: the
+bytes will not get better). An OK task's outcome carries its answer, ``output``
+(``workload.apps.registry.summarise_output`` of its stage outputs).
 
 Example::
 
+    >>> from workload.apps.registry import task_payload
     >>> with NodeExecutor(ExecutorSettings(cpu_workers=2, use_gpu="never")) as node:
     ...     outcome = node.submit("t1", "video_synopsis", 4096).result()
-    >>> outcome.status, [s.stage for s in outcome.stages][-1]
-    ('OK', 'tube_stitching')
+    ...     real = node.submit("t2", "video_synopsis", 4096,
+    ...                        payload=task_payload("video_synopsis", 4096, "t2")).result()
+    >>> outcome.status, [s.stage for s in outcome.stages][-1], real.output["app_id"]
+    ('OK', 'tube_stitching', 'video_synopsis')
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import logging
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from interference.executor.clips import BadPayload, TaskClip, check_payload_type
 from interference.executor.corun import MIN_OVERLAP_FRACTION, CostBaseline
 from interference.executor.dispatch import ExecutorCore
 from interference.executor.lanes import LaneCall, is_cuda_oom
 from interference.executor.results import (StageRecord, TaskOutcome, describe_failure,
-                                           output_digest, task_seed)
+                                           output_digest, task_seed, task_summary)
 from interference.executor.settings import ENV_NODE_ID, ENV_WORK_MULTIPLIER, ExecutorSettings
 from interference.schedulers import make_node_scheduler
 from workload.catalog import APPLICATIONS, AppDef
@@ -74,7 +82,7 @@ class _Task:
     task_id: str
     app: AppDef
     input_size: int
-    seed: int
+    clip: TaskClip
     future: concurrent.futures.Future
     accepted_s: float
     waiting: set[str]
@@ -87,8 +95,6 @@ class _Task:
     sink_digests: dict[str, str] = field(default_factory=dict)
     started_s: float | None = None
     error: str | None = None
-    frames: dict[str, Any] = field(default_factory=dict)  # device -> the clip there
-    frames_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def app_id(self) -> str:
@@ -132,18 +138,21 @@ class NodeExecutor(ExecutorCore):
         self._start()
 
     # ------------------------------------------------------------------ public API
-    def submit(self, task_id: str, app_id: str,
-               input_size: int) -> concurrent.futures.Future[TaskOutcome]:
+    def submit(self, task_id: str, app_id: str, input_size: int,
+               payload: bytes | None = None) -> concurrent.futures.Future[TaskOutcome]:
         """Accept a task (waits while ``max_in_flight`` tasks are in flight); the future
         resolves to its :class:`TaskOutcome` (``FAILED`` with an error, never an exception).
+        ``payload``: the task's clip (a TaskEvent's ``payload``), decoded once instead of
+        making synthetic frames; ``input_size`` stays what the scheduler estimates with.
         Raises ``RuntimeError`` only if the executor is closed."""
-        return self._submit(task_id, app_id, input_size, block=True)
+        return self._submit(task_id, app_id, input_size, payload, block=True)
 
-    async def run_task(self, task_id: str, app_id: str, input_size: int) -> TaskOutcome:
+    async def run_task(self, task_id: str, app_id: str, input_size: int,
+                       payload: bytes | None = None) -> TaskOutcome:
         """:meth:`submit` for asyncio: waits for a slot off the event loop, then for the
         outcome. Cancelling the awaiting coroutine cancels the task's remaining stages."""
         return await self._await_submit(
-            lambda block: self._submit(task_id, app_id, input_size, block=block))
+            lambda block: self._submit(task_id, app_id, input_size, payload, block=block))
 
     # ------------------------------------------------------------------ admission
     def _failed_now(self, task_id: str, app_id: str, error: str) -> concurrent.futures.Future:
@@ -151,18 +160,21 @@ class NodeExecutor(ExecutorCore):
         return self._refused(TaskOutcome(str(task_id), str(app_id), self.settings.node_id,
                                          "FAILED", now, now, 0.0, 0.0, [], "", error))
 
-    def _submit(self, task_id, app_id, input_size, block: bool):
+    def _submit(self, task_id, app_id, input_size, payload, block: bool):
         if app_id not in APPLICATIONS:
             return self._failed_now(task_id, app_id, f"unknown application {app_id!r}; known: "
                                     f"{', '.join(sorted(APPLICATIONS))}")
         if isinstance(input_size, bool) or not isinstance(input_size, int) or input_size < 1:
             return self._failed_now(task_id, app_id, "input_size must be a positive integer "
                                     f"(pixels of the clip), got {input_size!r}")
+        if (error := check_payload_type(payload)) is not None:
+            return self._failed_now(task_id, app_id, error)
         if not self._take_slot(block):
             return None
         app = APPLICATIONS[app_id]
         seed = task_seed(str(task_id)) if self.settings.seed_from_task_id else 0
-        task = _Task(str(task_id), app, int(input_size), seed, concurrent.futures.Future(),
+        clip = TaskClip(app_id, int(input_size), seed, payload)
+        task = _Task(str(task_id), app, int(input_size), clip, concurrent.futures.Future(),
                      time.perf_counter(), {s.name for s in app.stages})
         self._enqueue("task", task)
         return task.future
@@ -230,24 +242,6 @@ class NodeExecutor(ExecutorCore):
         self.lanes.submit(unit.unit_id, lane, self._run_stage, task, stage, unit, lane)
 
     # ------------------------------------------------------------------ workers
-    def _frames(self, task: _Task, device: str, unit_id: str, stream):
-        """The task's clip on ``device``, made once (the first stage to need it makes it;
-        others of the same task wait for it). Making it is tracked as a co-runner
-        (:data:`FRAMES`): it loads a core like a stage does."""
-        with task.frames_lock:
-            if "cpu" not in task.frames:
-                from workload.apps.registry import task_frames
-                run_id, _ = self.learner.tracker.begin(FRAMES, unit_id)
-                try:
-                    task.frames["cpu"] = task_frames(task.app_id, task.input_size, task.seed)
-                finally:
-                    self.learner.tracker.end(run_id)
-            if device not in task.frames:
-                task.frames[device] = task.frames["cpu"].to(device)
-                if stream is not None:  # other streams will read it: the copy must be done
-                    stream.synchronize()
-            return task.frames[device]
-
     def _run_stage(self, stream, task: _Task, stage: Stage, unit: ComputingUnit,
                    lane: int) -> None:
         """Worker thread: run one stage's operator and report to the dispatcher. Never raises."""
@@ -257,7 +251,10 @@ class NodeExecutor(ExecutorCore):
         device = self.lanes.device(unit.unit_id)
 
         def prepare():
-            frames = self._frames(task, device, unit.unit_id, stream)
+            # Made (or decoded) once per task, tracked as the FRAMES co-runner: it loads a
+            # core like a stage does.
+            frames = task.clip.on(device, stream, functools.partial(
+                self.learner.tracker.tracking, FRAMES, unit.unit_id))
             deps = task.app.stage(stage.stage).deps
             return frames, {d: to_device(task.outputs[d], device) for d in deps}
 
@@ -301,6 +298,9 @@ class NodeExecutor(ExecutorCore):
 
     def _stage_failed(self, task: _Task, done: _Done, unit: ComputingUnit) -> None:
         name, exc = done.stage.stage, done.call.error
+        if isinstance(exc, BadPayload):  # the bytes will not decode on a retry either
+            self._fail(task, f"{exc} (task {task.task_id!r}, {task.app_id})")
+            return
         oom = unit.kind == "gpu" and is_cuda_oom(exc)
         if oom:
             self._torch.cuda.empty_cache()
@@ -337,14 +337,17 @@ class NodeExecutor(ExecutorCore):
             for name in (s.name for s in task.app.stages if s.name in task.sink_digests):
                 h.update(name.encode() + task.sink_digests[name].encode())
             digest = h.hexdigest()
+        # Here, before the outputs are freed; a bounded summary (~0.1-0.3 ms) is cheap enough
+        # for the dispatcher, and it reads several stages' outputs, not only the sinks.
+        output = task_summary(task.app_id, task.outputs, self._warn_once) if ok else None
         outcome = TaskOutcome(
             task.task_id, task.app_id, self.settings.node_id, "OK" if ok else "FAILED",
             self._now_ms(started), self._now_ms(end), (started - task.accepted_s) * 1000.0,
             (end - started) * 1000.0,
             sorted(task.records.values(), key=lambda r: (r.started_at_ms, r.stage)),
-            digest, task.error)
+            digest, task.error, output)
         task.outputs.clear()  # free the tensors now, not when the caller drops the outcome
-        task.frames.clear()
+        task.clip.clear()
         self._resolve(task.future, outcome, task.started_s is not None, ok)
 
 

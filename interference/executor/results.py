@@ -4,6 +4,7 @@
   :func:`output_digest` hashes its sink stages' outputs, :func:`task_seed` seeds its frames.
 - :class:`StageRun` / :class:`RecordOutcome`: a user record (:class:`OperatorExecutor`), with
   the operator's own outputs.
+- :func:`task_summary`: a built-in app's answer (``TaskOutcome.output``), never failing the task.
 - :func:`describe_failure`: the one wording of a failed stage both executors use.
 
 Example::
@@ -18,10 +19,10 @@ import dataclasses
 import hashlib
 import traceback as traceback_module
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["StageRecord", "TaskOutcome", "StageRun", "RecordOutcome", "task_seed",
-           "output_digest", "describe_failure", "format_traceback"]
+           "output_digest", "task_summary", "describe_failure", "format_traceback"]
 
 
 # ---------------------------------------------------------------------------------- NodeExecutor
@@ -42,7 +43,9 @@ class TaskOutcome:
     """A finished task. ``started_at_ms``: its first stage was handed to a unit (arrival
     instead if none was); ``queue_ms``: accepted -> started; ``service_ms``: started ->
     finished; ``output_digest``: BLAKE2b of its final stages' outputs (same device, same
-    digest); ``error``: why it FAILED, else None."""
+    digest); ``error``: why it FAILED, else None; ``output``: the task's answer, a small
+    JSON-able dict (``workload.apps.registry.summarise_output``: tracks, tubes, faces...) when
+    it is OK, None when it FAILED or the summary could not be made (see :func:`task_summary`)."""
 
     task_id: str
     app_id: str
@@ -55,6 +58,7 @@ class TaskOutcome:
     stages: list[StageRecord]
     output_digest: str
     error: str | None
+    output: dict | None = None
 
 
 # ------------------------------------------------------------------------------ OperatorExecutor
@@ -142,6 +146,29 @@ def output_digest(obj: Any) -> str:
     h = hashlib.blake2b(digest_size=16)
     _digest_into(h, obj)
     return h.hexdigest()
+
+
+def task_summary(app_id: str, outputs: dict[str, Any],
+                 warn: Callable[[str, str], None] | None = None) -> dict | None:
+    """A finished task's answer from its stage outputs (``summarise_output``), or None when
+    that fails: the task did its work, so a summary bug must not fail it. ``warn(key,
+    message)`` is told why (keyed by application and error type, so a warn-once callback logs
+    each kind of failure once, not once per task).
+
+    Example::
+
+        >>> task_summary("video_synopsis", {}, warn=lambda key, message: print(key))
+        summary:video_synopsis:KeyError
+    """
+    try:
+        from workload.apps.registry import summarise_output
+        return summarise_output(app_id, outputs)
+    except Exception as exc:  # noqa: BLE001 - the result goes out without its summary
+        if warn is not None:
+            warn(f"summary:{app_id}:{type(exc).__name__}",
+                 f"no output summary for {app_id} tasks ({type(exc).__name__}: {exc}); their "
+                 "results carry output=None")
+        return None
 
 
 def describe_failure(stage: str, attempts: int, unit_id: str, exc: BaseException) -> str:

@@ -1,5 +1,7 @@
 """The IAWP node executor on this machine's CPU cores: DAG order, concurrency, failures and
-retries, the work multiplier, every scheduler, asyncio, device discovery and telemetry.
+retries, the work multiplier, every scheduler, asyncio, device discovery and telemetry; tasks
+with a real clip in their payload, bad payloads, the answer (``output``) and the TaskResult
+built from an outcome.
 
 Small clips (4,096 pixels: stages take about a millisecond) keep the file fast."""
 
@@ -7,18 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import doctest
+import hashlib
+import json
+import logging
 import threading
+import time
 
 import pytest
 
 from interference.executor import (ExecutorSettings, NodeExecutor, NodeTelemetry, StageRecord,
                                    TaskOutcome, discover_units)
 import interference.executor as executor_package
+from interference.executor import clips as clips_module
+from interference.executor import corun as corun_module
 from interference.executor import devices as devices_module
 from interference.executor import executor as executor_module
+from interference.executor import results as results_module
 from interference.executor import telemetry as telemetry_module
 from interference.executor.devices import cuda_available, gpu_model_key
 from interference.executor.executor import output_digest, task_seed
+from workload.apps import registry
 from workload.apps.registry import OPERATORS
 from workload.catalog import APPLICATIONS
 
@@ -243,7 +253,162 @@ def test_output_digest_is_stable_across_containers():
     assert output_digest([torch.ones(3)]) != output_digest([torch.zeros(3)])
 
 
+# ---------------------------------------------------------------------------------- payloads
+#: The keys of each application's answer (workload.apps.registry.summarise_output).
+SUMMARY_KEYS = {
+    "intrusion_detection": {"app_id", "tracks", "intrusions", "intruder_ids", "detections",
+                            "keypoints", "zone", "tracked"},
+    "video_synopsis": {"app_id", "tubes", "clip_frames", "synopsis_frames", "compression",
+                       "overlap", "starts", "tube_boxes"},
+    "face_recognition": {"app_id", "faces", "frames_with_faces", "identified", "identities",
+                         "detected"},
+}
+
+
+def reference(app_id: str, frames) -> tuple[str, dict]:
+    """(digest, answer) of a task run by the sequential reference runner on ``frames``, with
+    one torch thread as the executor's CPU workers have (same kernels, same bits)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        outputs = registry.run_task(app_id, SIZE, seed=0, frames=frames)
+    finally:
+        torch.set_num_threads(threads)
+    h = hashlib.blake2b(digest_size=16)
+    used = {d for s in APPLICATIONS[app_id].stages for d in s.deps}
+    for stage in APPLICATIONS[app_id].stages:
+        if stage.name not in used:  # a sink: the task's result
+            h.update(stage.name.encode() + output_digest(outputs[stage.name]).encode())
+    return h.hexdigest(), registry.summarise_output(app_id, outputs)
+
+
+@pytest.mark.parametrize("app_id", APPS)
+def test_a_task_with_a_payload_runs_on_the_decoded_clip(node, app_id):
+    task_id = f"real-{app_id}"
+    payload = registry.task_payload(app_id, SIZE, task_id)
+    synthetic = node.submit(task_id, app_id, SIZE).result(timeout=60)
+    real = node.submit(task_id, app_id, SIZE, payload=payload).result(timeout=60)
+    assert synthetic.status == real.status == "OK", (synthetic.error, real.error)
+    assert real.output_digest != synthetic.output_digest  # other frames, other results
+    # Exactly what the reference runner computes on the decoded clip, and on the synthetic one
+    # without a payload (as before payloads existed: task_frames seeded by the task id).
+    digest, answer = reference(app_id, registry.task_frames_from_payload(app_id, payload))
+    assert (real.output_digest, real.output) == (digest, answer)
+    digest, answer = reference(app_id, registry.task_frames(app_id, SIZE, task_seed(task_id)))
+    assert (synthetic.output_digest, synthetic.output) == (digest, answer)
+    assert set(real.output) == SUMMARY_KEYS[app_id] and real.output["app_id"] == app_id
+    assert json.loads(json.dumps(real.output)) == real.output  # JSON-able as it is
+    assert sorted(r.stage for r in real.stages) == sorted(s.name for s in
+                                                          APPLICATIONS[app_id].stages)
+
+
+def test_run_task_takes_a_payload_in_asyncio(node):
+    payload = registry.task_payload("face_recognition", SIZE, "async-real")
+    outcome = asyncio.run(node.run_task("async-real", "face_recognition", SIZE,
+                                        payload=payload))
+    assert outcome.status == "OK" and set(outcome.output) == SUMMARY_KEYS["face_recognition"]
+    assert outcome.output_digest == reference(
+        "face_recognition", registry.task_frames_from_payload("face_recognition", payload))[0]
+
+
+def _truncated_payload() -> bytes:
+    """A real clip whose last frame's JPEG body is zeroed: the container and every header
+    check out, the decoder fails on the pixels."""
+    data = bytearray(registry.task_payload("video_synopsis", SIZE, "trunc"))
+    data[-300:] = bytes(300)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("payload,phrase", [
+    (b"garbage", "does not start with b'SPCL'"),
+    (b"", "clip payload is empty"),
+    (b"SPCL\x01\x00\x50" + bytes(320), "80 frames, over the limit of 64"),
+    (_truncated_payload(), "does not decode"),
+    ("SPCL as text", "must be bytes"),
+])
+def test_a_bad_payload_fails_its_task_at_once_and_the_next_one_runs(node, monkeypatch,
+                                                                      payload, phrase):
+    decodes = []
+    real_decode = registry.task_frames_from_payload
+
+    def counting(*args, **kwargs):
+        decodes.append(1)
+        return real_decode(*args, **kwargs)
+
+    monkeypatch.setattr(registry, "task_frames_from_payload", counting)
+    # intrusion_detection has three root stages: two start at once on the two workers and
+    # both need the clip; it must be decoded once, and the task failed without retries.
+    start = time.perf_counter()
+    bad = node.submit("bad-payload", "intrusion_detection", SIZE, payload=payload)
+    outcome = bad.result(timeout=10)
+    assert time.perf_counter() - start < 5.0
+    assert outcome.status == "FAILED" and outcome.output is None, outcome
+    assert outcome.error.startswith("bad payload:") and phrase in outcome.error, outcome.error
+    assert outcome.stages == [] and outcome.output_digest == ""
+    assert len(decodes) <= 1  # 0: refused at admission (not bytes)
+    good = node.submit("after-bad-payload", "intrusion_detection", SIZE,
+                       payload=registry.task_payload("intrusion_detection", SIZE, "after"))
+    assert good.result(timeout=60).status == "OK"
+    assert node.snapshot()["in_flight"] == 0
+
+
+def test_any_decoder_error_is_a_bad_payload_not_a_crash(node, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("decoder exploded")
+
+    monkeypatch.setattr(registry, "task_frames_from_payload", broken)
+    outcome = node.submit("decoder-bug", "video_synopsis", SIZE, payload=b"SPCL").result(
+        timeout=10)
+    assert outcome.status == "FAILED"
+    assert outcome.error.startswith("bad payload: RuntimeError: decoder exploded"), outcome.error
+    monkeypatch.undo()
+    assert node.submit("decoder-fixed", "video_synopsis", SIZE).result(timeout=60).status == "OK"
+
+
+def test_a_summary_failure_leaves_the_task_ok_without_output(node, monkeypatch, caplog):
+    class SummaryBug(Exception):
+        pass
+
+    def broken(app_id, outputs):
+        raise SummaryBug("no summary today")
+
+    monkeypatch.setattr(registry, "summarise_output", broken)
+    with caplog.at_level(logging.WARNING, logger="interference.executor"):
+        outcomes = [node.submit(f"no-summary-{i}", "video_synopsis", SIZE).result(timeout=60)
+                    for i in range(2)]
+    assert [(o.status, o.output) for o in outcomes] == [("OK", None), ("OK", None)]
+    assert all(len(o.output_digest) == 32 for o in outcomes)
+    logged = [r for r in caplog.records if "no output summary" in r.getMessage()]
+    assert len(logged) == 1 and "SummaryBug" in logged[0].getMessage()  # once, not per task
+
+
+def test_result_record_carries_the_output_as_json_and_encodes():
+    from pyflink_jobs.executor_function import result_record
+    from workload.codec import decode, encode
+    event = {"task_id": "t-1", "app_id": "video_synopsis", "input_size": SIZE,
+             "submitted_at_ms": 1_000, "payload": b"SPCL"}
+    answer = {"tubes": 2, "app_id": "video_synopsis", "starts": [0, 3], "compression": 0.5}
+    outcome = TaskOutcome("t-1", "video_synopsis", "tm_a", "OK", 1_010, 1_020, 1.0, 9.0,
+                          [StageRecord("gmm_background", "cpu:0", 1_010, 1_015, 1)],
+                          "ab" * 16, None, answer)
+    record = result_record(event, outcome, "tm_a", "tm_a")
+    assert record["output"] == json.dumps(answer, sort_keys=True)
+    assert list(json.loads(record["output"])) == sorted(answer)  # sorted keys: stable bytes
+    decoded = decode("TaskResult", encode("TaskResult", record))
+    assert json.loads(decoded["output"]) == answer and decoded["routed_to"] == "tm_a"
+    assert decoded["stage_timings"][0]["stage"] == "gmm_background"
+    failed = TaskOutcome("t-2", "video_synopsis", "tm_a", "FAILED", 1, 1, 0.0, 0.0, [], "",
+                         "bad payload: clip payload is empty")
+    assert failed.output is None
+    record = result_record(event, failed, "tm_a")
+    assert record["output"] is None
+    decoded = decode("TaskResult", encode("TaskResult", record))
+    assert decoded["output"] is None and decoded["error"].startswith("bad payload")
+
+
 @pytest.mark.parametrize("module", [executor_package, executor_module, devices_module,
-                                    telemetry_module])
+                                    telemetry_module, clips_module, corun_module,
+                                    results_module])
 def test_docstring_examples(module):
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
