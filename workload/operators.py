@@ -46,7 +46,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-__all__ = ["BatchPolicy", "OperatorStage", "StagedOperator", "TaskDescriber", "stage", "torch_stage",
+__all__ = ["BatchPolicy", "OperatorStage", "StagedOperator", "TaskDescriber", "chain_cpu_stages", "stage", "torch_stage",
            "as_operator", "pipeline_stages", "record_size", "record_bytes", "DEVICES", "OperatorError"]
 
 #: Where a stage may run: ``cpu`` (a CPU core), ``gpu`` (a GPU; on a node without one it runs on
@@ -373,6 +373,114 @@ class StagedOperator:
     def __repr__(self) -> str:
         return (f"StagedOperator({self.name!r}, stages={list(self.order)}, "
                 f"flat={self.flat})")
+
+
+def chain_cpu_stages(operator: StagedOperator) -> StagedOperator:
+    """The same operator with its per-record CPU steps chained into fewer stages, as Flink
+    chains operators: every call the executor dispatches costs it scheduling work, which for
+    light per-record steps (parsing, tokenizing, labelling) costs more than the step itself.
+
+    A stage that runs on the CPU without batching joins the group of the stage(s) it depends on
+    when all its dependencies are in that one group (so a group never waits on a stage outside
+    it that waits on the group). Batched, GPU and ``any`` stages stay as they are, so IAWP and the
+    batcher see exactly the stages they can do something with. Outputs are unchanged: a group
+    runs its members per record in order; consumers get their member's output.
+
+    Example::
+
+        >>> op = as_operator([str.strip, str.split, len])
+        >>> chained = chain_cpu_stages(op)
+        >>> [s.name for s in chained.stages], chained.run_record(" a b ")
+        (['strip+split+len'], [2])
+    """
+    group_of: dict[str, str] = {}
+    members: dict[str, list[str]] = {}
+    for name in operator.order:
+        s = operator.stage(name)
+        groups = {group_of[d] for d in s.deps}
+        chainable = s.device == "cpu" and not s.batch.batching
+        if chainable and len(groups) == 1 and all(_chainable(operator, m)
+                                                   for m in members[next(iter(groups))]):
+            group = next(iter(groups))
+        else:
+            group = name
+            members[group] = []
+        members[group].append(name)
+        group_of[name] = group
+    if len(members) == len(operator.stages):
+        return operator
+    return _ChainedOperator(operator, members, group_of)
+
+
+def _chainable(operator: StagedOperator, name: str) -> bool:
+    s = operator.stage(name)
+    return s.device == "cpu" and not s.batch.batching
+
+
+class _ChainedOperator(StagedOperator):
+    """:func:`chain_cpu_stages`' result: each group of several original stages is one stage
+    (named ``a+b+c``) whose output is ``{member: output}``; every other stage is the original
+    one, with its dependencies renamed to the groups they are in."""
+
+    def __init__(self, original: StagedOperator, members: dict[str, list[str]],
+                 group_of: dict[str, str]):
+        self.original = original
+        self._label = {g: "+".join(names) for g, names in members.items()}
+        self._chained = {self._label[g]: names for g, names in members.items() if len(names) > 1}
+        self._home = {name: self._label[g] for name, g in group_of.items()}  # stage -> its stage
+        stages = []
+        for group, names in members.items():
+            label = self._label[group]
+            outside = [d for n in names for d in original.stage(n).deps
+                       if group_of[d] != group]
+            deps = tuple(dict.fromkeys(self._home[d] for d in outside))
+            first = original.stage(names[0])
+            run = self._group_runner(names) if len(names) > 1 else first.run
+            stages.append(OperatorStage(label, run, deps, first.device, first.batch))
+        super().__init__(original.name, stages, original.flat, original.open, original.close,
+                         original._task_type, original._task_size)
+
+    def _value(self, dep: str, outputs: dict[str, Any]):
+        """An original stage's output, from the outputs of the (chained) stages."""
+        home = self._home[dep]
+        return outputs[home][dep] if home in self._chained else outputs[home]
+
+    def _group_runner(self, names: list[str]):
+        original = self.original
+
+        def run(inputs: list, device: str) -> list:
+            results = []
+            for record, outside in inputs:  # outside: original dep -> its output
+                outputs: dict[str, Any] = {}
+                for name in names:
+                    merged = {**outside, **outputs}
+                    outputs[name] = original.stage(name).run(
+                        [original.stage_inputs(name, record, merged)], device)[0]
+                results.append(outputs)
+            return results
+        return run
+
+    def stage_inputs(self, name: str, record, outputs: dict[str, Any]):
+        if name in self._chained:
+            members = self._chained[name]
+            outside = {d: self._value(d, outputs) for m in members
+                       for d in self.original.stage(m).deps if d not in members}
+            return record, outside
+        original = {d: self._value(d, outputs) for d in self.original.stage(name).deps}
+        return self.original.stage_inputs(name, record, original)
+
+    def results(self, sink_output) -> list:
+        sink = self.original.sink
+        return self.original.results(sink_output[sink] if self._home[sink] in self._chained
+                                     else sink_output)
+
+    def open(self, runtime_context=None) -> None:
+        self.original.open(runtime_context)
+        self.opened = True
+
+    def close(self) -> None:
+        self.original.close()
+        self.opened = False
 
 
 def _topological(stages: Sequence[OperatorStage]) -> tuple[str, ...]:

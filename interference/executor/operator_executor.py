@@ -71,7 +71,8 @@ from interference.executor.results import (RecordOutcome, StageRun, describe_fai
 from interference.executor.settings import OperatorExecutorSettings
 from interference.schedulers import make_node_scheduler
 from workload.model import Assignment, ComputingUnit, NodeScheduler, Stage
-from workload.operators import OperatorError, OperatorStage, StagedOperator, as_operator
+from workload.operators import (OperatorError, OperatorStage, StagedOperator, as_operator,
+                                chain_cpu_stages)
 
 __all__ = ["OperatorExecutor", "OperatorExecutorSettings", "RecordOutcome", "StageRun"]
 
@@ -101,8 +102,10 @@ class OperatorExecutor(ExecutorCore):
 
     def __init__(self, operator: StagedOperator, settings: OperatorExecutorSettings | None = None,
                  scheduler: NodeScheduler | None = None, runtime_context=None) -> None:
-        self.operator = as_operator(operator)
         settings = settings or OperatorExecutorSettings.from_env()
+        self.operator = as_operator(operator)
+        if settings.chain_cpu_stages:
+            self.operator = chain_cpu_stages(self.operator)
         costs = MeasuredStageCosts({s.name: s.device for s in self.operator.stages},
                                    settings.default_stage_ms, settings.gpu_speedup_prior,
                                    settings.repeats)

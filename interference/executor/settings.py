@@ -116,6 +116,9 @@ class OperatorExecutorSettings(NodeSettings):
     gpu_speedup_prior: the assumed GPU-over-CPU speedup of a ``device="gpu"`` stage until it
         was measured on both kinds of unit (``"any"`` stages assume 1: no preference).
     max_traceback_chars: a failed record's traceback is cut to its last this many characters.
+    chain_cpu_stages: run consecutive per-record CPU steps as one stage
+        (``workload.operators.chain_cpu_stages``), as Flink chains operators: each dispatched
+        call costs scheduling work that light steps do not repay.
     """
 
     batching: bool = True
@@ -123,6 +126,7 @@ class OperatorExecutorSettings(NodeSettings):
     default_stage_ms: float = 1.0
     gpu_speedup_prior: float = 8.0
     max_traceback_chars: int = 4000
+    chain_cpu_stages: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -438,7 +438,8 @@ def test_a_cancelled_record_is_dropped_and_the_executor_keeps_running():
         gate.set()
         return await executor.run("kept", 2)
 
-    with OperatorExecutor(op, settings()) as executor:
+    # cancellation is seen between stages: keep the two steps two stages (no chaining)
+    with OperatorExecutor(op, settings(chain_cpu_stages=False)) as executor:
         assert asyncio.run(main(executor)).outputs == [3]
         for _ in range(100):
             if executor.snapshot()["failed"] == 1:
@@ -499,3 +500,23 @@ def test_a_pure_python_operator_never_imports_torch():
                                     operator_records_module, settings_module, dispatch_module])
 def test_docstring_examples(module):
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_per_record_cpu_steps_are_chained_into_one_call_with_the_same_outputs():
+    calls = []
+    op = StagedOperator("chain", [
+        stage("parse", lambda x: calls.append("parse") or int(x)),
+        stage("double", lambda x: calls.append("double") or 2 * x, deps=("parse",)),
+        stage("model", lambda xs: [x + 1 for x in xs], deps=("double",), batched=True,
+              batch=BatchPolicy.up_to(8, max_queue_delay_us=20_000)),
+        stage("label", lambda both: f"{both['parse']}->{both['model']}",
+              deps=("parse", "model")),
+    ])
+    records = [str(i) for i in range(20)]
+    with OperatorExecutor(op, settings()) as executor:
+        outcomes = run_all(executor, records)
+        report = executor.batch_report()
+    assert [o.outputs for o in outcomes] == [op.run_record(r) for r in records]
+    # parse and double ran as one stage; the batched model and the label kept theirs
+    assert set(report) == {"parse+double", "model", "label"}
+    assert calls.count("parse") == calls.count("double") == 40  # 20 here + 20 references

@@ -1,0 +1,66 @@
+"""A job with trivial per-record work, to measure what the hook itself costs.
+
+    flink run -d -py benchmarks/jobs/passthrough_job.py -- --connector-jar ... [--hook]
+
+Strings in from Kafka, ``passthrough`` (the record itself) on 3 instances, strings out
+exactly-once. Without ``--hook``: ``rebalance()`` then ``map(passthrough)`` at parallelism 3
+(where the 3 instances run is Flink's slot allocation; on a cluster with
+``taskmanager.load-balance.mode: TASKS`` they spread one per TaskManager). With ``--hook``: the
+same function through the streamplace hook (one pinned executor per TaskManager; the policy from
+``STREAMPLACE_HOOK_POLICY``). Used by ``benchmarks/flink_e2e_examples.py --overhead``.
+"""
+
+import argparse
+import os
+
+from pyflink.common import SimpleStringSchema, Types, WatermarkStrategy
+from pyflink.datastream import CheckpointingMode, StreamExecutionEnvironment
+from pyflink.datastream.connectors.base import DeliveryGuarantee
+from pyflink.datastream.connectors.kafka import (KafkaOffsetsInitializer,
+                                                 KafkaRecordSerializationSchema, KafkaSink,
+                                                 KafkaSource)
+
+
+def passthrough(line: str) -> str:
+    return line
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap-servers", default="127.0.0.1:9092")
+    parser.add_argument("--connector-jar", required=True)
+    parser.add_argument("--input-topic", required=True)
+    parser.add_argument("--output-topic", required=True)
+    parser.add_argument("--dead-letter-topic", default="")
+    parser.add_argument("--job-name", default="passthrough")
+    parser.add_argument("--hook", action="store_true")
+    args = parser.parse_args()
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.add_jars(f"file://{os.path.abspath(args.connector_jar)}")
+    env.enable_checkpointing(1000, CheckpointingMode.EXACTLY_ONCE)
+    source = (KafkaSource.builder().set_bootstrap_servers(args.bootstrap_servers)
+              .set_topics(args.input_topic).set_group_id(args.job_name)
+              .set_starting_offsets(KafkaOffsetsInitializer.earliest())
+              .set_property("isolation.level", "read_committed")
+              .set_value_only_deserializer(SimpleStringSchema()).build())
+    lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "lines").uid("lines")
+    if args.hook:
+        from pyflink_jobs.hook import StreamplaceHook
+        hook = StreamplaceHook.create(args.bootstrap_servers,
+                                      dead_letter_topic=args.dead_letter_topic)
+        out = hook.apply(env, lines, passthrough, output_type=Types.STRING())
+    else:
+        out = lines.rebalance().map(passthrough, output_type=Types.STRING()).set_parallelism(3)
+    out.sink_to(KafkaSink.builder().set_bootstrap_servers(args.bootstrap_servers)
+                .set_record_serializer(KafkaRecordSerializationSchema.builder()
+                                       .set_topic(args.output_topic)
+                                       .set_value_serialization_schema(SimpleStringSchema())
+                                       .build())
+                .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+                .set_transactional_id_prefix(args.job_name)
+                .set_property("transaction.timeout.ms", "600000").build()).uid("sink")
+    env.execute(args.job_name)
+
+
+if __name__ == "__main__":
+    main()
