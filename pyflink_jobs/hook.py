@@ -95,7 +95,8 @@ class HookSettings:
     scheduler: str = "iawp"           # the node scheduler inside each executor
     executor: str = "iawp"            # "iawp", or "checksum" (trivial work: measures the hook's
     #                                   own overhead with light records)
-    executor_capacity: int = 8        # tasks in flight per executor instance
+    executor_capacity: int = 32       # records in flight per executor instance (the async
+    #                                   capacity): batching can only batch what is in flight
     executor_timeout_s: float = 300.0
     feedback_interval_s: float = 0.5
     refresh_interval_s: float = 2.0
