@@ -167,7 +167,7 @@ def plot(summary: list[dict], example: str, path: Path) -> None:
                for label in labels]
     ax.barh(labels, means, xerr=errs, capsize=4, color=colours)
     ax.set_xlabel("committed outputs / s (mean, 95% CI)")
-    ax.set_title(f"examples/{example}: the hooked job under each placement (real engines)")
+    ax.set_title(f"examples/{example}: hooked job per placement", fontsize=10)
     ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

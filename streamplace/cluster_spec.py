@@ -22,8 +22,11 @@ __all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecErro
            "JVM_FIXED_OVERHEAD_MB"]
 
 #: JVM parts we size explicitly and add to task heap + managed memory: framework heap 128,
-#: framework off-heap 128, network 64, metaspace 256, JVM overhead 192 (MB).
-JVM_FIXED_OVERHEAD_MB = 128 + 128 + 64 + 256 + 192
+#: framework off-heap 128, network 64, metaspace 512, JVM overhead 192 (MB). Metaspace: every
+#: job a TaskManager runs loads the Kafka connector's classes again; 256 MB ran out
+#: (OutOfMemoryError: Metaspace) after about 25 Python jobs in one test session.
+JVM_METASPACE_MB = 512
+JVM_FIXED_OVERHEAD_MB = 128 + 128 + 64 + JVM_METASPACE_MB + 192
 
 
 class SpecError(ValueError):

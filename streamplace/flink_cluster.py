@@ -24,7 +24,8 @@ from pathlib import Path
 import requests
 import yaml
 
-from streamplace.cluster_spec import LocalClusterSpec, TaskManagerSpec, load_cluster_spec
+from streamplace.cluster_spec import (JVM_METASPACE_MB, LocalClusterSpec, TaskManagerSpec,
+                                      load_cluster_spec)
 from streamplace.config import StreamplaceConfig
 from streamplace.processes import LaunchError, ManagedProcess, require_java, tail
 
@@ -201,7 +202,7 @@ class FlinkCluster:
             "taskmanager.memory.framework.heap.size": "128m",
             "taskmanager.memory.framework.off-heap.size": "128m",
             "taskmanager.memory.network.min": "64m", "taskmanager.memory.network.max": "64m",
-            "taskmanager.memory.jvm-metaspace.size": "256m",
+            "taskmanager.memory.jvm-metaspace.size": f"{JVM_METASPACE_MB}m",
             "taskmanager.memory.jvm-overhead.min": "192m",
             "taskmanager.memory.jvm-overhead.max": "192m",
             f"external-resource.{tm.id}.amount": tm.slots,
