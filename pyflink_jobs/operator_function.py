@@ -85,10 +85,12 @@ class OperatorExecutorFunction(ExecutorFunctionBase):
     def open(self, runtime_context):
         import os
 
-        from interference.executor import OperatorExecutor, OperatorExecutorSettings
+        from interference.executor import OperatorExecutorSettings, operator_executor_for
         node = os.environ.get("STREAMPLACE_NODE_ID") or self.planned_node or "unknown"
         s = self.settings
-        self.executor = OperatorExecutor(self.operator, OperatorExecutorSettings.from_env(
+        # a one-step CPU operator runs on a thread pool; anything with stages to batch or
+        # co-schedule through the IAWP operator executor
+        self.executor = operator_executor_for(self.operator, OperatorExecutorSettings.from_env(
             node_id=node, scheduler=s.scheduler, cpu_workers=s.workers(),
             batching=s.batching), runtime_context=runtime_context)
         self._open_feedback(runtime_context, self._snapshot)

@@ -28,12 +28,13 @@ Example::
 """
 
 from interference.executor.devices import discover_units, gpu_model_key
+from interference.executor.direct import DirectExecutor, operator_executor_for
 from interference.executor.executor import NodeExecutor
 from interference.executor.operator_executor import OperatorExecutor
 from interference.executor.results import RecordOutcome, StageRecord, StageRun, TaskOutcome
 from interference.executor.settings import ExecutorSettings, OperatorExecutorSettings
 from interference.executor.telemetry import NodeTelemetry
 
-__all__ = ["NodeExecutor", "ExecutorSettings", "TaskOutcome", "StageRecord", "discover_units",
+__all__ = ["DirectExecutor", "operator_executor_for", "NodeExecutor", "ExecutorSettings", "TaskOutcome", "StageRecord", "discover_units",
            "NodeTelemetry", "gpu_model_key", "OperatorExecutor", "OperatorExecutorSettings",
            "RecordOutcome", "StageRun"]

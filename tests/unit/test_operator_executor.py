@@ -520,3 +520,41 @@ def test_per_record_cpu_steps_are_chained_into_one_call_with_the_same_outputs():
     # parse and double ran as one stage; the batched model and the label kept theirs
     assert set(report) == {"parse+double", "model", "label"}
     assert calls.count("parse") == calls.count("double") == 40  # 20 here + 20 references
+
+
+def test_a_one_step_cpu_operator_takes_the_direct_path_with_the_same_outcomes():
+    from interference.executor import DirectExecutor, operator_executor_for
+    attempts = []
+
+    def parse(text):
+        attempts.append(text)
+        if text.startswith("-"):
+            raise ValueError(f"negative: {text}")
+        return int(text) * 2
+
+    records = ["1", "-2", "3", "4"]
+    with operator_executor_for([str.strip, parse], settings()) as executor:
+        assert isinstance(executor, DirectExecutor)  # two CPU steps chain into one
+        outcomes = [executor.submit(f"r{i}", r).result(10) for i, r in enumerate(records)]
+        snap = executor.snapshot()
+        report = executor.batch_report()
+    assert [o.outputs for o in outcomes] == [[2], [], [6], [8]]
+    bad = outcomes[1]
+    assert bad.status == "FAILED" and "ValueError: negative: -2" in bad.error
+    assert "Traceback" in bad.traceback and bad.stages[0].attempts == 2
+    assert attempts.count("-2") == 2  # retried up to max_attempts, then failed
+    assert (snap["completed"], snap["failed"], snap["in_flight"]) == (3, 1, 0)
+    assert report["strip+parse"]["cpu"]["batches"] == 5
+
+
+@pytest.mark.parametrize("operator,direct", [
+    (str.upper, True),
+    ([str.strip, str.upper], True),
+    (StagedOperator("b", [stage("b", lambda xs: xs, batched=True, batch=4)]), False),
+    (StagedOperator("g", [stage("g", str.upper, device="gpu")]), False),
+])
+def test_which_operators_run_directly(operator, direct):
+    from interference.executor import DirectExecutor, operator_executor_for
+    with operator_executor_for(operator, settings()) as executor:
+        assert isinstance(executor, DirectExecutor) is direct
+        assert executor.submit("r", "ab").result(10).status == "OK"
