@@ -32,7 +32,7 @@ from pyflink_jobs.feedback import FeedbackPublisher, FinishedTask
 from pyflink_jobs.flink_ops import CountGauges
 from pyflink_jobs.routed import RoutedRecord
 
-__all__ = ["ExecutorFunctionSettings", "ExecutorFunctionBase", "NodeExecutorFunction",
+__all__ = ["ExecutorFunctionSettings", "ExecutorFeedback", "ExecutorFunctionBase", "NodeExecutorFunction",
            "ChecksumExecutor", "result_record", "unwrap"]
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def result_record(event: dict, outcome, node_id: str, routed_to: str = "") -> di
         "output": json.dumps(output, sort_keys=True) if output is not None else None}
 
 
-class ExecutorFunctionBase(AsyncFunction):
+class ExecutorFeedback:
     """What every executor instance does besides its work: know its node, publish feedback,
     count results, and say when a record reached the wrong node.
 
@@ -142,6 +142,10 @@ class ExecutorFunctionBase(AsyncFunction):
         executor = getattr(self, "executor", None)
         if executor is not None:
             executor.close()
+
+
+class ExecutorFunctionBase(ExecutorFeedback, AsyncFunction):
+    """:class:`ExecutorFeedback` for an async executor function."""
 
 
 class NodeExecutorFunction(ExecutorFunctionBase):

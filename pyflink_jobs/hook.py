@@ -52,11 +52,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, fields, replace
 
+from workload.operators import as_operator, chain_cpu_stages
+
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
 from pyflink_jobs.flink_ops import (dead_letter_tag, executor_slot_sharing_group,
                                     io_slot_sharing_group, kafka_bytes_sink, side_output)
-from pyflink_jobs.operator_function import OperatorExecutorFunction, SplitOutcomes
+from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
+                                            SplitOutcomes)
+from interference.executor.direct import runs_directly
 from pyflink_jobs.router import RouterNode, RouterSettings
 from pyflink_jobs.router_function import (OperatorRecords, RestAwarePartitioner, RouterFunction,
                                           TaskEventRecords, feedback_state_descriptor, node_tag,
@@ -293,7 +297,6 @@ class StreamplaceHook:
         streamplace TaskEvents, run by the built-in apps (TaskResult bytes)."""
         from pyflink.common import Types
 
-        from workload.operators import as_operator
         s = self.settings
         if s.routing not in ("pinned", "rest_partitioner"):
             raise ValueError(f"routing must be 'pinned' or 'rest_partitioner', got {s.routing!r}")
@@ -346,6 +349,15 @@ class StreamplaceHook:
         and, for a user operator, the split into outputs and dead letters."""
         s = self.settings
         group = group or executor_slot_sharing_group(host)
+        if op is not None and runs_directly(chain_cpu_stages(op)):
+            # one per-record CPU step: computed inline, outputs and dead letters in one operator
+            outputs = (stream.process(DirectOperatorFunction(
+                host, op, self.executor_settings(parallelism)), output_type=self._output_type)
+                .name(f"streamplace-executor{'-' + label if label else ''}{suffix}")
+                .uid(f"{s.uid_prefix}-executor{'-' + label if label else ''}")
+                .set_parallelism(parallelism).slot_sharing_group(group))
+            self._dead.append(side_output(outputs, dead_letter_tag()))
+            return outputs
         if op is not None:
             function = OperatorExecutorFunction(host, op, self.executor_settings(parallelism))
         elif s.executor == "checksum":

@@ -88,6 +88,16 @@ class DirectExecutor:
         return self._pool.submit(self._run, str(record_id), record, time.perf_counter(),
                                  time.time())
 
+    def run_now(self, record_id: str, record, task_size: int = 0) -> RecordOutcome:
+        """The record's outcome, computed in the calling thread (a synchronous Flink operator:
+        no pool, no thread hop)."""
+        if self._closed:
+            raise RuntimeError("the executor is closed")
+        self._slots.acquire()
+        with self._lock:
+            self._counts["queue_depth"] += 1
+        return self._run(str(record_id), record, time.perf_counter(), time.time())
+
     async def run(self, record_id: str, record, task_size: int = 0) -> RecordOutcome:
         if self._slots.acquire(blocking=False):  # a slot now: no thread hop to wait for one
             self._slots.release()

@@ -172,3 +172,44 @@ def test_task_event_reader_refuses_bad_bytes_and_unexpected_shapes(value, stage_
     with pytest.raises(Refused) as refused:
         reader.read(value)
     assert refused.value.stage == stage_name
+
+
+class _Metrics:
+    def gauge(self, name, fn):
+        pass
+
+
+class _Context:
+    def get_index_of_this_subtask(self):
+        return 0
+
+    def get_metrics_group(self):
+        return _Metrics()
+
+
+def test_a_one_step_operator_runs_inline_with_outputs_and_dead_letters_from_one_operator():
+    from pyflink_jobs.executor_function import ExecutorFunctionSettings
+    from pyflink_jobs.operator_function import DirectOperatorFunction
+    from pyflink_jobs.routed import DecisionContext, RoutedRecord
+    from workload.codec import decode
+
+    def halve(text):
+        return int(text) // 2
+
+    function = DirectOperatorFunction("tm_a", as_operator(halve), ExecutorFunctionSettings(
+        bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0))
+    function.open(_Context())
+    try:
+        routed = [RoutedRecord(f"t{i}", "halve", 2, "tm_a", 0, DecisionContext(), text)
+                  for i, text in enumerate(["8", "x", "6"])]
+        emitted = [list(function.process_element(r, None)) for r in routed]
+        record = function.feedback.build_record()
+    finally:
+        function.feedback.producer = None  # nothing to flush to an absent broker
+        function.close()
+    assert emitted[0] == [4] and emitted[2] == [3]
+    (tag, dead), = emitted[1]
+    letter = decode("DeadLetter", dead)
+    assert letter["raw"] == b"x" and "ValueError" in letter["reason"]
+    assert letter["stage"] == "operator:halve" and "Traceback" in letter["reason"]
+    assert sorted(t["task_id"] for t in record["completed"]) == ["t0", "t1", "t2"]
