@@ -76,6 +76,28 @@ def _bytes_out(executed: ExecutedRecord) -> int:
         return 0
 
 
+def _describe(function, value):
+    """(routed record or None, the user's record, task id, task size) of what reached an
+    executor function, counting a record routed to another node."""
+    routed, record = unwrap(value)
+    function._check_routed(routed)
+    task_id = routed.task_id if routed is not None else f"local-{id(value)}-{time.time()}"
+    return routed, record, task_id, routed.task_size if routed is not None else 0
+
+
+def _report(function, routed, record, task_id: str, size: int, outcome) -> ExecutedRecord:
+    """Count the outcome, report its timing in the node's feedback, and make the
+    :class:`ExecutedRecord` (outputs, or a dead letter)."""
+    function._count(outcome.status == "OK")
+    executed = executed_from_outcome(routed, record, outcome, function.operator.name)
+    if routed is not None:
+        function.feedback.task_finished(FinishedTask(
+            task_id, routed.task_type, size, float(outcome.queue_ms), float(outcome.service_ms),
+            float(outcome.work_ms), int(outcome.finished_at_ms)),
+            routed, bytes_in=routed.raw_bytes, bytes_out=_bytes_out(executed))
+    return executed
+
+
 class OperatorExecutorFunction(ExecutorFunctionBase):
     """RoutedRecord -> [ExecutedRecord]: the user's operator on this node (module docstring)."""
 
@@ -104,20 +126,9 @@ class OperatorExecutorFunction(ExecutorFunctionBase):
         return snap
 
     async def async_invoke(self, value):
-        routed, record = unwrap(value)
-        self._check_routed(routed)
-        task_id = routed.task_id if routed is not None else f"local-{id(value)}-{time.time()}"
-        size = routed.task_size if routed is not None else 0
+        routed, record, task_id, size = _describe(self, value)
         outcome = await self.executor.run(task_id, record, size)
-        ok = outcome.status == "OK"
-        self._count(ok)
-        executed = executed_from_outcome(routed, record, outcome, self.operator.name)
-        if routed is not None:
-            self.feedback.task_finished(FinishedTask(
-                task_id, routed.task_type, size, float(outcome.queue_ms),
-                float(outcome.service_ms), float(outcome.work_ms), int(outcome.finished_at_ms)),
-                routed, bytes_in=routed.raw_bytes, bytes_out=_bytes_out(executed))
-        return [executed]
+        return [_report(self, routed, record, task_id, size, outcome)]
 
     def timeout(self, value):
         routed, record = unwrap(value)
@@ -171,18 +182,9 @@ class DirectOperatorFunction(ExecutorFeedback, ProcessFunction):
         return snap
 
     def process_element(self, value, ctx):
-        routed, record = unwrap(value)
-        self._check_routed(routed)
-        task_id = routed.task_id if routed is not None else f"local-{id(value)}-{time.time()}"
-        size = routed.task_size if routed is not None else 0
+        routed, record, task_id, size = _describe(self, value)
         outcome = self.executor.run_now(task_id, record, size)
-        self._count(outcome.status == "OK")
-        executed = executed_from_outcome(routed, record, outcome, self.operator.name)
-        if routed is not None:
-            self.feedback.task_finished(FinishedTask(
-                task_id, routed.task_type, size, float(outcome.queue_ms),
-                float(outcome.service_ms), float(outcome.work_ms), int(outcome.finished_at_ms)),
-                routed, bytes_in=routed.raw_bytes, bytes_out=_bytes_out(executed))
+        executed = _report(self, routed, record, task_id, size, outcome)
         if executed.dead_letter is not None:
             yield self._tag, executed.dead_letter
         else:

@@ -213,3 +213,34 @@ def test_a_one_step_operator_runs_inline_with_outputs_and_dead_letters_from_one_
     assert letter["raw"] == b"x" and "ValueError" in letter["reason"]
     assert letter["stage"] == "operator:halve" and "Traceback" in letter["reason"]
     assert sorted(t["task_id"] for t in record["completed"]) == ["t0", "t1", "t2"]
+
+
+def test_the_async_executor_function_reports_outputs_dead_letters_and_timings():
+    import asyncio
+
+    from pyflink_jobs.executor_function import ExecutorFunctionSettings
+    from pyflink_jobs.operator_function import OperatorExecutorFunction
+    from pyflink_jobs.routed import DecisionContext, RoutedRecord
+    from workload.codec import decode
+
+    op = StagedOperator("scale", [stage("parse", int),
+                                  stage("scale", lambda xs: [10 * x for x in xs],
+                                        deps=("parse",), batched=True, batch=8)])
+    function = OperatorExecutorFunction("tm_a", op, ExecutorFunctionSettings(
+        bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0, cpu_workers=1))
+    function.open(_Context())
+    try:
+        routed = [RoutedRecord(f"t{i}", "scale", 1, "tm_a", 0, DecisionContext(), text)
+                  for i, text in enumerate(["3", "y", "5"])]
+
+        async def run_all():
+            return await asyncio.gather(*[function.async_invoke(r) for r in routed])
+        executed = [batch[0] for batch in asyncio.run(run_all())]
+        record = function.feedback.build_record()
+    finally:
+        function.feedback.producer = None
+        function.close()
+    assert executed[0].outputs == (30,) and executed[2].outputs == (50,)
+    assert decode("DeadLetter", executed[1].dead_letter)["raw"] == b"y"
+    assert sorted(t["task_id"] for t in record["completed"]) == ["t0", "t1", "t2"]
+    assert [r["stage"] for r in record["stage_batches"]] == ["parse", "scale"]
