@@ -16,7 +16,8 @@ import time
 
 __all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter",
            "executor_slot_sharing_group", "io_slot_sharing_group", "kafka_bytes_sink",
-           "side_output", "CountGauges", "MAX_REASON_CHARS",
+           "side_output", "CountGauges", "MAX_REASON_CHARS", "MAX_DEAD_LETTER_RAW_BYTES",
+           "dead_letter_raw",
            "EXECUTOR_CPU", "EXECUTOR_HEAP_MB", "EXECUTOR_MANAGED_MB",
            "IO_CPU", "IO_HEAP_MB", "IO_MANAGED_MB"]
 
@@ -24,6 +25,9 @@ DEAD_LETTER_TAG_NAME = "dead-letter"
 
 #: A dead letter's reason keeps the error and the end of a traceback, not megabytes of it.
 MAX_REASON_CHARS = 8000
+#: A dead letter keeps at most this much of the refused record (its head): enough to find and
+#: replay it, never a multi-megabyte copy of a hostile record.
+MAX_DEAD_LETTER_RAW_BYTES = 1 << 20
 
 #: Resources of one executor instance and of the I/O operators. With fine-grained resource
 #: management every slot sharing group needs an explicit spec (else default slots eat the
@@ -40,6 +44,16 @@ def dead_letter_tag():
     return OutputTag(DEAD_LETTER_TAG_NAME, Types.PRIMITIVE_ARRAY(Types.BYTE()))
 
 
+def dead_letter_raw(record) -> bytes:
+    """The bytes a dead letter keeps of ``record`` (any of the job's types), capped at
+    :data:`MAX_DEAD_LETTER_RAW_BYTES`; a record that cannot be serialised keeps its ``repr``."""
+    from workload.operators import record_bytes
+    try:
+        return bytes(record_bytes(record)[:MAX_DEAD_LETTER_RAW_BYTES])
+    except Exception:  # noqa: BLE001 - a record that cannot even be shown: its repr
+        return repr(record)[:10_000].encode("utf-8", "replace")
+
+
 def make_dead_letter(raw: bytes, topic: str, partition: int, offset: int, reason: str,
                      stage: str) -> bytes:
     """A DeadLetter record (Avro bytes): the refused record's bytes, where it came from, why."""
@@ -50,7 +64,7 @@ def make_dead_letter(raw: bytes, topic: str, partition: int, offset: int, reason
     return encode("DeadLetter", {
         "source_topic": topic or "", "partition": int(partition if partition is not None else -1),
         "offset": int(offset if offset is not None else -1), "reason": reason,
-        "raw": bytes(raw or b""), "failed_at_ms": int(time.time() * 1000), "stage": stage})
+        "raw": bytes(raw or b"")[:MAX_DEAD_LETTER_RAW_BYTES], "failed_at_ms": int(time.time() * 1000), "stage": stage})
 
 
 def executor_slot_sharing_group(node_id: str):

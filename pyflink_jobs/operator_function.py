@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pyflink_jobs.executor_function import (ExecutorFeedback, ExecutorFunctionBase,
                                             ExecutorFunctionSettings, unwrap)
 from pyflink_jobs.feedback import FinishedTask, stage_batches
-from pyflink_jobs.flink_ops import dead_letter_tag, make_dead_letter
+from pyflink_jobs.flink_ops import dead_letter_raw, dead_letter_tag, make_dead_letter
 
 __all__ = ["ExecutedRecord", "OperatorExecutorFunction", "SplitOutcomes",
            "DirectOperatorFunction"]
@@ -56,11 +56,7 @@ def executed_from_outcome(routed, record, outcome, operator_name: str) -> Execut
 
 
 def _dead_letter(routed, record, reason: str, stage: str) -> bytes:
-    from workload.operators import record_bytes
-    try:
-        raw = record_bytes(record)
-    except Exception:  # noqa: BLE001 - a record that cannot be shown as bytes: its repr
-        raw = repr(record)[:10_000].encode("utf-8", "replace")
+    raw = dead_letter_raw(record)
     topic, partition, offset = routed.source if routed is not None else ("", -1, -1)
     return make_dead_letter(raw, topic, partition, offset, reason, stage)
 

@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 
-from pyflink_jobs.flink_ops import CountGauges, make_dead_letter
+from pyflink_jobs.flink_ops import CountGauges, dead_letter_raw, make_dead_letter
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
 from pyflink_jobs.routed import RoutedRecord
 from workload.model import Task
@@ -85,7 +85,7 @@ class TaskEventRecords(RecordReader):
             except (TypeError, IndexError, ValueError) as exc:
                 raise Refused(f"expected TaskEvent bytes or Row(payload, topic, partition, "
                               f"offset), got {type(value).__name__}: {exc}", "shape",
-                              _raw(value)) from None
+                              dead_letter_raw(value)) from None
         payload = bytes(payload) if payload is not None else b""
         try:
             event = self._decode("TaskEvent", payload)
@@ -118,30 +118,22 @@ class OperatorRecords(RecordReader):
             task_type = self.task_type_of(value)
         except Exception as exc:  # noqa: BLE001 - the user's function: dead-letter, go on
             raise Refused(f"task_type failed: {type(exc).__name__}: {exc}", "task_type",
-                          _raw(value)) from None
+                          dead_letter_raw(value)) from None
         if not isinstance(task_type, str) or not 0 < len(task_type) <= MAX_TASK_TYPE_CHARS:
             raise Refused(f"task_type must give a non-empty string of at most "
                           f"{MAX_TASK_TYPE_CHARS} characters, got {str(task_type)[:80]!r}",
-                          "task_type", _raw(value))
+                          "task_type", dead_letter_raw(value))
         try:
             size = self.task_size_of(value)
         except Exception as exc:  # noqa: BLE001
             raise Refused(f"task_size failed: {type(exc).__name__}: {exc}", "task_size",
-                          _raw(value)) from None
+                          dead_letter_raw(value)) from None
         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_TASK_SIZE:
             raise Refused(f"task_size must give an int in [0, {MAX_TASK_SIZE}], got "
-                          f"{str(size)[:80]!r}", "task_size", _raw(value))
+                          f"{str(size)[:80]!r}", "task_size", dead_letter_raw(value))
         task_id = f"{self._prefix}{self._next}"
         self._next += 1
         return Task(task_id, task_type, size), value, record_size(value), ("", -1, -1)
-
-
-def _raw(value) -> bytes:
-    from workload.operators import record_bytes
-    try:
-        return record_bytes(value)[:1 << 20]
-    except Exception:  # noqa: BLE001 - a record that cannot even be shown: its repr
-        return repr(value)[:10_000].encode("utf-8", "replace")
 
 
 def node_tag(node_id: str):

@@ -244,3 +244,26 @@ def test_the_async_executor_function_reports_outputs_dead_letters_and_timings():
     assert decode("DeadLetter", executed[1].dead_letter)["raw"] == b"y"
     assert sorted(t["task_id"] for t in record["completed"]) == ["t0", "t1", "t2"]
     assert [r["stage"] for r in record["stage_batches"]] == ["parse", "scale"]
+
+
+def test_a_dead_letter_keeps_at_most_the_capped_head_of_a_huge_record():
+    from pyflink_jobs.flink_ops import (MAX_DEAD_LETTER_RAW_BYTES, dead_letter_raw,
+                                        make_dead_letter)
+    from workload.codec import decode
+
+    huge = "y" * (3 * MAX_DEAD_LETTER_RAW_BYTES)
+    raw = dead_letter_raw(huge)
+    assert raw == b"y" * MAX_DEAD_LETTER_RAW_BYTES
+
+    class Unshowable:
+        def __str__(self):
+            raise RuntimeError("no text form")
+
+        def __repr__(self):
+            return "<unshowable>"
+
+    assert dead_letter_raw(Unshowable()) == b"<unshowable>"
+    # make_dead_letter caps raw bytes handed to it directly, too
+    letter = decode("DeadLetter", make_dead_letter(b"z" * (2 * MAX_DEAD_LETTER_RAW_BYTES),
+                                                   "in", 0, 7, "boom", "operator:x"))
+    assert len(letter["raw"]) == MAX_DEAD_LETTER_RAW_BYTES and letter["offset"] == 7
