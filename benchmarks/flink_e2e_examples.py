@@ -49,6 +49,8 @@ from benchmarks.flink_e2e import confidence
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = ("tm_a", "tm_b", "tm_c")
+#: Outputs committed within less than this (about two checkpoints) give no flowing rate.
+MIN_RATE_SPAN_S = 2.0
 VARIANTS = [
     ("Flink's default distribution (round-robin)", {"POLICY": "round_robin"}),
     ("least-outstanding", {"POLICY": "least_outstanding"}),
@@ -180,14 +182,25 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             "first_output_s": latencies[0] if latencies else None,
             # outputs per second once they flow: separates processing from the time before
             # the first commit (a checkpoint must complete before a transactional sink commits)
-            "processing_records_per_s": (measured - 1) / max(1e-6, seen[-1] - seen[0])
-            if measured > 1 else None,
+            # (none when they came in fewer than about two commits: no rate to speak of)
+            "processing_records_per_s": (measured - 1) / (seen[-1] - seen[0])
+            if measured > 1 and seen[-1] - seen[0] >= MIN_RATE_SPAN_S else None,
             "checkpoint_e2e_ms": checkpoints,
             "p50_commit_s": latencies[len(latencies) // 2] if latencies else None,
             "p99_commit_s": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
             "routed": routed, "decision_p99_us": gauges.get("streamplace_decision_p99_us"),
             "cluster_restarted_before": restarted,
             "model_version": gauges.get("streamplace_model_version")}
+
+
+def summarise(rows: list[dict], variants) -> list[dict]:
+    """Per variant: mean and 95% CI of each measure over its runs (None when no run has it)."""
+    def stat(label, key):
+        values = [x[key] for x in rows if x["variant"] == label and x.get(key)]
+        return confidence(values) if values else None
+    return [{"variant": label, **{key: stat(label, key) for key in (
+        "records_per_s", "p99_commit_s", "first_output_s", "processing_records_per_s")}}
+        for label, _ in variants]
 
 
 def checkpoint_summary(rest_url: str, job_id: str) -> dict:
@@ -294,17 +307,7 @@ def main(argv=None) -> int:
         service.stop()
         cluster.stop()
         broker.stop()
-    summary = [{"variant": label,
-                "records_per_s": confidence([x["records_per_s"] for x in rows
-                                             if x["variant"] == label]),
-                "p99_commit_s": confidence([x["p99_commit_s"] for x in rows
-                                            if x["variant"] == label and x["p99_commit_s"]]),
-                "first_output_s": confidence([x["first_output_s"] for x in rows
-                                              if x["variant"] == label and x["first_output_s"]]),
-                "processing_records_per_s": confidence(
-                    [x["processing_records_per_s"] for x in rows
-                     if x["variant"] == label and x["processing_records_per_s"]])}
-               for label, _ in variants]
+    summary = summarise(rows, variants)
     name = f"flink_e2e_{args.example}"
     (RESULTS / f"{name}.partial.json").unlink(missing_ok=True)
     write_result(name, {"example": args.example, "records": count, "rounds": runs,
@@ -312,9 +315,10 @@ def main(argv=None) -> int:
     plot(summary, args.example, RESULTS / f"{name}.png")
     for s in summary:
         ci = s["records_per_s"]["ci95"]
+        flowing = s["processing_records_per_s"]
         print(f"{s['variant']:46s} {s['records_per_s']['mean']:7.1f} [{ci[0]:.1f}, {ci[1]:.1f}]"
-              f"  first output {s['first_output_s']['mean']:.1f} s, then "
-              f"{s['processing_records_per_s']['mean']:.0f} rec/s")
+              f"  first output {s['first_output_s']['mean']:.1f} s" +
+              (f", then {flowing['mean']:.0f} rec/s" if flowing else ""))
     return 0
 
 
