@@ -32,7 +32,8 @@ from pyflink_jobs.feedback import FeedbackPublisher, FinishedTask
 from pyflink_jobs.flink_ops import CountGauges
 from pyflink_jobs.routed import RoutedRecord
 
-__all__ = ["ExecutorFunctionSettings", "ExecutorFeedback", "ExecutorFunctionBase", "NodeExecutorFunction",
+__all__ = ["ExecutorFunctionSettings", "ExecutorFeedback", "ExecutorFunctionBase",
+           "NodeExecutorFunction",
            "ChecksumExecutor", "result_record", "unwrap"]
 
 log = logging.getLogger(__name__)

@@ -64,7 +64,8 @@ def make_dead_letter(raw: bytes, topic: str, partition: int, offset: int, reason
     return encode("DeadLetter", {
         "source_topic": topic or "", "partition": int(partition if partition is not None else -1),
         "offset": int(offset if offset is not None else -1), "reason": reason,
-        "raw": bytes(raw or b"")[:MAX_DEAD_LETTER_RAW_BYTES], "failed_at_ms": int(time.time() * 1000), "stage": stage})
+        "raw": bytes(raw or b"")[:MAX_DEAD_LETTER_RAW_BYTES],
+        "failed_at_ms": int(time.time() * 1000), "stage": stage})
 
 
 def executor_slot_sharing_group(node_id: str):

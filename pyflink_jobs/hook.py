@@ -52,7 +52,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, fields, replace
 
-from workload.operators import as_operator, chain_cpu_stages
+from workload.operators import as_operator
 
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
@@ -60,7 +60,7 @@ from pyflink_jobs.flink_ops import (dead_letter_tag, executor_slot_sharing_group
                                     io_slot_sharing_group, kafka_bytes_sink, side_output)
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
-from interference.executor.direct import runs_directly
+from interference.executor.direct import direct_operator
 from pyflink_jobs.router import RouterNode, RouterSettings
 from pyflink_jobs.router_function import (OperatorRecords, RestAwarePartitioner, RouterFunction,
                                           TaskEventRecords, feedback_state_descriptor, node_tag,
@@ -349,7 +349,7 @@ class StreamplaceHook:
         and, for a user operator, the split into outputs and dead letters."""
         s = self.settings
         group = group or executor_slot_sharing_group(host)
-        if op is not None and runs_directly(chain_cpu_stages(op)):
+        if op is not None and direct_operator(op) is not None:
             # one per-record CPU step: computed inline, outputs and dead letters in one operator
             outputs = (stream.process(DirectOperatorFunction(
                 host, op, self.executor_settings(parallelism)), output_type=self._output_type)

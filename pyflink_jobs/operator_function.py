@@ -151,7 +151,7 @@ class SplitOutcomes(ProcessFunction):
 
 class DirectOperatorFunction(ExecutorFeedback, ProcessFunction):
     """RoutedRecord -> the operator's outputs, computed inline: for an operator that is one
-    per-record CPU step (``interference.executor.direct.runs_directly``), the async operator,
+    per-record CPU step (``interference.executor.direct.direct_operator``), the async operator,
     its thread hops and the split behind it cost more than the step (a trivial operator ran at
     about 1,500 records/s through them on this machine). Dead letters leave on the
     :func:`~pyflink_jobs.flink_ops.dead_letter_tag` side output. A record's call blocks this
@@ -165,9 +165,15 @@ class DirectOperatorFunction(ExecutorFeedback, ProcessFunction):
     def open(self, runtime_context):
         import os
 
-        from interference.executor import OperatorExecutorSettings, operator_executor_for
+        from interference.executor import DirectExecutor, OperatorExecutorSettings
+        from interference.executor.direct import direct_operator
         node = os.environ.get("STREAMPLACE_NODE_ID") or self.planned_node or "unknown"
-        self.executor = operator_executor_for(self.operator, OperatorExecutorSettings.from_env(
+        # the same answer the hook chose this path by, whatever the executor settings say
+        direct = direct_operator(self.operator)
+        if direct is None:
+            raise ValueError(f"{self.operator!r} is not one per-record CPU step; it needs "
+                             "OperatorExecutorFunction")
+        self.executor = DirectExecutor(direct, OperatorExecutorSettings.from_env(
             node_id=node, cpu_workers=1), runtime_context=runtime_context)
         self._tag = dead_letter_tag()
         self._open_feedback(runtime_context, self._snapshot)

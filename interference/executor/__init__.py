@@ -35,6 +35,7 @@ from interference.executor.results import RecordOutcome, StageRecord, StageRun, 
 from interference.executor.settings import ExecutorSettings, OperatorExecutorSettings
 from interference.executor.telemetry import NodeTelemetry
 
-__all__ = ["DirectExecutor", "operator_executor_for", "NodeExecutor", "ExecutorSettings", "TaskOutcome", "StageRecord", "discover_units",
+__all__ = ["DirectExecutor", "operator_executor_for", "NodeExecutor", "ExecutorSettings",
+           "TaskOutcome", "StageRecord", "discover_units",
            "NodeTelemetry", "gpu_model_key", "OperatorExecutor", "OperatorExecutorSettings",
            "RecordOutcome", "StageRun"]

@@ -31,7 +31,7 @@ from interference.executor.settings import OperatorExecutorSettings
 from interference.executor.telemetry import NodeTelemetry
 from workload.operators import StagedOperator, as_operator, chain_cpu_stages
 
-__all__ = ["DirectExecutor", "operator_executor_for", "runs_directly"]
+__all__ = ["DirectExecutor", "operator_executor_for", "runs_directly", "direct_operator"]
 
 
 def runs_directly(operator: StagedOperator) -> bool:
@@ -42,15 +42,24 @@ def runs_directly(operator: StagedOperator) -> bool:
     return only.device == "cpu" and not only.batch.batching
 
 
+def direct_operator(operator) -> StagedOperator | None:
+    """``operator`` with its per-record CPU steps chained, when that leaves one CPU stage
+    without batching (what :class:`DirectExecutor` runs); else None. The hook decides its
+    inline path with this, and the inline executor is built from the same answer."""
+    chained = chain_cpu_stages(as_operator(operator))
+    return chained if runs_directly(chained) else None
+
+
 def operator_executor_for(operator, settings: OperatorExecutorSettings | None = None,
                           runtime_context=None):
     """:class:`DirectExecutor` for a one-step CPU operator, else ``OperatorExecutor``."""
     from interference.executor.operator_executor import OperatorExecutor
     settings = settings or OperatorExecutorSettings.from_env()
     op = as_operator(operator)
-    chained = chain_cpu_stages(op) if settings.chain_cpu_stages else op
-    if runs_directly(chained):
-        return DirectExecutor(chained, settings, runtime_context)
+    direct = direct_operator(op) if settings.chain_cpu_stages else \
+        (op if runs_directly(op) else None)
+    if direct is not None:
+        return DirectExecutor(direct, settings, runtime_context)
     return OperatorExecutor(op, settings, runtime_context=runtime_context)
 
 
@@ -80,23 +89,23 @@ class DirectExecutor:
 
     # -- public API (as OperatorExecutor's) ----------------------------------------------------
     def submit(self, record_id: str, record, task_size: int = 0) -> concurrent.futures.Future:
-        if self._closed:
-            raise RuntimeError("the executor is closed")
-        self._slots.acquire()
-        with self._lock:
-            self._counts["queue_depth"] += 1
+        self._admit()
         return self._pool.submit(self._run, str(record_id), record, time.perf_counter(),
                                  time.time())
 
     def run_now(self, record_id: str, record, task_size: int = 0) -> RecordOutcome:
         """The record's outcome, computed in the calling thread (a synchronous Flink operator:
         no pool, no thread hop)."""
+        self._admit()
+        return self._run(str(record_id), record, time.perf_counter(), time.time())
+
+    def _admit(self) -> None:
+        """Wait for an in-flight slot and count the record queued (released in ``_run``)."""
         if self._closed:
             raise RuntimeError("the executor is closed")
         self._slots.acquire()
         with self._lock:
             self._counts["queue_depth"] += 1
-        return self._run(str(record_id), record, time.perf_counter(), time.time())
 
     async def run(self, record_id: str, record, task_size: int = 0) -> RecordOutcome:
         if self._slots.acquire(blocking=False):  # a slot now: no thread hop to wait for one

@@ -267,3 +267,22 @@ def test_a_dead_letter_keeps_at_most_the_capped_head_of_a_huge_record():
     letter = decode("DeadLetter", make_dead_letter(b"z" * (2 * MAX_DEAD_LETTER_RAW_BYTES),
                                                    "in", 0, 7, "boom", "operator:x"))
     assert len(letter["raw"]) == MAX_DEAD_LETTER_RAW_BYTES and letter["offset"] == 7
+
+
+def test_the_inline_function_runs_chained_cpu_steps_and_refuses_an_operator_with_batches():
+    from pyflink_jobs.executor_function import ExecutorFunctionSettings
+    from pyflink_jobs.operator_function import DirectOperatorFunction
+    from pyflink_jobs.routed import DecisionContext, RoutedRecord
+
+    settings = ExecutorFunctionSettings(bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0)
+    function = DirectOperatorFunction("tm_a", as_operator([str.strip, int]), settings)
+    function.open(_Context())
+    try:
+        routed = RoutedRecord("t0", "strip", 3, "tm_a", 0, DecisionContext(), " 42 ")
+        assert list(function.process_element(routed, None)) == [42]
+    finally:
+        function.feedback.producer = None
+        function.close()
+    batched = StagedOperator("scale", [stage("scale", lambda xs: xs, batched=True, batch=8)])
+    with pytest.raises(ValueError, match="not one per-record CPU step"):
+        DirectOperatorFunction("tm_a", batched, settings).open(_Context())
