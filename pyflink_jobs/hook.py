@@ -52,6 +52,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, fields, replace
 
+from workload.limits import (BYTES_PER_PIXEL, BYTES_PER_RECORD_BYTE, DEFAULT_NODE_MEMORY_BYTES,
+                             TaskLimits)
 from workload.operators import as_operator
 
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
@@ -67,8 +69,8 @@ from pyflink_jobs.router_function import (OperatorRecords, RestAwarePartitioner,
                                           routed_tag)
 
 __all__ = ["HookSettings", "HookBuilder", "StreamplaceHook", "RouterFunction",
-           "RestAwarePartitioner", "node_tag", "nodes_from_cluster_spec", "parse_plan",
-           "parse_retired"]
+           "RestAwarePartitioner", "node_tag", "nodes_from_cluster_spec", "cluster_task_limits",
+           "parse_plan", "parse_retired"]
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,10 @@ class HookSettings:
     # ``hook.dead_letters`` itself (or not at all).
     dead_letter_topic: str = ""
     transaction_timeout_ms: int = 600_000
+    # What a task may be (size per type, expected_work_ms, id/type lengths); the router refuses
+    # the rest into the dead letters. None = derived from the smallest TaskManager's memory in
+    # the cluster spec (workload/limits.py; explicit ``nodes``: the laptop default).
+    limits: TaskLimits | None = None
 
     @classmethod
     def from_fields(cls, source, renames: dict[str, str] | None = None) -> HookSettings:
@@ -149,7 +155,7 @@ class HookSettings:
         values: dict = {}
         for f in fields(cls):
             raw = environ.get(ENV_PREFIX + f.name.upper())
-            if raw is None or f.name in ("nodes",):
+            if raw is None or f.name in ("nodes", "limits"):  # objects: set them in code
                 continue
             kind = str(f.type)
             try:
@@ -220,6 +226,22 @@ def _pairs(text: str, what: str, expected: str, valid) -> list[tuple[str, str]]:
     return pairs
 
 
+def cluster_task_limits(cluster_spec: str = "",
+                        bytes_per_unit: float = BYTES_PER_PIXEL) -> TaskLimits:
+    """:meth:`TaskLimits.from_memory` for the smallest TaskManager of ``cluster_spec`` (its
+    process memory: task heap + managed + the JVM's fixed parts), the node a task can least
+    afford; without a spec, or one that cannot be read, the laptop default."""
+    memory = DEFAULT_NODE_MEMORY_BYTES
+    if cluster_spec:
+        from streamplace.cluster_spec import load_cluster_spec
+        try:
+            spec = load_cluster_spec(cluster_spec)
+            memory = min(tm.process_memory_mb for tm in spec.taskmanagers) << 20
+        except (ValueError, OSError) as exc:
+            log.warning("task limits from the default node memory: %s", exc)
+    return TaskLimits.from_memory(memory, bytes_per_unit)
+
+
 def nodes_from_cluster_spec(name_or_path: str) -> list[RouterNode]:
     """RouterNodes from a streamplace cluster spec (``streamplace/specs/<name>.yaml`` or a path)."""
     from streamplace.cluster_spec import load_cluster_spec
@@ -262,6 +284,15 @@ class StreamplaceHook:
                               service_token=s.service_token,
                               refresh_interval_s=s.refresh_interval_s,
                               executor_capacity=s.executor_capacity)
+
+    def task_limits(self, user_records: bool) -> TaskLimits:
+        """The settings' limits, else derived from the cluster spec's memory with the cost of
+        a user record's byte or of a TaskEvent's pixel (explicit nodes: no spec to read)."""
+        s = self.settings
+        if s.limits is not None:
+            return s.limits
+        return cluster_task_limits("" if s.nodes else s.cluster_spec,
+                                   BYTES_PER_RECORD_BYTE if user_records else BYTES_PER_PIXEL)
 
     def executor_settings(self, instances: int = 1) -> ExecutorFunctionSettings:
         """The executor instances' settings, derived from this hook's."""
@@ -313,7 +344,8 @@ class StreamplaceHook:
         env.register_slot_sharing_group(io_slot_sharing_group())
         broadcast = self.feedback_stream(env).broadcast(feedback_state_descriptor())
         single = s.routing == "rest_partitioner"
-        reader = OperatorRecords(op) if op is not None else TaskEventRecords()
+        limits = self.task_limits(user_records=op is not None)
+        reader = OperatorRecords(op, limits) if op is not None else TaskEventRecords(limits)
         routed = (stream.connect(broadcast)
                   .process(RouterFunction(self.router_settings(), reader, single_output=single),
                            output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
@@ -458,6 +490,9 @@ class HookBuilder:
 
     def dead_letter_topic(self, topic: str) -> "HookBuilder":
         return self._set(dead_letter_topic=topic)
+
+    def limits(self, limits: TaskLimits) -> "HookBuilder":
+        return self._set(limits=limits)
 
     def uid_prefix(self, prefix: str) -> "HookBuilder":
         return self._set(uid_prefix=prefix)

@@ -13,6 +13,10 @@ running. How a record becomes a task the policy can judge is a :class:`RecordRea
 - :class:`TaskEventRecords`: streamplace-native Avro TaskEvent bytes, or a Table API Kafka
   ``Row(payload, topic, partition, offset)``.
 
+Both refuse a task outside their :class:`workload.limits.TaskLimits` (a size above what the
+smallest node's memory allows, a negative size, a non-finite or huge ``expected_work_ms``, an
+over-long id or type) with stage ``"limits"``: such a record must not reach a worker.
+
 :class:`RestAwarePartitioner` is the other way to reach a node's executor instance on clusters
 without fine-grained resource management.
 """
@@ -26,6 +30,7 @@ import uuid
 from pyflink_jobs.flink_ops import CountGauges, dead_letter_raw, make_dead_letter
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
 from pyflink_jobs.routed import RoutedRecord
+from workload.limits import DEFAULT_MAX_TASK_TYPE_CHARS, TaskLimits, short_repr
 from workload.model import Task
 
 __all__ = ["RouterFunction", "RecordReader", "OperatorRecords", "TaskEventRecords",
@@ -42,9 +47,10 @@ except ImportError:  # pragma: no cover
 
 FEEDBACK_STATE_NAME = "streamplace-node-feedback"
 
-#: Bounds on what a user's ``task_type`` / ``task_size`` may return: a type name is a label, not
-#: a payload; a size beyond 1 TiB is a bug, not a task.
-MAX_TASK_TYPE_CHARS = 200
+#: Bounds on what a user's ``task_type`` / ``task_size`` may return at all: a type name is a
+#: label, not a payload; a size beyond 1 TiB is a bug, not a task. (What a task may be on this
+#: cluster is narrower: the reader's TaskLimits.)
+MAX_TASK_TYPE_CHARS = DEFAULT_MAX_TASK_TYPE_CHARS
 MAX_TASK_SIZE = 1 << 40
 
 
@@ -69,7 +75,11 @@ class RecordReader:
 
 
 class TaskEventRecords(RecordReader):
-    """Avro TaskEvent bytes, or ``Row(payload, topic, partition, offset)``."""
+    """Avro TaskEvent bytes, or ``Row(payload, topic, partition, offset)``; ``limits``: what a
+    task may be (default: :meth:`TaskLimits.for_task_events`, sizes in pixels)."""
+
+    def __init__(self, limits: TaskLimits | None = None):
+        self.limits = limits or TaskLimits.for_task_events()
 
     def open(self, runtime_context) -> None:
         from workload.codec import CodecError, decode
@@ -91,15 +101,21 @@ class TaskEventRecords(RecordReader):
             event = self._decode("TaskEvent", payload)
         except self._codec_error as exc:
             raise Refused(str(exc), "decode", payload, source) from None
+        reason = self.limits.check_event(event)
+        if reason:
+            raise Refused(reason, "limits", payload, source)
         task = Task(event["task_id"], event["app_id"], int(event["input_size"]),
                     expected_work_ms=event.get("expected_work_ms"))
         return task, event, len(payload), source
 
 
 class OperatorRecords(RecordReader):
-    """Any record; type and size from the operator's functions (see module docstring)."""
+    """Any record; type and size from the operator's functions (see module docstring);
+    ``limits``: what a task may be (default: :meth:`TaskLimits.for_operator_records`, sizes in
+    serialized bytes)."""
 
-    def __init__(self, operator):
+    def __init__(self, operator, limits: TaskLimits | None = None):
+        self.limits = limits or TaskLimits.for_operator_records()
         # Only the extractors travel to the router, not the operator's stages (models, weights).
         self.describer = operator.describer()
         self.task_type_of = self.describer.task_type
@@ -121,7 +137,7 @@ class OperatorRecords(RecordReader):
                           dead_letter_raw(value)) from None
         if not isinstance(task_type, str) or not 0 < len(task_type) <= MAX_TASK_TYPE_CHARS:
             raise Refused(f"task_type must give a non-empty string of at most "
-                          f"{MAX_TASK_TYPE_CHARS} characters, got {str(task_type)[:80]!r}",
+                          f"{MAX_TASK_TYPE_CHARS} characters, got {short_repr(task_type)}",
                           "task_type", dead_letter_raw(value))
         try:
             size = self.task_size_of(value)
@@ -130,7 +146,10 @@ class OperatorRecords(RecordReader):
                           dead_letter_raw(value)) from None
         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_TASK_SIZE:
             raise Refused(f"task_size must give an int in [0, {MAX_TASK_SIZE}], got "
-                          f"{str(size)[:80]!r}", "task_size", dead_letter_raw(value))
+                          f"{short_repr(size)}", "task_size", dead_letter_raw(value))
+        reason = self.limits.check(task_type, size)
+        if reason:
+            raise Refused(reason, "limits", dead_letter_raw(value))
         task_id = f"{self._prefix}{self._next}"
         self._next += 1
         return Task(task_id, task_type, size), value, record_size(value), ("", -1, -1)

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
 from pyflink_jobs.flink_ops import (dead_letter_tag, executor_slot_sharing_group,
                                     io_slot_sharing_group, kafka_bytes_sink, make_dead_letter)
-from pyflink_jobs.hook import HookSettings, StreamplaceHook, parse_plan, parse_retired
+from pyflink_jobs.hook import (HookSettings, StreamplaceHook, cluster_task_limits, parse_plan,
+                               parse_retired)
+from workload.limits import TaskLimits
 
 __all__ = ["PipelineSettings", "DecodeTaskEvents", "build_pipeline", "main", "parse_plan",
            "parse_retired", "HOOK_FIELD_NAMES"]
@@ -79,6 +81,8 @@ class PipelineSettings:
     topic_feedback: str = "feedback"
     routing: str = "pinned"  # hook: "pinned" (fine-grained resources) or "rest_partitioner"
     rest_url: str = "http://127.0.0.1:8081"  # hook with rest_partitioner: the JobManager REST
+    max_task_size: int = 0  # pixels; larger tasks are dead letters. 0 = from the cluster spec's
+    #                         memory (workload/limits.py)
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,10 +96,12 @@ except ImportError:  # pragma: no cover
 
 
 class DecodeTaskEvents(ProcessFunction):
-    """Row(payload, topic, partition, offset) -> decoded TaskEvent dict; undecodable records go
-    to the dead-letter side output with the codec's reason, and the job keeps running."""
+    """Row(payload, topic, partition, offset) -> decoded TaskEvent dict; undecodable records, and
+    tasks outside ``limits``, go to the dead-letter side output with the reason, and the job
+    keeps running."""
 
-    def __init__(self):
+    def __init__(self, limits: TaskLimits | None = None):
+        self.limits = limits or TaskLimits.for_task_events()
         self._tag = None
         self._decode = None
 
@@ -112,6 +118,10 @@ class DecodeTaskEvents(ProcessFunction):
         except self._codec_error as exc:
             yield self._tag, make_dead_letter(payload, topic, partition, offset, str(exc),
                                               "decode")
+            return
+        reason = self.limits.check_event(event)
+        if reason:
+            yield self._tag, make_dead_letter(payload, topic, partition, offset, reason, "limits")
             return
         yield event
 
@@ -152,13 +162,16 @@ def build_pipeline(env, t_env, settings: PipelineSettings) -> None:
         env.register_slot_sharing_group(io_slot_sharing_group("executors"))
     t_env.execute_sql(_tasks_table_ddl(settings))
     rows = t_env.to_data_stream(t_env.from_path("streamplace_tasks"))
+    limits = (TaskLimits(max_size=settings.max_task_size) if settings.max_task_size > 0
+              else cluster_task_limits(settings.cluster_spec))
 
     if settings.placement == "hook":
-        hook = StreamplaceHook(HookSettings.from_fields(settings, HOOK_FIELD_NAMES))
+        hook = StreamplaceHook(replace(HookSettings.from_fields(settings, HOOK_FIELD_NAMES),
+                                       limits=limits))
         executed = hook.apply(env, rows)
         dead_letters = hook.dead_letters
     elif settings.placement in ("single", "rebalance"):
-        decoded = (rows.process(DecodeTaskEvents(), output_type=Types.PICKLED_BYTE_ARRAY())
+        decoded = (rows.process(DecodeTaskEvents(limits), output_type=Types.PICKLED_BYTE_ARRAY())
                    .name("decode-task-events").uid("decode-task-events"))
         dead_letters = decoded.get_side_output(dead_letter_tag())
         if settings.placement == "rebalance":

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from placement.ldwp.features import (TASK_ENCODINGS, completion_prior, is_live_costs,
-                                     model_task_encoding, node_row_size, node_rows,
+                                     node_row_size, node_rows,
                                      node_spec_features, paper_vector, paper_vector_size,
                                      scaled_completion_q, task_encoding_metadata,
                                      task_estimates)
@@ -445,16 +445,24 @@ class LDWPPolicy(Policy):
     def from_file(cls, path, cluster: ClusterSpec, costs: CostModel | None = None,
                   training: bool = False) -> "LDWPPolicy":
         """Rebuild an agent from a model file; refuses a paper network built for other nodes."""
+        from placement.ldwp.model_settings import read_model_settings
         from placement.ldwp.modelfile import ModelFileError, load_model
         layers, metadata = load_model(path)
-        settings = dict(metadata["settings"])
-        settings["hidden_sizes"] = tuple(settings["hidden_sizes"])
-        # files from before task types were open say nothing: the catalog one-hot
-        settings["task_encoding"] = model_task_encoding(metadata)
-        agent = cls(cluster, costs, LDWPSettings(**settings))
-        if agent.settings.network == "paper" and list(cluster.node_ids) != metadata["nodes"]:
-            raise ModelFileError(f"{path} is a paper-layout model for nodes {metadata['nodes']}; "
-                                 "transfer it to this cluster first")
+        # the same validation as the router's numpy loader: settings against the arrays
+        model = read_model_settings(layers, metadata, str(path))
+        settings = dict(metadata.get("settings") or {})
+        settings.update(network=model.kind, q_prior=model.q_prior, residual=model.residual,
+                        spec_features=model.spec_features, task_encoding=model.task_encoding)
+        if "hidden_sizes" in settings:
+            settings["hidden_sizes"] = tuple(settings["hidden_sizes"])
+        try:
+            agent = cls(cluster, costs, LDWPSettings(**settings))
+        except (TypeError, ValueError) as exc:  # unknown or invalid settings in the header
+            raise ModelFileError(f"{path} has settings this streamplace cannot build: "
+                                 f"{exc}") from None
+        if agent.settings.network == "paper" and list(cluster.node_ids) != list(model.nodes):
+            raise ModelFileError(f"{path} is a paper-layout model for nodes {list(model.nodes)}"
+                                 "; transfer it to this cluster first")
         linears = [m for m in agent.q_network.modules() if isinstance(m, nn.Linear)]
         if len(linears) != len(layers):
             raise ModelFileError(f"{path} has {len(layers)} layers, the network needs "
@@ -467,6 +475,7 @@ class LDWPPolicy(Policy):
                 module.weight.copy_(torch.from_numpy(weight))
                 module.bias.copy_(torch.from_numpy(bias))
         agent.target_network.load_state_dict(agent.q_network.state_dict())
-        agent.updates = int(metadata.get("updates", 0))
+        updates = metadata.get("updates", 0)
+        agent.updates = updates if isinstance(updates, int) and updates >= 0 else 0
         agent.training = training
         return agent

@@ -74,6 +74,15 @@ TASK_ENCODINGS = ("catalog", "hashed")
 #: columns of the hashed type code. 8 numbers of 16 bits each: two distinct types collide
 #: (same code) with probability about 2**-128, and a few dozen types stay far apart.
 TYPE_HASH_SIZE = 8
+#: Bounds of the raw per-node numbers node_rows reads (utilisations 0-5, queue depth, backlog
+#: seconds, estimated seconds times speed, parallel units). Inputs come from feedback and
+#: records that may be hostile: clamping here keeps every encoded row finite and in the range
+#: training saw, so no single record can push a Q-value to NaN (issue: a negative size made
+#: the service's loss NaN). NaN reads as the lower bound.
+_RAW_LOW = np.array([0.0] * 6 + [0.0, 0.0, 0.0, 1.0])
+_RAW_HIGH = np.array([1.0] * 6 + [1e6, 1e7, 1e7, 1e4])
+#: the largest task size the encoding distinguishes (log1p(1e15) / 20 = 1.73)
+MAX_ENCODED_SIZE = 1e15
 #: type strings longer than this are not kept in the code cache (memory stays bounded when a
 #: user function returns long or ever-new strings); their code is computed each time
 _CACHED_TYPE_CHARS = 256
@@ -176,7 +185,10 @@ def node_spec_features(spec) -> tuple[float, ...]:
 
 def _task_features(observation: Observation) -> list[float]:
     one_hot = [1.0 if a == observation.task.app_id else 0.0 for a in APPS]
-    return one_hot + [math.log1p(max(0, observation.task.input_size)) / 20.0]
+    size = observation.task.input_size
+    # max() with 0 first turns NaN into 0; min() caps infinity and huge sizes
+    size = min(MAX_ENCODED_SIZE, max(0.0, float(size))) if isinstance(size, (int, float)) else 0.0
+    return one_hot + [math.log1p(size) / 20.0]
 
 
 def paper_vector_size(nodes: int) -> int:
@@ -187,7 +199,11 @@ def paper_vector(observation: Observation) -> np.ndarray:
     values = _task_features(observation)
     for node in observation.nodes:
         values.extend(node.paper_features())
-    return np.asarray(values, dtype=np.float32)
+    vector = np.asarray(values, dtype=np.float64)
+    # the six numbers per node are fractions: clamp them as node_rows does (NaN -> 0)
+    np.clip(np.nan_to_num(vector[len(APPS) + 1:], copy=False, nan=0.0), 0.0, 1.0,
+            out=vector[len(APPS) + 1:])
+    return vector.astype(np.float32)
 
 
 def node_rows(observation: Observation, estimates_s: dict[str, float] | None = None,
@@ -218,6 +234,7 @@ def node_rows(observation: Observation, estimates_s: dict[str, float] | None = N
                      estimates_s.get(n.node_id, 0.0) * n.speed_factor,
                      units.get(n.node_id, 1)) for n in nodes],
                    dtype=np.float64).reshape(m, 10)
+    np.clip(np.nan_to_num(raw, copy=False, nan=0.0), _RAW_LOW, _RAW_HIGH, out=raw)
     rows[:, width:width + 6] = raw[:, :6]
     estimate = raw[:, 8]  # the public estimate times the node's measured speed factor
     wait = raw[:, 7] / np.maximum(1.0, raw[:, 9])

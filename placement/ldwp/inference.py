@@ -31,16 +31,15 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from placement.ldwp.features import (completion_prior, is_live_costs, model_task_encoding,
+from placement.ldwp.features import (completion_prior, is_live_costs,
                                      node_row_size, node_rows, node_spec_features,
                                      paper_vector, scaled_completion_q, task_estimates)
-from placement.ldwp.modelfile import ModelFileError, load_model
+from placement.ldwp.model_settings import read_model_settings
+from placement.ldwp.modelfile import ModelFileError, load_model, parse_model
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, Decision, Observation, Policy
 
@@ -49,14 +48,7 @@ __all__ = ["NumpyLDWPPolicy", "load_model_bytes"]
 
 def load_model_bytes(data: bytes) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
     """:func:`load_model` for bytes (a download); the same checks, the same errors."""
-    # load_model reads a path; a private temporary file keeps one implementation of the checks.
-    fd, name = tempfile.mkstemp(suffix=".spmodel")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        return load_model(name)
-    finally:
-        os.unlink(name)
+    return parse_model(data, "downloaded model file")
 
 
 class NumpyLDWPPolicy(Policy):
@@ -67,24 +59,19 @@ class NumpyLDWPPolicy(Policy):
                  coefficients: dict | None = None):
         """``costs``: a CostModel (default: the calibration's) or a MeasuredCosts (estimates
         read live, any task type); ``coefficients``: a previous policy's table to reuse."""
-        kind = metadata.get("kind")
-        if kind not in ("paper", "node_scoring"):
-            raise ModelFileError(f"unknown LDWP network kind {kind!r} in the model metadata")
-        if not layers:
-            raise ModelFileError("the model file holds no layers")
+        # Validated against the arrays: a file whose settings were edited to mean another
+        # network (e.g. residual scaled -> additive) is refused here, not misread.
+        model = read_model_settings(layers, metadata)
+        if not all(np.isfinite(w).all() and np.isfinite(b).all() for w, b in layers):
+            raise ModelFileError("the model holds non-finite weights (NaN or infinity): refused")
+        kind = model.kind
         self.kind = kind
         self.metadata = dict(metadata)
-        settings = metadata.get("settings") or {}
         # The residual variants (docs/ldwp.md): the network's output corrects MCT's completion
         # estimate, additively or as two per-node log-factors.
-        self.q_prior = settings.get("q_prior", "none")
-        self.residual = settings.get("residual", "additive")
-        self.spec_features = bool(settings.get("spec_features", False))
-        self.task_encoding = model_task_encoding(metadata)
-        if self.q_prior not in ("none", "completion") or \
-                self.residual not in ("additive", "scaled"):
-            raise ModelFileError(f"unknown residual LDWP settings q_prior={self.q_prior!r}, "
-                                 f"residual={self.residual!r} in the model metadata")
+        self.q_prior, self.residual = model.q_prior, model.residual
+        self.spec_features = model.spec_features
+        self.task_encoding = model.task_encoding
         self._spec_rows = ({spec.node_id: node_spec_features(spec) for spec in cluster.nodes}
                            if self.spec_features and cluster is not None else None)
         if self.spec_features and self._spec_rows is None:
@@ -99,12 +86,7 @@ class NumpyLDWPPolicy(Policy):
             # [row, mean] @ W1.T == row @ W1a.T + mean @ W1b.T: split once so the hot path never
             # builds the concatenated (M, 2F) matrix.
             first = self._layers[0][0]
-            width = node_row_size(self.task_encoding, self.spec_features)
-            if first.shape[0] != 2 * width:  # a layout this code would fill differently
-                raise ModelFileError(f"the model reads rows of {first.shape[0] // 2} columns; "
-                                     f"task_encoding={self.task_encoding!r}, spec_features="
-                                     f"{self.spec_features} give {width}")
-            half = first.shape[0] // 2
+            half = node_row_size(self.task_encoding, self.spec_features)
             self._own, self._context = first[:half], first[half:]
         # Per node: ({app: (fixed_s, per_pixel_s)}, parallel units). Fitting them walks every
         # application's DAG; a router that swaps models every few seconds passes the previous
@@ -166,8 +148,11 @@ class NumpyLDWPPolicy(Policy):
         return hidden[:, 0]
 
     def decide(self, observation: Observation) -> Decision:
-        q = self.q_values(self.encode(observation))
+        state = self.encode(observation)
+        q = self.q_values(state)
         ids = observation.node_ids
+        if not np.isfinite(q).all():
+            return self._decide_without_model(state, q, ids)
         index = int(np.argmax(q))
         if len(ids) > 1:
             ranked = np.argsort(-q)
@@ -176,3 +161,17 @@ class NumpyLDWPPolicy(Policy):
             runner = ""
         return Decision(ids[index], f"LDWP: highest Q {q[index]:.3f} on {ids[index]}{runner}",
                         {n: float(v) for n, v in zip(ids, q)})
+
+    def _decide_without_model(self, state: np.ndarray, q: np.ndarray, ids) -> Decision:
+        """A decision when the network gives a non-finite Q (finite weights can still overflow
+        on extreme inputs): never argmax over NaN (it picks the first node every time), but the
+        MCT rule the residual model starts from, or the best finite Q of a paper network."""
+        if self.kind == "node_scoring":
+            scores, rule = completion_prior(state).astype(np.float64), "MCT prior"
+        else:
+            scores, rule = q.astype(np.float64), "best finite Q"
+        # what is still not finite scores as "never": a finite number, so the reply stays JSON
+        scores = np.where(np.isfinite(scores), scores, -1e30)
+        index = int(np.argmax(scores))
+        return Decision(ids[index], f"LDWP gave non-finite Q-values; {rule}: {ids[index]}",
+                        {n: float(v) for n, v in zip(ids, scores)})

@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import secrets
 import statistics
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path as PathParam, Query, Request
 from fastapi.encoders import jsonable_encoder
@@ -42,7 +45,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from fastapi.security.utils import get_authorization_scheme_param
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, field_validator
 
 from placement.ldwp.modelfile import ModelFileError
 from placement.service.feedback import FeedbackConsumer, FeedbackIngest, consumer_config
@@ -174,47 +178,86 @@ class ServingPolicy:
 
 
 # -- request and response bodies ----------------------------------------------------------------
+#: Upper bounds of the numbers a request may carry. Far beyond any real value, they keep hostile
+#: or broken input out of the cost model and the network (huge values overflow float32 features
+#: into inf/NaN scores).
+MAX_INPUT_SIZE = 10**12     # pixels: a terapixel; real inputs are megapixels at most
+MAX_QUEUE_DEPTH = 1_000_000  # tasks at one node
+MAX_BACKLOG_S = 1e6         # about 11.6 days of estimated work queued at one node
+MAX_AGE_S = 1e7             # about 116 days: older numbers describe no current node
+MAX_NODES = 1_000           # node states in one /decide body
+MAX_NAME = 256              # characters of a node id
+MAX_VERSION = 10**9         # model versions in paths
+
+
+def _printable(value: str) -> str:
+    """Names (node ids, task ids, task types) are printable text: no control characters (tab,
+    newline, NUL, ANSI escapes), no line or paragraph separators, not blank."""
+    if not value.strip():
+        raise ValueError("must not be blank")
+    if not value.isprintable():
+        position, bad = next((i, c) for i, c in enumerate(value) if not c.isprintable())
+        raise ValueError(f"must be printable text without control characters "
+                         f"(found {bad!r} at position {position})")
+    return value
+
+
+def _name(max_length: int, description: str):
+    return Annotated[str, Field(min_length=1, max_length=max_length, strict=True,
+                                description=description), AfterValidator(_printable)]
+
+
+NodeId = _name(MAX_NAME, "a node (TaskManager) id the service knows: the cluster spec's nodes "
+                         "and nodes seen in feedback; printable, at most 256 characters")
+TaskId = _name(512, "the caller's task id; printable, at most 512 characters")
+TaskType = _name(128, "task type (application id), e.g. face_recognition; any printable name: "
+                      "users place their own operators too")
+
+
 class TaskIn(BaseModel):
     """One task to place (the paper's TID and TSize)."""
 
     model_config = ConfigDict(extra="forbid")
-    task_id: str = Field(min_length=1, max_length=512, strict=True)
-    app_id: str = Field(min_length=1, max_length=128, strict=True,
-                        description="application id, e.g. face_recognition")
-    input_size: int = Field(ge=0, strict=True, description="input size in pixels (TSize)")
+    task_id: TaskId
+    app_id: TaskType
+    input_size: int = Field(ge=0, le=MAX_INPUT_SIZE, strict=True,
+                            description="input size in pixels (TSize), at most 10^12")
 
 
 class NodeStateIn(BaseModel):
-    """A node's state as the caller sees it (fractions in [0, 1])."""
+    """A node's state as the caller sees it (fractions in [0, 1]; every number finite)."""
 
-    model_config = ConfigDict(extra="forbid")
-    node_id: str = Field(min_length=1, strict=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    node_id: NodeId
     cpu_util: float = Field(0.0, ge=0, le=1)
     gpu_util: float = Field(0.0, ge=0, le=1)
     host_mem_util: float = Field(0.0, ge=0, le=1)
     gpu_mem_util: float = Field(0.0, ge=0, le=1)
     uplink_util: float = Field(0.0, ge=0, le=1)
     downlink_util: float = Field(0.0, ge=0, le=1)
-    queue_depth: int = Field(0, ge=0, description="tasks at the node (queued + running)")
-    backlog_s: float = Field(0.0, ge=0)
-    age_s: float = Field(0.0, ge=0)
+    queue_depth: int = Field(0, ge=0, le=MAX_QUEUE_DEPTH,
+                             description="tasks at the node (queued + running)")
+    backlog_s: float = Field(0.0, ge=0, le=MAX_BACKLOG_S,
+                             description="estimated work (s) queued at the node")
+    age_s: float = Field(0.0, ge=0, le=MAX_AGE_S, description="how stale these numbers are")
 
 
 class DecideRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tasks: list[TaskIn] = Field(min_length=1, max_length=10_000)
     nodes: list[NodeStateIn] | None = Field(
-        None, min_length=1, description="node states to decide on; default: the service's "
-        "latest view (cluster spec + feedback)")
+        None, min_length=1, max_length=MAX_NODES, description="node states to decide on, "
+        "each a node the service knows; default: the service's latest view (cluster spec + "
+        "feedback)")
 
     @field_validator("nodes")
     @classmethod
     def _unique_nodes(cls, nodes):
         if nodes is not None:
-            ids = [n.node_id for n in nodes]
-            repeated = sorted({i for i in ids if ids.count(i) > 1})
+            counts = Counter(n.node_id for n in nodes)
+            repeated = sorted(i for i, c in counts.items() if c > 1)
             if repeated:
-                raise ValueError(f"node ids must be unique; repeated: {repeated}")
+                raise ValueError(f"node ids must be unique; repeated: {_names(repeated)}")
         return nodes
 
 
@@ -222,7 +265,8 @@ class DecisionOut(BaseModel):
     task_id: str
     node: str
     reason: str
-    scores: dict[str, float]
+    scores: dict[str, FiniteFloat] = Field(
+        description="node -> the policy's score (higher is better); always finite numbers")
     policy: str = Field(description="'ldwp v<version>' or the fallback rule's name")
 
 
@@ -231,16 +275,218 @@ class PlanOut(BaseModel):
     total: int
     reason: str
     flink: dict
-    measured_rates: dict[str, float]
+    measured_rates: dict[str, FiniteFloat] = Field(
+        description="node -> measured tasks/s (finite, positive; nodes without one left out)")
+
+
+# -- helpers of the endpoints --------------------------------------------------------------------
+def _names(ids, limit: int = 10, width: int = 64) -> str:
+    """A bounded listing of names for messages: at most ``limit``, each cut to ``width``."""
+    ids = list(ids)
+    shown = [repr(i if len(i) <= width else i[:width] + "...") for i in ids[:limit]]
+    more = f", ... ({len(ids) - limit} more)" if len(ids) > limit else ""
+    return "[" + ", ".join(shown) + more + "]"
+
+
+def _json_safe(value):
+    """``value`` with every non-finite float (NaN, inf: JSON has none) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON without NaN/inf (Starlette's JSONResponse raises on them: a 500)."""
+
+    def render(self, content) -> bytes:
+        return super().render(_json_safe(content))
+
+
+def _finite_or_none(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _finite_rates(rates: dict) -> dict[str, float]:
+    """Measured rates fit for the plan and its answer: finite and positive only."""
+    return {n: r for n, v in rates.items() if (r := _finite_or_none(v)) is not None and r > 0}
+
+
+def _request_nodes(service: "PlacementService", body: DecideRequest) -> list[NodeState]:
+    """The nodes a /decide batch chooses from: the body's (each one the service knows: the
+    cluster spec's or seen in feedback; else 422) or the service's latest view (503 if empty)."""
+    if body.nodes is None:
+        nodes = service.learner.node_states()
+        if not nodes:
+            raise HTTPException(503, "the service knows no nodes: the cluster spec lists none "
+                                "and no feedback has arrived; pass 'nodes' in the body")
+        return nodes
+    known = list(dict.fromkeys([*service.cluster.node_ids, *service.learner.node_ids()]))
+    known_set = set(known)
+    unknown = [n.node_id for n in body.nodes if n.node_id not in known_set]
+    if unknown:
+        lead = "no spec for any observed node: " if len(unknown) == len(body.nodes) else ""
+        raise HTTPException(422, f"{lead}unknown node ids {_names(unknown)}: neither in the "
+                            f"cluster spec nor seen in feedback; the service knows "
+                            f"{_names(known, limit=20)}")
+    return [NodeState(**n.model_dump()) for n in body.nodes]
+
+
+def _usable(decision, offered: dict[str, int]) -> tuple[dict[str, float] | None, str, str]:
+    """``(scores, "", "")`` when a policy's decision may be returned: it picks an offered node
+    and its scores are finite numbers for offered nodes; else ``(None, problem label, what is
+    wrong)``."""
+    node = getattr(decision, "node", None)
+    if not isinstance(node, str) or node not in offered:
+        return None, "unknown_node", f"chose {str(node)[:80]!r}, not one of the offered nodes"
+    try:
+        scores = {k: _finite_or_none(v)
+                  for k, v in dict(getattr(decision, "scores", None) or {}).items()}
+    except (TypeError, ValueError):
+        return None, "non_finite_scores", "gave scores that are not a node -> number mapping"
+    if any(v is None for v in scores.values()):
+        return None, "non_finite_scores", "gave non-finite scores"
+    stray = [str(k) for k in scores if k not in offered]
+    if stray:
+        return None, "unknown_node", f"scored nodes it was not offered {_names(stray)}"
+    return scores, "", ""
+
+
+def _fallback_decision(service: "PlacementService", observation: Observation, who: str,
+                       problem: tuple[str, str], offered: dict[str, int], retry: bool):
+    """The fallback rule's decision for a task whose policy decision was unusable
+    (``problem``: metric label, text); 503 when there is none to return."""
+    fallback = service.serving.fallback
+    service.metrics.unusable_decisions.labels(problem=problem[0]).inc()
+    task_id = observation.task.task_id
+    if not retry:   # the fallback rule itself gave it
+        raise HTTPException(503, f"cannot place task {task_id!r}: {who} {problem[1]}; no "
+                            "decision is returned")
+    try:
+        decision = fallback.decide(observation)
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the answer is a 503
+        raise HTTPException(503, f"cannot place task {task_id!r}: {who} {problem[1]} and the "
+                            f"fallback {fallback.name} failed too ({type(exc).__name__}: "
+                            f"{exc}); no decision is returned") from None
+    scores, _label, second = _usable(decision, offered)
+    if scores is None:
+        raise HTTPException(503, f"cannot place task {task_id!r}: {who} {problem[1]} and the "
+                            f"fallback {fallback.name} {second}; no decision is returned")
+    return decision, scores, f"{who} {problem[1]}; fallback {fallback.name}: {decision.reason}"
+
+
+def _decide(service: "PlacementService", body: DecideRequest) -> list[DecisionOut]:
+    """What POST /decide answers (see the endpoint). A decision the policy gets wrong (a
+    non-finite score, a node not offered) is taken from the fallback rule instead."""
+    policy, source, version = service.serving.current()
+    nodes = _request_nodes(service, body)
+    label = f"ldwp v{version}" if source == "model" else policy.name
+    who = f"model v{version}" if source == "model" else f"fallback {policy.name}"
+    index = {n.node_id: i for i, n in enumerate(nodes)}
+    out, sources, problems = [], Counter(), []
+    now = time.time()
+    for task in body.tasks:
+        observation = Observation(Task(task.task_id, task.app_id, task.input_size),
+                                  tuple(nodes), now)
+        try:
+            decision = policy.decide(observation)
+        except (KeyError, ValueError) as exc:  # e.g. a rule that needs specs of nodes
+            message = exc.args[0] if exc.args else str(exc)
+            raise HTTPException(422, f"cannot place task {task.task_id!r} with "
+                                f"{label} on nodes {_names(index)}: {message}") from None
+        scores, kind, problem = _usable(decision, index)
+        if scores is not None:
+            used, used_label = source, label
+            reason = decision.reason if source == "model" else \
+                f"no model version yet, fallback {policy.name}: {decision.reason}"
+        else:
+            decision, scores, reason = _fallback_decision(
+                service, observation, who, (kind, problem), index, retry=source == "model")
+            used, used_label = "fallback", service.serving.fallback.name
+            problems.append(f"{task.task_id[:80]!r}: {problem}")
+        out.append(DecisionOut(task_id=task.task_id, node=decision.node, reason=reason,
+                               scores=scores, policy=used_label))
+        sources[used] += 1
+        i = index[decision.node]
+        nodes[i] = dataclasses.replace(nodes[i], queue_depth=nodes[i].queue_depth + 1)
+    for used, count in sources.items():
+        service.metrics.decisions.labels(source=used).inc(count)
+    if problems:  # one line per request: a poisoned model must not flood the log
+        log.warning("%s gave unusable decisions for %d of %d tasks (first: %s); decided them "
+                    "with the fallback %s", who, len(problems), len(body.tasks), problems[0],
+                    service.serving.fallback.name)
+    return out
+
+
+def _cluster_view(service: "PlacementService") -> dict:
+    """What GET /cluster answers; non-finite numbers (hostile feedback) become null."""
+    try:
+        taskmanagers = {tm["id"]: tm for tm in service.flink.taskmanagers()}
+        flink = {"reachable": True, "url": service.flink.base_url}
+    except (FlinkUnreachable, FlinkRestError) as exc:
+        taskmanagers = None
+        flink = {"reachable": False, "url": service.flink.base_url, "error": str(exc)}
+    feedback = service.learner.latest_feedback()
+    spec = {c.node_id: c for c in node_capacities(service.spec)}
+    now_ms = int(time.time() * 1000)
+    ids = list(dict.fromkeys([*(taskmanagers or {}), *spec, *feedback]))
+    nodes = []
+    for node in ids:
+        tm = (taskmanagers or {}).get(node)
+        record = feedback.get(node)
+        emitted = None if record is None else _finite_or_none(record.get("emitted_at_ms"))
+        nodes.append({
+            "node": node,
+            "in_flink": None if taskmanagers is None else tm is not None,
+            "flink": tm,
+            "spec": dataclasses.asdict(spec[node]) if node in spec else None,
+            "feedback": None if record is None else {
+                **record, "age_s": None if emitted is None else
+                round((now_ms - emitted) / 1000.0, 3)}})
+    return _json_safe({"nodes": nodes, "flink": flink})
+
+
+def _check_token(settings: ServiceSettings, given: str | None) -> None:
+    if not settings.token:
+        return
+    if given is None or not secrets.compare_digest(given.encode(), settings.token.encode()):
+        raise HTTPException(401, "missing or wrong bearer token: send 'Authorization: "
+                            "Bearer <service.token>'", headers={"WWW-Authenticate": "Bearer"})
+
+
+def _token_dependency(settings: ServiceSettings):
+    """The dependency guarding every endpoint but /health. With a token set, it goes through
+    ``HTTPBearer``, so the OpenAPI spec declares the bearer scheme on those endpoints; without
+    one, it declares nothing (no auth is required), yet still enforces a token set later."""
+    if settings.token:
+        bearer = HTTPBearer(auto_error=False, description="service.token")
+
+        def check_bearer(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)):
+            _check_token(settings, None if credentials is None else credentials.credentials)
+        return check_bearer
+
+    def check_header(request: Request) -> None:
+        if settings.token:  # set after the app was built: enforced, though not in the spec
+            scheme, value = get_authorization_scheme_param(request.headers.get("authorization"))
+            _check_token(settings, value if scheme.lower() == "bearer" and value else None)
+    return check_header
 
 
 # -- the app --------------------------------------------------------------------------------------
 def _validation_handler(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    # json.loads accepts NaN and Infinity in a body, and the errors echo the input: safe JSON
     errors = jsonable_encoder(exc.errors(), custom_encoder={Exception: str})
     summary = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: "
                         f"{e.get('msg')}" for e in errors)
-    return JSONResponse({"detail": errors, "message": f"invalid request: {summary}"},
-                        status_code=422)
+    return SafeJSONResponse({"detail": errors, "message": f"invalid request: {summary}"},
+                            status_code=422)
 
 
 def create_app(service: "PlacementService") -> FastAPI:
@@ -252,42 +498,35 @@ def create_app(service: "PlacementService") -> FastAPI:
                               "versions, decisions and the slot-level plan.",
                   version="1", openapi_url=None, docs_url=None, redoc_url=None)
     app.add_exception_handler(RequestValidationError, _validation_handler)
-    bearer = HTTPBearer(auto_error=False, description="service.token, when one is set")
     started = time.monotonic()
-
-    def check_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if not settings.token:
-            return
-        if credentials is None or not secrets.compare_digest(
-                credentials.credentials.encode(), settings.token.encode()):
-            raise HTTPException(401, "missing or wrong bearer token: send 'Authorization: "
-                                "Bearer <service.token>'", headers={"WWW-Authenticate": "Bearer"})
-
-    api = APIRouter(dependencies=[Depends(check_token)])
+    api = APIRouter(dependencies=[Depends(_token_dependency(settings))])
 
     @app.get("/health", tags=["service"])
     def health() -> dict:
         """Liveness and progress; needs no token (load balancers, `streamplace doctor`)."""
         latest = service.store.latest()
         consumer = service.consumer
-        return {"status": "ok", "model_version": latest["version"] if latest else None,
-                "feedback_records": service.learner.records_taken,
-                "records_trained": service.learner.records_trained,
-                "pending_records": service.learner.pending(),
-                "feedback_messages": service.ingest.messages,
-                "duplicates_dropped": dict(service.ingest.dedup.dropped),
-                "undecodable_messages": service.ingest.undecodable,
-                "consumer": None if consumer is None else {
-                    "running": consumer.running, "topic": consumer.topic,
-                    "last_error": consumer.last_error},
-                "learner": {"running": service.learner.running,
-                            "last_error": service.learner.last_error},
-                "nodes": service.learner.node_ids(),
-                "uptime_s": round(time.monotonic() - started, 3)}
+        status = {"status": "ok", "model_version": latest["version"] if latest else None,
+                  "feedback_records": service.learner.records_taken,
+                  "records_trained": service.learner.records_trained,
+                  "pending_records": service.learner.pending(),
+                  "feedback_messages": service.ingest.messages,
+                  "duplicates_dropped": dict(service.ingest.dedup.dropped),
+                  "undecodable_messages": service.ingest.undecodable,
+                  "consumer": None if consumer is None else {
+                      "running": consumer.running, "topic": consumer.topic,
+                      "last_error": consumer.last_error},
+                  "learner": {"running": service.learner.running,
+                              "last_error": service.learner.last_error,
+                              "timings_rejected": service.learner.timings_rejected,
+                              "models_rejected": service.learner.models_rejected},
+                  "nodes": service.learner.node_ids(),
+                  "uptime_s": round(time.monotonic() - started, 3)}
+        return _json_safe(status)
 
     @api.get("/openapi.json", include_in_schema=False)
     def openapi() -> JSONResponse:
-        return JSONResponse(app.openapi())
+        return SafeJSONResponse(app.openapi())
 
     @api.get("/docs", include_in_schema=False)
     def docs() -> HTMLResponse:
@@ -296,29 +535,9 @@ def create_app(service: "PlacementService") -> FastAPI:
     @api.get("/cluster", tags=["cluster"])
     def cluster() -> dict:
         """TaskManagers from Flink REST merged with each node's latest NodeFeedback (and its
-        age); when Flink is unreachable, the feedback view and ``flink.reachable: false``."""
-        try:
-            taskmanagers = {tm["id"]: tm for tm in service.flink.taskmanagers()}
-            flink = {"reachable": True, "url": service.flink.base_url}
-        except (FlinkUnreachable, FlinkRestError) as exc:
-            taskmanagers = None
-            flink = {"reachable": False, "url": service.flink.base_url, "error": str(exc)}
-        feedback = service.learner.latest_feedback()
-        spec = {c.node_id: c for c in node_capacities(service.spec)}
-        now_ms = int(time.time() * 1000)
-        ids = list(dict.fromkeys([*(taskmanagers or {}), *spec, *feedback]))
-        nodes = []
-        for node in ids:
-            tm = (taskmanagers or {}).get(node)
-            record = feedback.get(node)
-            nodes.append({
-                "node": node,
-                "in_flink": None if taskmanagers is None else tm is not None,
-                "flink": tm,
-                "spec": dataclasses.asdict(spec[node]) if node in spec else None,
-                "feedback": None if record is None else {
-                    **record, "age_s": round((now_ms - record["emitted_at_ms"]) / 1000.0, 3)}})
-        return {"nodes": nodes, "flink": flink}
+        age); when Flink is unreachable, the feedback view and ``flink.reachable: false``.
+        Numbers that are not finite (hostile feedback) are null."""
+        return _cluster_view(service)
 
     @api.get("/models", tags=["models"])
     def models() -> dict:
@@ -341,13 +560,13 @@ def create_app(service: "PlacementService") -> FastAPI:
             raise HTTPException(404, str(exc)) from None
 
     @api.get("/models/{version}", tags=["models"])
-    def model(version: int = PathParam(ge=1)) -> dict:
+    def model(version: int = PathParam(ge=1, le=MAX_VERSION)) -> dict:
         return _meta(version)
 
     @api.get("/models/{version}/weights", tags=["models"],
              response_class=Response,
              responses={200: {"content": {"application/octet-stream": {}}}})
-    def weights(request: Request, version: int = PathParam(ge=1)) -> Response:
+    def weights(request: Request, version: int = PathParam(ge=1, le=MAX_VERSION)) -> Response:
         """The model file (placement.ldwp.modelfile format); ETag is its sha256."""
         meta = _meta(version)
         etag = f'"{meta["sha256"]}"'
@@ -365,34 +584,11 @@ def create_app(service: "PlacementService") -> FastAPI:
     @api.post("/decide", tags=["placement"], response_model=list[DecisionOut])
     def decide(body: DecideRequest) -> list[DecisionOut]:
         """Place a batch of tasks. Each decision counts one more task in flight on its node
-        for the rest of the batch (optimistic, as a router does between feedback reports)."""
-        policy, source, version = service.serving.current()
-        if body.nodes is not None:
-            nodes = [NodeState(**n.model_dump()) for n in body.nodes]
-        else:
-            nodes = service.learner.node_states()
-        label = f"ldwp v{version}" if source == "model" else policy.name
-        index = {n.node_id: i for i, n in enumerate(nodes)}
-        out = []
-        now = time.time()
-        for task in body.tasks:
-            observation = Observation(Task(task.task_id, task.app_id, task.input_size),
-                                      tuple(nodes), now)
-            try:
-                decision = policy.decide(observation)
-            except (KeyError, ValueError) as exc:  # e.g. a rule that needs specs of nodes
-                message = exc.args[0] if exc.args else str(exc)
-                raise HTTPException(422, f"cannot place task {task.task_id!r} with "
-                                    f"{label} on nodes {list(index)}: {message}") from None
-            reason = decision.reason if source == "model" else \
-                f"no model version yet, fallback {policy.name}: {decision.reason}"
-            out.append(DecisionOut(task_id=task.task_id, node=decision.node, reason=reason,
-                                   scores={k: float(v) for k, v in decision.scores.items()},
-                                   policy=label))
-            i = index[decision.node]
-            nodes[i] = dataclasses.replace(nodes[i], queue_depth=nodes[i].queue_depth + 1)
-        service.metrics.decisions.labels(source=source).inc(len(out))
-        return out
+        for the rest of the batch (optimistic, as a router does between feedback reports).
+        Given ``nodes`` must be nodes the service knows (422 naming the unknown ones). A model
+        decision with a non-finite score or a node not offered is replaced by the fallback
+        rule's (the reason says so); 503 when even that fails."""
+        return _decide(service, body)
 
     @api.get("/plan", tags=["placement"], response_model=PlanOut)
     def plan(max_total: int | None = Query(None, ge=1, le=10_000, description="instances "
@@ -405,7 +601,7 @@ def create_app(service: "PlacementService") -> FastAPI:
             flink = {"reachable": True}
         except (FlinkUnreachable, FlinkRestError) as exc:
             alive, flink = None, {"reachable": False, "error": str(exc)}
-        rates = service.learner.measured_rates()
+        rates = _finite_rates(service.learner.measured_rates())
         result = plan_executors(service.spec, rates, alive, max_total)
         return PlanOut(nodes=result.nodes, total=result.total, reason=result.reason,
                        flink=flink, measured_rates=rates)
@@ -414,8 +610,9 @@ def create_app(service: "PlacementService") -> FastAPI:
     def metrics() -> Response:
         now_ms = int(time.time() * 1000)
         for node, record in service.learner.latest_feedback().items():
+            emitted = _finite_or_none(record.get("emitted_at_ms"))
             service.metrics.feedback_age.labels(node=node).set(
-                (now_ms - record["emitted_at_ms"]) / 1000.0)
+                math.nan if emitted is None else (now_ms - emitted) / 1000.0)
             service.metrics.set_node_feedback(node, record)
         return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 

@@ -72,9 +72,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import numpy as np
+
 from placement.ldwp.agent import LDWPPolicy, LDWPSettings
 from placement.ldwp.features import is_live_costs
+from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
+from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
 from placement.speed import ObservedSpeed, timing_sample
 from workload.estimates import CostModel
@@ -262,6 +266,51 @@ def _timing_example_fields(timing: Mapping) -> tuple[str, float, int] | None:
     return task_id, queue_ms + service_ms, int(finished)
 
 
+def _newest_loadable(store: ModelStore, settings: LDWPSettings, cluster, costs):
+    """(agent, entry) of the newest stored version that loads, passes the model-file checks
+    (finite weights included) and was built with ``settings``' model-defining values; (None,
+    None) when there is none. A version that fails is skipped with a warning, so a service
+    never resumes from a poisoned or damaged version (it falls back to the one before)."""
+    for entry in reversed(store.versions()):
+        version = entry["version"]
+        try:
+            changed = _model_settings_changed(store.path(version), settings)
+            if changed:
+                log.warning("the stored model version %d was trained with other model settings "
+                            "(%s); not resuming from it", version, changed)
+                return None, None
+            store.read_bytes(version)  # the recorded sha256
+            return LDWPPolicy.from_file(store.path(version), cluster, costs,
+                                        training=True), entry
+        except (ModelFileError, OSError) as exc:
+            log.warning("not resuming from model version %d: %s; trying the version before it",
+                        version, exc)
+    return None, None
+
+
+def _starting_agent(store: ModelStore, cluster: ClusterSpec, costs, settings: LDWPSettings,
+                    initial_model) -> tuple[LDWPPolicy, dict | None, int, str]:
+    """(agent, resumed version's entry or None, records trained, previous training hash): the
+    newest good stored version (restart), else ``initial_model`` (published as a version),
+    else a fresh agent."""
+    agent, latest = (None, None) if initial_model is not None else \
+        _newest_loadable(store, settings, cluster, costs)
+    if agent is not None:
+        records = int(latest.get("trained_on_records", 0))
+        log.info("resuming from model version %d (trained on %d records)", latest["version"],
+                 records)
+        return agent, latest, records, latest.get("training_data_hash", "")
+    if initial_model is not None:
+        agent = LDWPPolicy.from_file(initial_model, cluster, costs, training=True)
+        meta = store.publish_file(initial_model, {
+            "trained_on_records": 0, "new_records": 0, "training_data_hash": "",
+            "nodes": list(cluster.node_ids), "source": f"initial model {initial_model}",
+            "policy": "ldwp", "network": agent.settings.network})
+        log.info("published the initial model %s as version %d", initial_model, meta["version"])
+        return agent, None, 0, ""
+    return LDWPPolicy(cluster, costs, settings), None, 0, ""
+
+
 class OnlineLearner:
     """Learns LDWP from feedback and publishes model versions (see the module docstring).
 
@@ -279,7 +328,8 @@ class OnlineLearner:
                  publish_every: int = 500, min_records_first_version: int = 200,
                  initial_model: str | Path | None = None, costs=None,
                  metrics=None, history_per_node: int = 512, gpu_model: str = "t4",
-                 max_unknown_nodes: int = 64):
+                 max_unknown_nodes: int = 64, gate: PublishGate | None = None,
+                 max_latency_s: float = 3600.0, max_task_size: int = 10**11):
         if publish_every < 1 or min_records_first_version < 1:
             raise ValueError("publish_every and min_records_first_version must be at least 1")
         self.cluster = to_cluster_spec(cluster, gpu_model)
@@ -289,6 +339,8 @@ class OnlineLearner:
                                                                    prior=CostModel())
         self.metrics = metrics
         self.max_unknown_nodes = max_unknown_nodes
+        # a timing beyond these is implausible (a clock jump, a hostile record): not learned
+        self.max_latency_ms, self.max_task_size = 1000.0 * max_latency_s, max_task_size
         self.timings_rejected = 0   # timings skipped: fields missing, not finite or negative
         self.nodes_ignored = 0      # records skipped: beyond max_unknown_nodes
         self.publish_every = publish_every
@@ -311,39 +363,17 @@ class OnlineLearner:
         self.records_taken = 0
         self.last_error: str | None = None
 
-        latest = store.latest()
-        previous_hash = ""
-        if latest is not None and initial_model is None:
-            changed = _model_settings_changed(store.path(latest["version"]), settings)
-            if changed:
-                log.warning("the newest stored model (version %d) was trained with other "
-                            "model settings (%s); starting a fresh model, numbered after it",
-                            latest["version"], changed)
-                latest = None
-        if latest is not None:  # resume from the newest version (restart)
-            self.agent = LDWPPolicy.from_file(store.path(latest["version"]), self.cluster,
-                                              self.costs, training=True)
-            self.records_trained = int(latest.get("trained_on_records", 0))
-            previous_hash = latest.get("training_data_hash", "")
-            log.info("resuming from model version %d (trained on %d records)",
-                     latest["version"], self.records_trained)
-        elif initial_model is not None:
-            self.agent = LDWPPolicy.from_file(initial_model, self.cluster, self.costs,
-                                              training=True)
-            self.records_trained = 0
-            meta = store.publish_file(initial_model, {
-                "trained_on_records": 0, "new_records": 0, "training_data_hash": "",
-                "nodes": list(self.cluster.node_ids), "source": f"initial model {initial_model}",
-                "policy": "ldwp", "network": self.agent.settings.network})
-            log.info("published the initial model %s as version %d", initial_model,
-                     meta["version"])
-        else:
-            self.agent = LDWPPolicy(self.cluster, self.costs, settings)
-            self.records_trained = 0
+        self.agent, latest, self.records_trained, previous_hash = _starting_agent(
+            store, self.cluster, self.costs, settings, initial_model)
         if self.agent.settings.network != "node_scoring":
             raise ValueError("the service learns the size-agnostic 'node_scoring' network; the "
                              f"model it starts from is {self.agent.settings.network!r}")
         self.agent.training = True
+        # the weights it starts from are the first "last good" ones (module docstring, 5.)
+        self.gate = gate if gate is not None else PublishGate()
+        self.gate.accept(self.agent)
+        self.examples_seen = 0      # examples trained on or held back
+        self.models_rejected = 0    # candidate versions the gate refused (rolled back)
         self._published_records = self.records_trained if latest is not None else 0
         self._learned_version = latest is not None and self.records_trained > 0
         self._hash = hashlib.sha256(f"previous:{previous_hash}\n".encode())
@@ -368,8 +398,9 @@ class OnlineLearner:
                 speeds = record.get("routed_speed_factor") or []
                 for i, timing in enumerate(record.get("completed") or ()):
                     sample, fields_ = timing_sample(timing), _timing_example_fields(timing)
-                    if sample is None or fields_ is None:
-                        self.timings_rejected += 1
+                    if sample is None or fields_ is None or fields_[1] > self.max_latency_ms \
+                            or sample[1] > self.max_task_size:
+                        self._reject_timing()
                         continue
                     task_id, latency, finished = fields_
                     decided = int(finished - latency)
@@ -405,6 +436,11 @@ class OnlineLearner:
         if queued:
             self._wake.set()
         return queued
+
+    def _reject_timing(self) -> None:
+        self.timings_rejected += 1
+        if self.metrics is not None:
+            self.metrics.learning_rejections.labels(kind="timing").inc()
 
     def _accept_node(self, node) -> bool:
         """Whether records of ``node`` are learned from (adds a new node outside the spec
@@ -459,13 +495,22 @@ class OnlineLearner:
         # transform), else LDWP's task_latency reward as documented.
         reward_of = getattr(agent, "latency_reward", None)
         reward = reward_of(latency_s) if reward_of else -latency_s / s.latency_scale_s
+        state = agent.encode(observation, example.estimates_s)
+        if not (math.isfinite(reward) and np.isfinite(state).all()):
+            self._reject_timing()  # features are clamped; this is a last line of defence
+            return
+        self.examples_seen += 1
+        if self.gate.is_held_back(self.examples_seen):
+            self.gate.hold_back(state, action, reward)  # judges versions, never trained on
+            return
         # A terminal transition: the TD target is the reward (contextual bandit, see above).
-        agent.replay.add((agent.encode(observation, example.estimates_s), action, reward, None,
-                          True))
+        agent.replay.add((state, action, reward, None, True))
         self.records_trained += 1
         if len(agent.replay.items) >= s.learning_starts and \
                 self.records_trained % s.train_frequency == 0:
             agent._train_step()  # LDWP's own step: sample the replay, MSE to the TD target
+            if not math.isfinite(agent.losses[-1]):
+                self._roll_back(f"non-finite training loss {agent.losses[-1]}")
             if self.metrics is not None:
                 self.metrics.training_steps.inc()
         self._hash.update(f"{example.task.task_id}\t{example.node}\t"
@@ -474,22 +519,40 @@ class OnlineLearner:
         if self.metrics is not None:
             self.metrics.records_trained.inc()
 
+    def _roll_back(self, reason: str) -> None:
+        """Back to the last good weights (placement.service.model_gate), counted and logged."""
+        self.gate.rollback(self.agent)
+        self.models_rejected += 1
+        self.last_error = f"model refused: {reason}"
+        log.warning("learned model refused (%s): rolled back to the last good weights, "
+                    "replay cleared (%d refused so far)", reason, self.models_rejected)
+        if self.metrics is not None:
+            self.metrics.learning_rejections.labels(kind="model").inc()
+
     def _publish_due(self) -> bool:
         new = self.records_trained - self._published_records
         if not self._learned_version:
             return self.records_trained >= self.min_records_first_version
         return new >= self.publish_every
 
-    def publish(self) -> dict:
-        """Save the current weights as a new version now (also used by ``_publish_due``)."""
+    def publish(self) -> dict | None:
+        """Save the current weights as a new version now (also used by ``_publish_due``) if
+        they pass the gate; else roll back and return None."""
         agent = self.agent
+        verdict = self.gate.check(agent)
+        if not verdict.ok:
+            self._roll_back(verdict.reason)
+            self._published_records = self.records_trained  # try again after publish_every
+            return None
         losses = agent.losses[-100:]
         meta = {"trained_on_records": self.records_trained,
                 "new_records": self.records_trained - self._published_records,
                 "training_data_hash": self._hash.hexdigest(),
                 "nodes": sorted(self._nodes_trained) or list(self.cluster.node_ids),
                 "training_steps": agent.updates,
-                "loss": (sum(losses) / len(losses)) if losses else None,
+                "loss": (sum(finite) / len(finite)) if (finite := [
+                    x for x in losses if math.isfinite(x)]) else None,
+                "held_back_error": verdict.error, "gate": verdict.reason,
                 "policy": "ldwp", "network": agent.settings.network,
                 "reward": agent.settings.reward}
         entry = self.store.publish(
@@ -497,6 +560,7 @@ class OnlineLearner:
                 k: v for k, v in meta.items() if k != "nodes"}), meta)
         self._published_records = self.records_trained
         self._learned_version = True
+        self.gate.accept(agent)
         if self.metrics is not None:
             self.metrics.model_version.set(entry["version"])
         log.info("published model version %d (trained on %d records, %d new)",

@@ -13,10 +13,22 @@ Example::
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["ServiceMetrics", "CONTENT_TYPE_LATEST"]
+
+
+def _number(value) -> float:
+    """A finite float, or NaN (Prometheus' "no valid value") for anything else: hostile or
+    broken feedback must not break /metrics."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+    return number if math.isfinite(number) else math.nan
 
 
 class ServiceMetrics:
@@ -45,12 +57,23 @@ class ServiceMetrics:
         self.decisions = Counter(
             p + "decisions", "placement decisions served by POST /decide, by source",
             ["source"], registry=r)
+        self.unusable_decisions = Counter(
+            p + "unusable_decisions", "policy decisions POST /decide did not return, by "
+            "problem: problem=non_finite_scores (NaN/inf scores, e.g. a poisoned model), "
+            "problem=unknown_node (a node it was not offered); each was decided again by the "
+            "fallback rule (or answered 503 when that failed too)", ["problem"], registry=r)
         self.model_version = Gauge(
             p + "model_version", "newest published model version (0: none yet)", registry=r)
         self.training_steps = Counter(
             p + "training_steps", "gradient steps taken by the online learner", registry=r)
         self.records_trained = Counter(
             p + "records_trained", "task records the online learner trained on", registry=r)
+        self.learning_rejections = Counter(
+            p + "learning_rejections", "what the online learner refused: kind=timing (a "
+            "timing with missing, non-finite or implausible fields, not learned from), "
+            "kind=model (a candidate model with non-finite or implausible outputs or a "
+            "held-back error far above the last good version's; rolled back, not published)",
+            ["kind"], registry=r)
         self.queue_depth = Gauge(
             p + "node_queue_depth", "tasks at each node (queued + in flight) in its latest "
             "NodeFeedback", ["node"], registry=r)
@@ -76,15 +99,18 @@ class ServiceMetrics:
             self.duplicates.labels(kind=kind)
         for source in ("model", "fallback"):
             self.decisions.labels(source=source)
+        for problem in ("non_finite_scores", "unknown_node"):
+            self.unusable_decisions.labels(problem=problem)
 
     def set_node_feedback(self, node: str, record) -> None:
-        """Export a node's latest NodeFeedback (queue depth = queued + in flight, utilisations)."""
-        self.queue_depth.labels(node=node).set(int(record["in_flight"]) +
-                                               int(record["queue_depth"]))
-        self.node_cpu_util.labels(node=node).set(float(record["cpu_util"]))
-        self.node_gpu_util.labels(node=node).set(float(record["gpu_util"]))
-        self.node_gpu_mem_util.labels(node=node).set(float(record["gpu_mem_util"]))
-        self.node_host_mem_util.labels(node=node).set(float(record["host_mem_util"]))
+        """Export a node's latest NodeFeedback (queue depth = queued + in flight, utilisations);
+        a missing, non-numeric or non-finite value is exported as NaN."""
+        self.queue_depth.labels(node=node).set(_number(record.get("in_flight")) +
+                                               _number(record.get("queue_depth")))
+        self.node_cpu_util.labels(node=node).set(_number(record.get("cpu_util")))
+        self.node_gpu_util.labels(node=node).set(_number(record.get("gpu_util")))
+        self.node_gpu_mem_util.labels(node=node).set(_number(record.get("gpu_mem_util")))
+        self.node_host_mem_util.labels(node=node).set(_number(record.get("host_mem_util")))
 
     def render(self) -> bytes:
         """The Prometheus text exposition format."""

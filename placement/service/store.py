@@ -19,7 +19,7 @@ Example::
     store = ModelStore("/tmp/models", keep=5)
     meta = store.publish(lambda path, version: agent.save(path, version=version),
                          {"trained_on_records": 500})
-    store.latest()["version"], store.read_bytes(meta["version"])[:8]   # (1, b'SPMODEL1')
+    store.latest()["version"], store.read_bytes(meta["version"])[:8]   # (1, b'SPMODEL2')
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from placement.ldwp.modelfile import ModelFileError, load_model
+from placement.ldwp.modelfile import ModelFileError, load_model, parse_model
 
 __all__ = ["ModelStore", "UnknownVersion", "ModelFileError"]
 
@@ -125,14 +125,16 @@ class ModelStore:
         return data
 
     def load(self, version: int | None = None):
-        """(layers, metadata) of ``version`` (default: latest) through the model-file reader,
-        which refuses truncated or tampered files with :class:`ModelFileError`."""
+        """(layers, metadata) of ``version`` (default: latest): the bytes are checked against
+        the sha256 recorded when the version was published (:meth:`read_bytes`), then read by
+        the model-file reader, which refuses truncated or tampered files; both raise
+        :class:`ModelFileError`."""
         if version is None:
             latest = self.latest()
             if latest is None:
                 raise UnknownVersion("the model store is empty")
             version = latest["version"]
-        return load_model(self.path(version))
+        return parse_model(self.read_bytes(version), str(self.path(version)))
 
     # -- writing ------------------------------------------------------------------------------
     def publish(self, save: Callable[[Path, int], object], metadata: dict | None = None) -> dict:

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from placement.ldwp.modelfile import ModelFileError
+from placement.ldwp.modelfile import ModelFileError, load_model
 from placement.service.app import PlacementService, plan_executors
 from placement.service.client import PlacementClient, ServiceError, ServiceUnavailable
 from placement.service.feedback import Deduplicator
@@ -91,11 +91,13 @@ PROBE_TASKS = [{"task_id": f"p{i}", "app_id": app, "input_size": size}
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A service that learned from 1,200 synthetic task records (about 4 s on one core)."""
+    """A service that learned from 1,280 synthetic task records (about 4 s on one core): one
+    in 16 is held back to judge versions (placement.service.model_gate), 1,200 trained on."""
     service = make_service(tmp_path_factory.mktemp("trained"))
-    taken = service.ingest.ingest(synthetic_feedback(1200))
-    assert taken == 1200
-    assert service.learner.train_pending() == 1200
+    taken = service.ingest.ingest(synthetic_feedback(1280))
+    assert taken == 1280
+    assert service.learner.train_pending() == 1280
+    assert service.learner.gate.held_back == 80
     return service
 
 
@@ -255,7 +257,7 @@ def test_model_store_round_trip_restart_and_tampering(tmp_path):
     first = store.publish(lambda p, v: _save_model(p, v), {"trained_on_records": 10})
     assert first["version"] == 1 and first["filename"] == "v000001.spmodel"
     data = store.read_bytes(1)
-    assert hashlib.sha256(data).hexdigest() == first["sha256"] and data[:8] == b"SPMODEL1"
+    assert hashlib.sha256(data).hexdigest() == first["sha256"] and data[:8] == b"SPMODEL2"
     _layers, meta = store.load(1)
     assert meta["version"] == 1
     for seed in (1, 2, 3):
@@ -277,8 +279,10 @@ def test_model_store_round_trip_restart_and_tampering(tmp_path):
     raw = bytearray(path.read_bytes())
     raw[-5] ^= 0xFF  # flip one weight byte
     path.write_bytes(bytes(raw))
-    with pytest.raises(ModelFileError, match="SHA-256"):
+    with pytest.raises(ModelFileError, match="recorded sha256"):  # the store's own record
         rebuilt.load(4)
+    with pytest.raises(ModelFileError, match="SHA-256"):           # and the file's digest
+        load_model(path)
     with pytest.raises(ModelFileError, match="sha256"):
         rebuilt.read_bytes(4)
     with pytest.raises(ModelFileError):
@@ -293,6 +297,8 @@ def test_learner_publishes_versions_that_prefer_the_fast_node(trained):
     assert all(len(v["training_data_hash"]) == 64 and v["nodes"] == list(NODES)
                for v in versions)
     assert len({v["training_data_hash"] for v in versions}) == 3
+    assert all(v["gate"].startswith(("finite", "held-back error")) for v in versions)
+    assert trained.learner.models_rejected == 0
     client = client_for(trained)
     decisions = client.post("/decide", json={"tasks": PROBE_TASKS}).json()
     assert all(d["policy"] == "ldwp v3" for d in decisions)
@@ -309,7 +315,7 @@ def test_learning_is_deterministic_for_the_same_records(tmp_path):
     digests = []
     for run in ("one", "two"):
         service = make_service(tmp_path / run, min_records_first_version=150)
-        service.ingest.ingest(synthetic_feedback(150, seed=3))
+        service.ingest.ingest(synthetic_feedback(160, seed=3))  # 10 held back, 150 trained
         service.learner.train_pending()
         digests.append((service.store.latest()["sha256"],
                         service.store.latest()["training_data_hash"]))
@@ -318,12 +324,12 @@ def test_learning_is_deterministic_for_the_same_records(tmp_path):
 
 def test_restart_resumes_from_the_newest_version(tmp_path):
     service = make_service(tmp_path, min_records_first_version=100)
-    service.ingest.ingest(synthetic_feedback(100, seed=4))
+    service.ingest.ingest(synthetic_feedback(106, seed=4))  # one in 16 held back: 100 trained
     service.learner.train_pending()
     first = service.store.latest()
     resumed = make_service(tmp_path, min_records_first_version=100, publish_every=100)
     assert resumed.learner.records_trained == 100
-    resumed.ingest.ingest(synthetic_feedback(100, seed=5, prefix="u"))
+    resumed.ingest.ingest(synthetic_feedback(106, seed=5, prefix="u"))
     resumed.learner.train_pending()
     second = resumed.store.latest()
     assert second["version"] == first["version"] + 1 and second["trained_on_records"] == 200
@@ -335,13 +341,13 @@ def test_a_stored_model_built_with_other_model_settings_is_not_resumed(tmp_path)
     starts, numbered after it."""
     plain = {"q_prior": "none", "residual": "additive", "latency_transform": "linear"}
     old = make_service(tmp_path, min_records_first_version=100, learning=plain)
-    old.ingest.ingest(synthetic_feedback(100, seed=4))
+    old.ingest.ingest(synthetic_feedback(106, seed=4))
     old.learner.train_pending()
     assert old.store.latest()["version"] == 1
     fresh = make_service(tmp_path, min_records_first_version=100)
     assert fresh.learner.records_trained == 0
     assert fresh.learner.agent.settings.q_prior == "completion"
-    fresh.ingest.ingest(synthetic_feedback(100, seed=5, prefix="u"))
+    fresh.ingest.ingest(synthetic_feedback(106, seed=5, prefix="u"))
     fresh.learner.train_pending()
     latest = fresh.store.latest()
     assert (latest["version"], latest["trained_on_records"]) == (2, 100)
@@ -400,7 +406,7 @@ def test_undecodable_feedback_is_counted_and_skipped(tmp_path):
 
 def test_metrics_expose_the_counters(trained):
     text = client_for(trained).get("/metrics").text
-    for line in ("streamplace_service_feedback_records_total 1200.0",
+    for line in ("streamplace_service_feedback_records_total 1280.0",
                  "streamplace_service_records_trained_total 1200.0",
                  "streamplace_service_model_version 3.0",
                  'streamplace_service_duplicates_dropped_total{kind="task_id"}',
@@ -456,7 +462,7 @@ def test_client_against_a_running_service(tmp_path):
         assert client.plan()["nodes"] == {"tm_a": 2, "tm_b": 1, "tm_c": 1}
         decisions = client.decide(PROBE_TASKS[:3])
         assert len(decisions) == 3 and all(d["node"] in NODES for d in decisions)
-        service.ingest.ingest(synthetic_feedback(200))
+        service.ingest.ingest(synthetic_feedback(213))  # 13 held back, 200 trained
         service.learner.train_pending()
         meta = client.latest()
         assert meta["version"] == 1
