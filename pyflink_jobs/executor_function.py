@@ -12,6 +12,17 @@ Flink's async operator keeps in-flight tasks in its checkpoints (results stay ex
 
 Each instance publishes its node's feedback (:class:`pyflink_jobs.feedback.FeedbackPublisher`).
 
+**Timeouts.** PyFlink (2.2) does not cancel ``async_invoke`` when the async timeout fires: its
+timer thread calls ``timeout(value)``, emits what that returns, and the coroutine runs on with
+its result ignored (``pyflink/fn_execution/datastream/process/async_function/operation.py``:
+``ResultHandler._timer_triggered`` calls the timeout function only, and
+``AsyncFunctionRunner.run_async`` drops the future ``run_coroutine_threadsafe`` returns). So the
+executor functions cancel it themselves: each keeps its records' calls in flight in an
+:class:`~interference.executor.cancel.InFlightCalls` (keyed by task id and record object), and
+``timeout`` cancels the record's call there, which cancels its task in the executor (stages not
+started never start, a running built-in stage stops at its next check; the lane and the
+admission slot are freed). ``timeout`` still returns the FAILED result (dead letter) at once.
+
 Example (the hook builds this for you)::
 
     AsyncDataStream.unordered_wait(node_stream, NodeExecutorFunction("tm_a", settings),
@@ -31,6 +42,7 @@ from dataclasses import dataclass
 from pyflink_jobs.feedback import FeedbackPublisher, FinishedTask
 from pyflink_jobs.flink_ops import CountGauges
 from pyflink_jobs.routed import RoutedRecord
+from workload.limits import MEMORY_FRACTION
 
 __all__ = ["ExecutorFunctionSettings", "ExecutorFeedback", "ExecutorFunctionBase",
            "NodeExecutorFunction",
@@ -55,6 +67,9 @@ class ExecutorFunctionSettings:
     instances_on_node: executor instances the plan gives this node.
     batching: the user operator's stages are batched across in-flight records (off: one input
         per call, the ablation).
+    node_memory_bytes / task_memory_fraction / limit_address_space: the executor's per-task
+        memory budget and optional ``RLIMIT_AS`` (``interference.executor.memory``; 0 = the
+        memory this process can have, 0.5 = half of it per task, off).
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -64,11 +79,20 @@ class ExecutorFunctionSettings:
     cpu_workers: int = 0
     instances_on_node: int = 1
     batching: bool = True
+    node_memory_bytes: int = 0
+    task_memory_fraction: float = MEMORY_FRACTION
+    limit_address_space: bool = False
 
     def workers(self) -> int:
         """CPU worker threads for one instance on this node."""
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
         return self.cpu_workers or max(1, cores // max(1, self.instances_on_node))
+
+    def limits(self) -> dict:
+        """The executor settings' memory fields from these."""
+        return {"node_memory_bytes": self.node_memory_bytes,
+                "task_memory_fraction": self.task_memory_fraction,
+                "limit_address_space": self.limit_address_space}
 
 
 def unwrap(value) -> tuple[RoutedRecord | None, object]:
@@ -146,7 +170,31 @@ class ExecutorFeedback:
 
 
 class ExecutorFunctionBase(ExecutorFeedback, AsyncFunction):
-    """:class:`ExecutorFeedback` for an async executor function."""
+    """:class:`ExecutorFeedback` for an async executor function, whose ``timeout`` cancels the
+    record's work (see the module doc)."""
+
+    def in_flight(self):
+        """The calls in flight (an ``InFlightCalls``, made on first use: not pickled)."""
+        calls = self.__dict__.get("_in_flight")
+        if calls is None:
+            from interference.executor.cancel import InFlightCalls
+            calls = self.__dict__.setdefault("_in_flight", InFlightCalls())
+        return calls
+
+    @staticmethod
+    def call_key(value, task_id) -> tuple:
+        """The key of a record's call: its task id and the record object PyFlink passes to
+        both ``async_invoke`` and ``timeout``."""
+        return (str(task_id), id(value))
+
+    def cancel_call(self, value, task_id) -> bool:
+        """Cancel the call of ``value`` (from ``timeout``); whether one was in flight."""
+        return self.in_flight().cancel(self.call_key(value, task_id))
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_in_flight", None)
+        return state
 
 
 class NodeExecutorFunction(ExecutorFunctionBase):
@@ -159,15 +207,17 @@ class NodeExecutorFunction(ExecutorFunctionBase):
         node = os.environ.get("STREAMPLACE_NODE_ID") or self.planned_node or "unknown"
         self.executor = NodeExecutor(ExecutorSettings.from_env(
             node_id=node, scheduler=self.settings.scheduler,
-            cpu_workers=self.settings.workers()))
+            cpu_workers=self.settings.workers(), **self.settings.limits()))
+        self.in_flight()
         self._open_feedback(runtime_context, self.executor.snapshot)
 
     async def async_invoke(self, value):
         routed, event = unwrap(value)
         self._check_routed(routed)
-        outcome = await self.executor.run_task(event["task_id"], event["app_id"],
-                                               int(event["input_size"]),
-                                               payload=event.get("payload"))
+        outcome = await self.in_flight().run(
+            self.call_key(value, event["task_id"]),
+            self.executor.run_task(event["task_id"], event["app_id"], int(event["input_size"]),
+                                   payload=event.get("payload")))
         self._count(outcome.status == "OK")
         encoded = self._encode("TaskResult", result_record(
             event, outcome, self.node_id, routed.node if routed else ""))
@@ -178,6 +228,8 @@ class NodeExecutorFunction(ExecutorFunctionBase):
 
     def timeout(self, value):
         _, event = unwrap(value)
+        # Stop its work here: PyFlink does not cancel async_invoke (see the module doc).
+        self.cancel_call(value, event["task_id"])
         # Reported, never dropped: a FAILED result says the task ran out of time here.
         now = int(time.time() * 1000)
         self._count(False)

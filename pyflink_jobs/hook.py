@@ -294,13 +294,27 @@ class StreamplaceHook:
         return cluster_task_limits("" if s.nodes else s.cluster_spec,
                                    BYTES_PER_RECORD_BYTE if user_records else BYTES_PER_PIXEL)
 
-    def executor_settings(self, instances: int = 1) -> ExecutorFunctionSettings:
-        """The executor instances' settings, derived from this hook's."""
+    def executor_settings(self, instances: int = 1, host: str = "") -> ExecutorFunctionSettings:
+        """The executor instances' settings, derived from this hook's; the per-task memory
+        budget reads ``host``'s memory from the cluster spec (else the process's own)."""
         s = self.settings
         return ExecutorFunctionSettings(
             bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
             scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s,
-            instances_on_node=instances, batching=s.batching)
+            instances_on_node=instances, batching=s.batching,
+            node_memory_bytes=self._node_memory_bytes(host))
+
+    def _node_memory_bytes(self, host: str) -> int:
+        """``host``'s TaskManager process memory from the cluster spec, 0 when unknown (the
+        executor then takes what its process can have: interference.executor.memory)."""
+        s = self.settings
+        if not host or s.nodes or not s.cluster_spec:
+            return 0
+        from streamplace.cluster_spec import load_cluster_spec
+        try:
+            return load_cluster_spec(s.cluster_spec).node(host).process_memory_mb << 20
+        except (ValueError, KeyError, OSError):
+            return 0
 
     def feedback_stream(self, env):
         from pyflink.common import ByteArraySchema, WatermarkStrategy
@@ -384,18 +398,20 @@ class StreamplaceHook:
         if op is not None and direct_operator(op) is not None:
             # one per-record CPU step: computed inline, outputs and dead letters in one operator
             outputs = (stream.process(DirectOperatorFunction(
-                host, op, self.executor_settings(parallelism)), output_type=self._output_type)
+                host, op, self.executor_settings(parallelism, host)),
+                output_type=self._output_type)
                 .name(f"streamplace-executor{'-' + label if label else ''}{suffix}")
                 .uid(f"{s.uid_prefix}-executor{'-' + label if label else ''}")
                 .set_parallelism(parallelism).slot_sharing_group(group))
             self._dead.append(side_output(outputs, dead_letter_tag()))
             return outputs
         if op is not None:
-            function = OperatorExecutorFunction(host, op, self.executor_settings(parallelism))
+            function = OperatorExecutorFunction(host, op,
+                                                self.executor_settings(parallelism, host))
         elif s.executor == "checksum":
             function = ChecksumExecutor()
         else:
-            function = NodeExecutorFunction(host, self.executor_settings(parallelism))
+            function = NodeExecutorFunction(host, self.executor_settings(parallelism, host))
         executed = (self._execute(stream, function, op is not None)
                     .name(f"streamplace-executor{'-' + label if label else ''}{suffix}")
                     .uid(f"{s.uid_prefix}-executor{'-' + label if label else ''}").set_parallelism(parallelism)

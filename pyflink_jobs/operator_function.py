@@ -10,6 +10,12 @@ timing in the node's feedback, and emits one :class:`ExecutedRecord`.
 the job asked (``output_type``), and sends the records whose operator raised to the dead-letter
 output with the error and traceback. The user's record and outputs are never changed.
 
+On the async timeout, ``timeout`` returns the record's dead letter and cancels its work in the
+executor (PyFlink itself does not cancel ``async_invoke``; see
+:mod:`pyflink_jobs.executor_function`): the record's stages not started are skipped. The user's
+own code cannot be interrupted mid-call from a thread: a stage call that is running runs to its
+end (or to a ``workload.cancel.check_cancelled()`` of its own).
+
 Example (the hook builds this for you)::
 
     executed = AsyncDataStream.unordered_wait(
@@ -81,6 +87,13 @@ def _describe(function, value):
     return routed, record, task_id, routed.task_size if routed is not None else 0
 
 
+def _call_task_id(value) -> str:
+    """The task id part of a record's call key, the same in ``async_invoke`` and ``timeout``
+    (a record without routing has none: its object id tells it apart)."""
+    routed, _ = unwrap(value)
+    return routed.task_id if routed is not None else ""
+
+
 def _report(function, routed, record, task_id: str, size: int, outcome) -> ExecutedRecord:
     """Count the outcome, report its timing in the node's feedback, and make the
     :class:`ExecutedRecord` (outputs, or a dead letter)."""
@@ -112,7 +125,8 @@ class OperatorExecutorFunction(ExecutorFunctionBase):
         # co-schedule through the IAWP operator executor
         self.executor = operator_executor_for(self.operator, OperatorExecutorSettings.from_env(
             node_id=node, scheduler=s.scheduler, cpu_workers=s.workers(),
-            batching=s.batching), runtime_context=runtime_context)
+            batching=s.batching, **s.limits()), runtime_context=runtime_context)
+        self.in_flight()
         self._open_feedback(runtime_context, self._snapshot)
 
     def _snapshot(self) -> dict:
@@ -123,11 +137,14 @@ class OperatorExecutorFunction(ExecutorFunctionBase):
 
     async def async_invoke(self, value):
         routed, record, task_id, size = _describe(self, value)
-        outcome = await self.executor.run(task_id, record, size)
+        outcome = await self.in_flight().run(self.call_key(value, _call_task_id(value)),
+                                             self.executor.run(task_id, record, size))
         return [_report(self, routed, record, task_id, size, outcome)]
 
     def timeout(self, value):
         routed, record = unwrap(value)
+        # Stop its work here: PyFlink does not cancel async_invoke (executor_function's doc).
+        self.cancel_call(value, _call_task_id(value))
         self._count(False)
         # Reported, never dropped: the dead letter says the record ran out of time here.
         return [ExecutedRecord(dead_letter=_dead_letter(
@@ -174,7 +191,8 @@ class DirectOperatorFunction(ExecutorFeedback, ProcessFunction):
             raise ValueError(f"{self.operator!r} is not one per-record CPU step; it needs "
                              "OperatorExecutorFunction")
         self.executor = DirectExecutor(direct, OperatorExecutorSettings.from_env(
-            node_id=node, cpu_workers=1), runtime_context=runtime_context)
+            node_id=node, cpu_workers=1, **self.settings.limits()),
+            runtime_context=runtime_context)
         self._tag = dead_letter_tag()
         self._open_feedback(runtime_context, self._snapshot)
 

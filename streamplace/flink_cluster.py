@@ -362,6 +362,27 @@ class FlinkCluster:
         newest = max(candidates, key=lambda c: c.get("latest_ack_timestamp", 0))
         return newest.get("external_path")
 
+    def latest_checkpoint_on_disk(self, job_id: str) -> str | None:
+        """The newest completed checkpoint of ``job_id`` in this cluster's checkpoint folder
+        (``chk-N`` with its ``_metadata``): what a job is restored from when the JobManager,
+        and with it REST and the checkpoint history, is gone. Retained checkpoints only
+        (``externalized-checkpoint-retention``, set by this launcher)."""
+        folder = self.dir / "checkpoints" / job_id
+        done = [(int(p.name[4:]), p) for p in folder.glob("chk-*")
+                if p.name[4:].isdigit() and (p / "_metadata").is_file()]
+        return max(done)[1].as_uri() if done else None
+
+    def restart_jobmanager(self, hard: bool = True) -> float:
+        """Stop the JobManager (SIGKILL with ``hard``, as a crash would) and start it again;
+        the running TaskManagers register with the new one. Without HA services the new
+        JobManager does not know the old jobs: resubmit them from
+        :meth:`latest_checkpoint_on_disk` (``streamplace.supervisor`` does the same for a
+        lost TaskManager). Returns the seconds until every TaskManager registered again."""
+        began = time.monotonic()
+        self.jobmanager.stop(timeout_s=0 if hard else 30)
+        self.start()
+        return time.monotonic() - began
+
     def stop_with_savepoint(self, job_id: str, timeout_s: float = 120) -> str:
         """Stop the job with a savepoint (no drain: in-flight async tasks stay in the savepoint
         and are re-issued on restore); returns the savepoint path."""

@@ -17,7 +17,9 @@ digests, answers), ``clips`` (a task's clip: synthetic, or decoded from its payl
 ``executor`` (NodeExecutor), ``operator_executor`` (OperatorExecutor),
 ``operator_records`` (a record in flight), ``batching`` (per-stage queues, formed batches),
 ``batch_sizer`` (latency-driven batch sizes), ``stage_costs`` (the schedulers' measured
-estimates for user stages), ``devices`` and ``telemetry``.
+estimates for user stages), ``cancel`` (cancellation that reaches running stages, the calls a
+timeout cancels), ``memory`` (the per-task memory budget, the optional ``RLIMIT_AS``),
+``devices`` and ``telemetry``.
 
 Example::
 

@@ -34,6 +34,8 @@ import contextlib
 import threading
 from typing import Any, Callable, ContextManager
 
+from workload.cancel import StageCancelled, check_cancelled
+
 __all__ = ["BadPayload", "TaskClip", "check_payload_type"]
 
 #: What a payload may be (what the Avro codec gives for ``bytes``, and views of it).
@@ -81,10 +83,13 @@ class TaskClip:
            track: Callable[[], ContextManager] | None = None):
         """The clip on ``device`` (made on the CPU first, under ``track()``); ``stream``: the
         CUDA stream the copy is made on, synchronised because other streams will read it.
-        Raises :class:`BadPayload` for a payload that does not decode."""
+        Raises :class:`BadPayload` for a payload that does not decode, and
+        :class:`~workload.cancel.StageCancelled` when the calling stage's task was
+        cancelled (while it waited for another stage making the clip, or while making it)."""
         with self._lock:
             if self._error is not None:
                 raise self._error
+            check_cancelled()
             if "cpu" not in self._frames:
                 with (track() if track is not None else contextlib.nullcontext()):
                     self._frames["cpu"] = self._make()
@@ -103,6 +108,8 @@ class TaskClip:
         try:
             frames = task_frames_from_payload(self.app_id, self._payload, "cpu",
                                               self._limits or DEFAULT_LIMITS)
+        except StageCancelled:  # the task was cancelled, the bytes may be fine
+            raise
         except Exception as exc:  # noqa: BLE001 - hostile bytes: any decode error is bad input
             # PayloadError already says what is wrong; anything else (a decoder bug, memory)
             # is named by its type so the result says it was the payload, not a stage.

@@ -7,6 +7,11 @@ what IAWP would do. :class:`DirectExecutor` then runs each record's call on a po
 ``cpu_workers`` threads, with the same retries, outcomes, failures and snapshot as
 :class:`~interference.executor.operator_executor.OperatorExecutor`, and none of its per-record
 dispatching (measured: about 2,200 trivial records/s through the dispatcher on one core).
+Like it, it refuses a record over the node's per-task memory budget
+(:mod:`interference.executor.memory`) before any work, and a record whose ``run`` coroutine is
+cancelled (Flink's async timeout) does not start, or stops between attempts and
+``work_multiplier`` repeats; the user's call in progress cannot be interrupted (it may call
+``workload.cancel.check_cancelled()`` to stop early).
 
 :func:`operator_executor_for` picks the executor for an operator.
 
@@ -25,10 +30,13 @@ import concurrent.futures
 import threading
 import time
 
+from interference.executor.cancel import CANCELLED, StageCancelled, cancel_scope
+from interference.executor.memory import MemoryBudget
 from interference.executor.results import (RecordOutcome, StageRun, describe_failure,
                                            format_traceback)
 from interference.executor.settings import OperatorExecutorSettings
 from interference.executor.telemetry import NodeTelemetry
+from workload.limits import BYTES_PER_RECORD_BYTE
 from workload.operators import StagedOperator, as_operator, chain_cpu_stages
 
 __all__ = ["DirectExecutor", "operator_executor_for", "runs_directly", "direct_operator"]
@@ -84,20 +92,43 @@ class DirectExecutor:
         self._unit_of_thread: dict[int, str] = {}
         self._latencies: list[float] = []
         self.telemetry = NodeTelemetry()
+        self.memory = MemoryBudget.for_settings(self.settings)
         self._closed = False
         operator.open(runtime_context)
 
     # -- public API (as OperatorExecutor's) ----------------------------------------------------
-    def submit(self, record_id: str, record, task_size: int = 0) -> concurrent.futures.Future:
+    def submit(self, record_id: str, record, task_size: int = 0,
+               cancel: threading.Event | None = None) -> concurrent.futures.Future:
+        refused = self._refusal(str(record_id), task_size)
+        if refused is not None:
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            future.set_result(refused)
+            return future
         self._admit()
         return self._pool.submit(self._run, str(record_id), record, time.perf_counter(),
-                                 time.time())
+                                 time.time(), cancel)
 
     def run_now(self, record_id: str, record, task_size: int = 0) -> RecordOutcome:
         """The record's outcome, computed in the calling thread (a synchronous Flink operator:
         no pool, no thread hop)."""
+        refused = self._refusal(str(record_id), task_size)
+        if refused is not None:
+            return refused
         self._admit()
         return self._run(str(record_id), record, time.perf_counter(), time.time())
+
+    def _refusal(self, record_id: str, task_size) -> RecordOutcome | None:
+        """A FAILED outcome for a record over the memory budget (counted), else None."""
+        if isinstance(task_size, bool) or not isinstance(task_size, int) or task_size <= 0:
+            return None  # OperatorExecutor's checks; here a size only ever comes from routing
+        error = self.memory.refusal(task_size, BYTES_PER_RECORD_BYTE, "task_size",
+                                    "record bytes")
+        if error is None:
+            return None
+        with self._lock:
+            self._counts["failed"] += 1
+        now = int(time.time() * 1000)
+        return RecordOutcome(record_id, "FAILED", [], error, None, now, now, 0.0, 0.0, 0.0, [])
 
     def _admit(self) -> None:
         """Wait for an in-flight slot and count the record queued (released in ``_run``)."""
@@ -108,11 +139,20 @@ class DirectExecutor:
             self._counts["queue_depth"] += 1
 
     async def run(self, record_id: str, record, task_size: int = 0) -> RecordOutcome:
-        if self._slots.acquire(blocking=False):  # a slot now: no thread hop to wait for one
-            self._slots.release()
-            return await asyncio.wrap_future(self.submit(record_id, record, task_size))
-        future = await asyncio.to_thread(self.submit, record_id, record, task_size)
-        return await asyncio.wrap_future(future)
+        """:meth:`submit` for asyncio. Cancelling the coroutine stops the record: not started
+        (even once a slot it waited for is free), or between attempts and repeats."""
+        cancel = threading.Event()
+        try:
+            if self._slots.acquire(blocking=False):  # a slot now: no thread hop to wait
+                self._slots.release()
+                future = self.submit(record_id, record, task_size, cancel)
+            else:
+                future = await asyncio.to_thread(self.submit, record_id, record, task_size,
+                                                 cancel)
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
 
     def snapshot(self) -> dict:
         sample = self.telemetry.sample()
@@ -148,7 +188,8 @@ class DirectExecutor:
         self.close()
 
     # -- worker ----------------------------------------------------------------------------
-    def _run(self, record_id: str, record, accepted: float, accepted_epoch: float):
+    def _run(self, record_id: str, record, accepted: float, accepted_epoch: float,
+             cancel: threading.Event | None = None):
         started = time.perf_counter()
         unit = self._unit()
         with self._lock:
@@ -156,13 +197,23 @@ class DirectExecutor:
             self._counts["in_flight"] += 1
         outputs, error, trace, attempts = [], None, None, 0
         stage_input = self.operator.stage_inputs(self.stage.name, record, {})
+        stopped = (lambda: False) if cancel is None else cancel.is_set  # noqa: E731
         while attempts < self.settings.max_attempts:
+            if stopped():
+                error, trace = CANCELLED, None
+                break
             attempts += 1
             try:
                 value = None
-                for _ in range(self.settings.repeats):  # an emulated slower node
-                    value = self.stage.run([stage_input], "cpu")[0]
+                with cancel_scope(cancel):
+                    for _ in range(self.settings.repeats):  # an emulated slower node
+                        if stopped():
+                            raise StageCancelled()
+                        value = self.stage.run([stage_input], "cpu")[0]
                 outputs, error = self.operator.results(value), None
+                break
+            except StageCancelled:
+                error, trace = CANCELLED, None
                 break
             except Exception as exc:  # noqa: BLE001 - the user's code: a FAILED record
                 error = describe_failure(self.stage.name, attempts, unit, exc)

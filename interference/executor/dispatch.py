@@ -10,7 +10,13 @@ apps) and :class:`~interference.executor.OperatorExecutor` (user operators). It 
   it fails, or when nothing runs and it placed nothing (waiting would wait forever);
 - measured interference (:class:`~interference.executor.corun.CoRunLearner`);
 - admission: ``max_in_flight`` slots, the queued / executing / completed / failed counters
-  behind :meth:`snapshot`, and the inbox the dispatcher thread reads.
+  behind :meth:`snapshot`, and the inbox the dispatcher thread reads;
+- the per-task memory budget (:class:`~interference.executor.memory.MemoryBudget`) the
+  subclasses check at admission, and the optional ``RLIMIT_AS`` of the worker process.
+
+A caller that gives up (``run_task`` / ``run`` cancelled, e.g. by Flink's async timeout) frees
+what it held: a slot it was still waiting for is never taken, and a task it submitted is
+cancelled (see :mod:`interference.executor.cancel`).
 
 One dispatcher thread owns all scheduling state. It wakes on every event (work accepted, a call
 finished, close), or when :meth:`_wake_in_s` says a timer is due, handles the events
@@ -38,6 +44,7 @@ from typing import Any, Callable
 from interference.executor.corun import AloneBaseline, CoRunLearner
 from interference.executor.devices import discover_units
 from interference.executor.lanes import UnitLanes
+from interference.executor.memory import MemoryBudget, limit_address_space
 from interference.executor.telemetry import NodeTelemetry
 from interference.schedulers import validate_assignments
 from interference.schedulers.fcfs import FcfsScheduler
@@ -50,6 +57,8 @@ log = logging.getLogger(__name__)
 #: How often the idle dispatcher wakes, and how often it looks for cancelled futures (s).
 _IDLE_TICK_S = 0.5
 _CANCEL_SWEEP_S = 0.05
+#: How often a caller waiting for a slot in a thread looks whether it gave up (s).
+_SLOT_POLL_S = 0.05
 
 
 class ExecutorCore:
@@ -82,6 +91,9 @@ class ExecutorCore:
         self._count_lock = threading.Lock()
         self._queued = self._executing = self._completed = self._failed = self._stages_run = 0
         self._slots = threading.BoundedSemaphore(settings.max_in_flight)
+        self.memory = MemoryBudget.for_settings(settings)
+        if getattr(settings, "limit_address_space", False):
+            limit_address_space(self.memory, self._has_gpu)
         self._close_lock = threading.Lock()
         self._closed = False
         self._dispatcher = threading.Thread(target=self._loop, daemon=True,
@@ -141,11 +153,23 @@ class ExecutorCore:
         perf = time.perf_counter() if perf is None else perf
         return int(self._epoch0_ms + (perf - self._t0) * 1000.0)
 
-    def _take_slot(self, block: bool) -> bool:
-        """A slot for one more item in flight (False: none free and ``block`` is False)."""
+    def _take_slot(self, block: bool | threading.Event) -> bool:
+        """A slot for one more item in flight (False: none free and ``block`` is False).
+        ``block`` may be an event: wait until a slot is free or the event is set (the caller
+        gave up: False, no slot taken)."""
         if self._closed:
             raise RuntimeError(f"executor {self.settings.node_id!r} is closed")
-        return self._slots.acquire(blocking=block)
+        if not isinstance(block, threading.Event):
+            return self._slots.acquire(blocking=block)
+        while not block.is_set():
+            if self._slots.acquire(timeout=_SLOT_POLL_S):
+                if block.is_set():  # gave up while the slot came free: give it back
+                    self._slots.release()
+                    return False
+                return True
+            if self._closed:
+                raise RuntimeError(f"executor {self.settings.node_id!r} is closed")
+        return False
 
     def _enqueue(self, kind: str, item: Any) -> None:
         """Hand an accepted item (holding a slot) to the dispatcher."""
@@ -195,12 +219,21 @@ class ExecutorCore:
                 pass
 
     @staticmethod
-    async def _await_submit(submit: Callable[[bool], concurrent.futures.Future | None]):
+    async def _await_submit(submit: Callable[[Any], concurrent.futures.Future | None]):
         """``submit(block)`` for asyncio: waits for a slot off the event loop, then for the
-        result. Cancelling the awaiting coroutine cancels the future."""
+        result. Cancelling the awaiting coroutine cancels the future, or, while it still waits
+        for a slot, stops the wait (a slot taken in that instant is given back by cancelling
+        what was submitted with it)."""
         future = submit(False)
         if future is None:  # every slot taken: wait for one in a thread, not on the loop
-            future = await asyncio.to_thread(submit, True)
+            gave_up = threading.Event()
+            waiter = asyncio.ensure_future(asyncio.to_thread(submit, gave_up))
+            try:
+                future = await asyncio.shield(waiter)
+            except asyncio.CancelledError:
+                gave_up.set()
+                waiter.add_done_callback(_cancel_submitted)
+                raise
         return await asyncio.wrap_future(future)
 
     # ------------------------------------------------------------------ dispatcher
@@ -265,7 +298,9 @@ class ExecutorCore:
         raise NotImplementedError
 
     def _sweep(self) -> None:
-        """Drop work whose caller cancelled it."""
+        """Drop work whose caller cancelled it (both executors hear of a cancelled future at
+        once, as a ``"cancel"`` event from :func:`~interference.executor.cancel.cancel_on_future`;
+        this periodic hook is for anything that cannot)."""
 
     def _schedule(self) -> None:
         raise NotImplementedError
@@ -281,3 +316,12 @@ class ExecutorCore:
     def _wake_in_s(self) -> float | None:
         """Seconds until the dispatcher must look again without an event (None: no timer)."""
         return None
+
+
+def _cancel_submitted(waiter: asyncio.Future) -> None:
+    """A slot wait whose caller gave up ended: cancel what it submitted, if anything."""
+    if waiter.cancelled() or waiter.exception() is not None:
+        return
+    future = waiter.result()
+    if future is not None:
+        future.cancel()

@@ -28,9 +28,17 @@ One :class:`NodeExecutor` per node (per Flink TaskManager). Tasks come in throug
 A stage that raises (including CUDA out-of-memory) is retried up to ``max_attempts`` in total,
 on a CPU core after a GPU OOM; then its task resolves as ``FAILED`` with the error. A task is
 never dropped and the future always resolves: bad requests (unknown application, bad size)
-resolve at once as ``FAILED``, and so does a payload that does not decode (no retries: the
-bytes will not get better). An OK task's outcome carries its answer, ``output``
-(``workload.apps.registry.summarise_output`` of its stage outputs).
+resolve at once as ``FAILED``, and so do a task whose estimated memory (``input_size`` x
+``workload.limits.BYTES_PER_PIXEL``) is over the node's per-task budget
+(:mod:`interference.executor.memory`), a payload that does not decode and a stage out of host
+memory (``MemoryError``; no retries: neither will get better). An OK task's outcome carries its
+answer, ``output`` (``workload.apps.registry.summarise_output`` of its stage outputs).
+
+Cancelling a task's future (``run_task``'s coroutine cancelled, e.g. by Flink's async timeout)
+stops its work (:mod:`interference.executor.cancel`): its stages not started never start, and a
+running stage stops at the operator's next cancellation check (between EM iterations, octaves,
+frames, ...); the lane and the admission slot are then free. A stage stopped so is not counted
+as run, nor learned from. A task that fails stops its other running stages the same way.
 
 Example::
 
@@ -50,11 +58,13 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from interference.executor.cancel import CANCELLED, StageCancelled, cancel_on_future
 from interference.executor.clips import BadPayload, TaskClip, check_payload_type
 from interference.executor.corun import MIN_OVERLAP_FRACTION, CostBaseline
 from interference.executor.dispatch import ExecutorCore
@@ -64,6 +74,7 @@ from interference.executor.results import (StageRecord, TaskOutcome, describe_fa
 from interference.executor.settings import ENV_NODE_ID, ENV_WORK_MULTIPLIER, ExecutorSettings
 from interference.schedulers import make_node_scheduler
 from workload.catalog import APPLICATIONS, AppDef
+from workload.limits import BYTES_PER_PIXEL
 from workload.model import Assignment, ComputingUnit, NodeScheduler, Stage
 
 __all__ = ["ExecutorSettings", "StageRecord", "TaskOutcome", "NodeExecutor",
@@ -95,6 +106,7 @@ class _Task:
     sink_digests: dict[str, str] = field(default_factory=dict)
     started_s: float | None = None
     error: str | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)  # set: stop its work
 
     @property
     def app_id(self) -> str:
@@ -167,7 +179,9 @@ class NodeExecutor(ExecutorCore):
         if isinstance(input_size, bool) or not isinstance(input_size, int) or input_size < 1:
             return self._failed_now(task_id, app_id, "input_size must be a positive integer "
                                     f"(pixels of the clip), got {input_size!r}")
-        if (error := check_payload_type(payload)) is not None:
+        if (error := check_payload_type(payload)) is not None or \
+                (error := self.memory.refusal(input_size, BYTES_PER_PIXEL, "input_size",
+                                              "pixels")) is not None:
             return self._failed_now(task_id, app_id, error)
         if not self._take_slot(block):
             return None
@@ -176,6 +190,7 @@ class NodeExecutor(ExecutorCore):
         clip = TaskClip(app_id, int(input_size), seed, payload)
         task = _Task(str(task_id), app, int(input_size), clip, concurrent.futures.Future(),
                      time.perf_counter(), {s.name for s in app.stages})
+        cancel_on_future(task.future, task.cancel, self._inbox.put, ("cancel", task))
         self._enqueue("task", task)
         return task.future
 
@@ -185,6 +200,8 @@ class NodeExecutor(ExecutorCore):
             self._admit(payload)
         elif kind == "done":
             self._finish_stage(payload)
+        elif kind == "cancel" and self._tasks.get(payload.task_id) is payload:
+            self._fail(payload, CANCELLED)
 
     def _busy(self) -> bool:
         return bool(self._tasks)
@@ -192,11 +209,6 @@ class NodeExecutor(ExecutorCore):
     def _fail_all(self, error: str) -> None:
         for task in list(self._tasks.values()):
             self._fail(task, error)
-
-    def _sweep(self) -> None:
-        for task in list(self._tasks.values()):
-            if task.future.cancelled() and task.error is None:
-                self._fail(task, "cancelled by the caller")
 
     def _admit(self, task: _Task) -> None:
         if task.task_id in self._tasks:  # stage keys are (task id, stage): ids must be unique
@@ -260,7 +272,7 @@ class NodeExecutor(ExecutorCore):
 
         call = self.lanes.call(unit.unit_id, stream, stage.stage, prepare,
                                lambda prepared: run_stage(stage.stage, *prepared),
-                               self.settings.repeats)
+                               self.settings.repeats, cancel=task.cancel)
         digest = None
         if call.error is None and stage.stage in _sinks(task.app):
             try:
@@ -298,8 +310,14 @@ class NodeExecutor(ExecutorCore):
 
     def _stage_failed(self, task: _Task, done: _Done, unit: ComputingUnit) -> None:
         name, exc = done.stage.stage, done.call.error
+        if isinstance(exc, StageCancelled):  # seen by the worker before the dispatcher
+            self._fail(task, CANCELLED)
+            return
         if isinstance(exc, BadPayload):  # the bytes will not decode on a retry either
             self._fail(task, f"{exc} (task {task.task_id!r}, {task.app_id})")
+            return
+        if isinstance(exc, MemoryError):  # out of host memory: a retry would be too
+            self._fail(task, describe_failure(name, task.attempts[name], unit.unit_id, exc))
             return
         oom = unit.kind == "gpu" and is_cuda_oom(exc)
         if oom:
@@ -318,6 +336,7 @@ class NodeExecutor(ExecutorCore):
     def _fail(self, task: _Task, error: str) -> None:
         if task.error is None:
             task.error = error
+        task.cancel.set()  # its running stages stop at their next check
         for name in list(task.ready):
             self._ready.pop((task.task_id, name), None)
         task.ready.clear()

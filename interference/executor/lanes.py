@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from interference.executor.corun import CoRun, CoRunTracker
+from workload.cancel import cancel_scope, check_cancelled
 from workload.model import ComputingUnit
 
 __all__ = ["UnitLanes", "LaneCall", "is_cuda_oom", "use_one_torch_thread"]
@@ -157,20 +158,29 @@ class UnitLanes:
 
     # ------------------------------------------------------------------ worker side
     def call(self, unit_id: str, stream, stage_type: str, prepare: Callable[[], Any],
-             work: Callable[[Any], Any], repeats: int = 1) -> LaneCall:
+             work: Callable[[Any], Any], repeats: int = 1, cancel=None) -> LaneCall:
         """In a lane's worker: ``prepare()`` (untimed: inputs to the device), then
         ``work(prepared)`` ``repeats`` times, timed and tracked as ``stage_type``. Never
-        raises: the error is in the result."""
+        raises: the error is in the result.
+
+        ``cancel``: the work's cancel flag (``is_set()``). Once it is set, the call does not
+        start (``run`` stays None), stops between repeats, and code in ``prepare`` / ``work``
+        that calls :func:`~workload.cancel.check_cancelled` stops there; the error is
+        then a :class:`~workload.cancel.StageCancelled`."""
         result = LaneCall()
         run_id = None
         if stream is None:
             use_one_torch_thread()
         try:
             with (sys.modules["torch"].cuda.stream(stream) if stream is not None
-                  else contextlib.nullcontext()):
+                  else contextlib.nullcontext()), cancel_scope(cancel):
+                check_cancelled()  # a cancelled task's stage never starts
                 prepared = prepare()
+                check_cancelled()
                 run_id, result.start = self.tracker.begin(stage_type, unit_id)
-                for _ in range(repeats):
+                for repeat in range(repeats):
+                    if repeat:
+                        check_cancelled()
                     result.output = work(prepared)
                 if stream is not None:
                     stream.synchronize()  # GPU work is asynchronous: time it to its end

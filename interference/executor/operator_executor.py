@@ -29,6 +29,16 @@ records: each is re-run alone, which isolates the bad ones; a record's input tha
 memory re-runs the batch on a CPU core (a batch of one: as its next attempt). Every future
 resolves; no record is dropped or run to completion twice; the executor keeps running.
 
+Limits: a record whose estimated memory (``task_size`` x ``workload.limits.BYTES_PER_RECORD_BYTE``)
+is over the node's per-task budget (:mod:`interference.executor.memory`) is refused at once,
+FAILED before any work. Cancelling a record's future (``run``'s coroutine cancelled, e.g. by
+Flink's async timeout) drops its stages not started, and a batch made only of cancelled records
+is skipped (or stopped between ``work_multiplier`` repeats). **A user stage's own code cannot be
+interrupted mid-call from another thread**: a call that is running runs to its end (a stage may
+call ``workload.cancel.check_cancelled()`` in its own loops to stop early: it raises once every
+record of the batch was cancelled). A stopped call is not learned from (see
+:mod:`interference.executor.cancel`).
+
 Torch is imported only when the operator has a GPU-capable stage (to find the node's GPUs) or
 its own stages import it; CPU workers then use one torch thread each.
 
@@ -61,6 +71,7 @@ from typing import Any
 
 from interference.executor.batch_sizer import BatchSizer
 from interference.executor.batching import Batch, ReadyBatches, StageQueues
+from interference.executor.cancel import CANCELLED, AllSet, StageCancelled, cancel_on_future
 from interference.executor.dispatch import ExecutorCore
 from interference.executor.devices import discover_units
 from interference.executor.lanes import LaneCall, is_cuda_oom
@@ -70,6 +81,7 @@ from interference.executor.results import (RecordOutcome, StageRun, describe_fai
                                            format_traceback)
 from interference.executor.settings import OperatorExecutorSettings
 from interference.schedulers import make_node_scheduler
+from workload.limits import BYTES_PER_RECORD_BYTE
 from workload.model import Assignment, ComputingUnit, NodeScheduler, Stage
 from workload.operators import (OperatorError, OperatorStage, StagedOperator, as_operator,
                                 chain_cpu_stages)
@@ -157,16 +169,15 @@ class OperatorExecutor(ExecutorCore):
     # ------------------------------------------------------------------ admission
     def _submit(self, record_id, record, task_size, block: bool):
         record_id = str(record_id)
-        if isinstance(task_size, bool) or not isinstance(task_size, numbers.Integral) \
-                or task_size < 0:
-            now = self._now_ms()
-            return self._refused(RecordOutcome(
-                record_id, "FAILED", [], f"task_size must be an integer >= 0, got "
-                f"{task_size!r}", None, now, now, 0.0, 0.0, 0.0, []))
+        error = _size_problem(task_size) or self.memory.refusal(
+            task_size, BYTES_PER_RECORD_BYTE, "task_size", "record bytes")
+        if error:
+            return self._refused(_refused_outcome(record_id, error, self._now_ms()))
         if not self._take_slot(block):
             return None
         state = RecordState(record_id, record, int(task_size), concurrent.futures.Future(),
                             time.perf_counter(), set(self.operator.order))
+        cancel_on_future(state.future, state.cancel, self._inbox.put, ("cancel", state))
         self._enqueue("record", state)
         return state.future
 
@@ -181,6 +192,8 @@ class OperatorExecutor(ExecutorCore):
             self._release(payload)
         elif kind == "done":
             self._finish(payload)
+        elif kind == "cancel" and self._records.get(payload.record_id) is payload:
+            self._fail(payload, CANCELLED)
 
     def _busy(self) -> bool:
         return bool(self._records)
@@ -188,11 +201,6 @@ class OperatorExecutor(ExecutorCore):
     def _fail_all(self, error: str) -> None:
         for state in list(self._records.values()):
             self._fail(state, error)
-
-    def _sweep(self) -> None:
-        for state in list(self._records.values()):
-            if state.future.cancelled() and state.ok:
-                self._fail(state, "cancelled by the caller")
 
     def _wake_in_s(self) -> float | None:
         now = time.perf_counter()
@@ -244,7 +252,7 @@ class OperatorExecutor(ExecutorCore):
         inputs = [item.value for item in batch.items]
         call = self.lanes.call(unit.unit_id, stream, batch.stage, lambda: None, lambda _: _call(
             self.operator.stage(batch.stage), inputs, self.lanes.device(unit.unit_id)),
-            self.settings.repeats)
+            self.settings.repeats, cancel=AllSet(item.record.cancel for item in batch.items))
         self._inbox.put(("done", _BatchDone(batch, stage, unit, lane, call)))
 
     # ------------------------------------------------------------------ completion
@@ -281,6 +289,10 @@ class OperatorExecutor(ExecutorCore):
 
     def _batch_failed(self, batch: Batch, unit: ComputingUnit, exc: BaseException,
                       run) -> None:
+        if isinstance(exc, StageCancelled):  # stopped for its cancelled records: no retry
+            for state in (item.record for item in batch.items):
+                if state.ok and state.cancel.is_set():
+                    self._fail(state, CANCELLED)
         oom = unit.kind == "gpu" and is_cuda_oom(exc)
         if oom:
             sys.modules["torch"].cuda.empty_cache()
@@ -322,6 +334,7 @@ class OperatorExecutor(ExecutorCore):
     def _fail(self, state: RecordState, error: str, traceback: str | None = None) -> None:
         if state.ok:
             state.error, state.traceback = error, traceback
+        state.cancel.set()  # batches made only of failed or cancelled records stop
         state.waiting.clear()
         mine = lambda item: item.record is state  # noqa: E731
         state.in_flight -= len(self._queues.remove(mine)) + self._ready.drop(mine)
@@ -346,6 +359,18 @@ def _scheduler(settings: OperatorExecutorSettings, given: NodeScheduler | None,
     if hasattr(given, "use_costs"):  # the calibration it may hold knows no user stage
         given.use_costs(costs)
     return given
+
+
+def _size_problem(task_size) -> str | None:
+    if isinstance(task_size, bool) or not isinstance(task_size, numbers.Integral) \
+            or task_size < 0:
+        return f"task_size must be an integer >= 0, got {task_size!r}"
+    return None
+
+
+def _refused_outcome(record_id: str, error: str, now_ms: int) -> RecordOutcome:
+    """The outcome of a record refused before admission."""
+    return RecordOutcome(record_id, "FAILED", [], error, None, now_ms, now_ms, 0.0, 0.0, 0.0, [])
 
 
 def _call(stage: OperatorStage, inputs: list, device: str) -> list:

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -32,7 +33,8 @@ class RecordState:
     waiting: stages whose dependencies are not all done; outputs: stage -> this record's
     output; runs: stage -> how it ran; calls: stage -> calls its input took part in;
     solo_failures: stage -> failed calls of its input alone (what ``max_attempts`` counts);
-    in_flight: its inputs waiting in a queue, formed into a batch, or running.
+    in_flight: its inputs waiting in a queue, formed into a batch, or running; cancel: set
+    when it was cancelled or failed (lanes skip or stop batches made only of such records).
     """
 
     record_id: str
@@ -50,6 +52,7 @@ class RecordState:
     started_s: float | None = None
     error: str | None = None
     traceback: str | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)  # set: stop its work
 
     @property
     def ok(self) -> bool:

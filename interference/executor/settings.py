@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from workload.limits import MEMORY_FRACTION
+
 __all__ = ["NodeSettings", "ExecutorSettings", "OperatorExecutorSettings", "ENV_NODE_ID",
            "ENV_WORK_MULTIPLIER"]
 
@@ -43,6 +45,14 @@ class NodeSettings:
         one host (the work is done, never slept).
     max_attempts: tries per stage (exception, CUDA OOM) before its task fails.
     max_in_flight: tasks accepted at once; further submits wait for a slot.
+    node_memory_bytes: the node's memory for the per-task budget; 0 = what this process can
+        have (the smaller of the host's memory and its cgroup's limit, see
+        :mod:`interference.executor.memory`).
+    task_memory_fraction: a task whose estimated memory (size x bytes per unit) exceeds this
+        share of ``node_memory_bytes`` is refused at admission, FAILED before any work.
+    limit_address_space: also cap the Python worker's ``RLIMIT_AS`` (off by default: the limit
+        is per process, not per task, and CUDA reserves far more address space than it uses;
+        never applied with a GPU unit). See :mod:`interference.executor.memory`.
     """
 
     node_id: str = "local"
@@ -53,6 +63,9 @@ class NodeSettings:
     work_multiplier: float = 1.0
     max_attempts: int = 2
     max_in_flight: int = 64
+    node_memory_bytes: int = 0
+    task_memory_fraction: float = MEMORY_FRACTION
+    limit_address_space: bool = False
 
     def __post_init__(self) -> None:
         if self.use_gpu not in ("auto", "never", "always"):
@@ -65,6 +78,12 @@ class NodeSettings:
             raise ValueError(f"work_multiplier must be positive, got {self.work_multiplier}")
         if self.max_attempts < 1 or self.max_in_flight < 1:
             raise ValueError("max_attempts and max_in_flight must be at least 1")
+        if self.node_memory_bytes < 0:
+            raise ValueError(f"node_memory_bytes must be >= 0 (0: detect), got "
+                             f"{self.node_memory_bytes}")
+        if not 0 < self.task_memory_fraction <= 1:
+            raise ValueError(f"task_memory_fraction must be in (0, 1], got "
+                             f"{self.task_memory_fraction}")
 
     @property
     def repeats(self) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from workload.cancel import check_cancelled
 from .filters import gaussian_blur
 
 __all__ = ["BackgroundModel", "FrameDifference", "gmm_initial_parameters", "gmm_em",
@@ -92,6 +93,7 @@ def gmm_em(x: torch.Tensor, weights: torch.Tensor, means: torch.Tensor, variance
     log_2pi = math.log(2 * math.pi)
     xs = x[:, None, :]  # (T, 1, P) against (K, P)
     for _ in range(n_iter):
+        check_cancelled()  # a cancelled task stops between iterations
         # E-step: responsibilities (T, K, P).
         log_prob = (-0.5 * (log_2pi + torch.log(variances) + (xs - means) ** 2 / variances)
                     + torch.log(weights))
@@ -132,6 +134,7 @@ def gmm_background(frames: torch.Tensor, inputs: dict | None = None, *, n_compon
         x, *gmm_initial_parameters(x, n_components, reg_covar), n_iter=n_iter,
         reg_covar=reg_covar)
     # Rank components by weight / std (most stable first) and take the background prefix.
+    check_cancelled()
     rank = weights / variances.sqrt()
     order = torch.argsort(rank, dim=0, descending=True)
     sorted_w = torch.gather(weights, 0, order)
@@ -165,6 +168,7 @@ def frame_difference(frames: torch.Tensor, inputs: dict | None = None, *, sigma:
         (False, True)
     """
     blurred = gaussian_blur(frames, sigma)
+    check_cancelled()
     diff = torch.zeros_like(frames)
     diff[1:] = (blurred[1:] - blurred[:-1]).abs()
     return FrameDifference(diff=diff, motion=diff > threshold)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from workload.cancel import check_cancelled
 from .filters import gaussian_blur, local_maxima_2d, resize_bilinear, sample_bilinear
 from .frames import IDENTITIES, LANDMARK_LAYOUT, face_template, render_faces
 
@@ -204,6 +205,7 @@ def face_detection(frames: torch.Tensor, inputs: dict | None = None, *, scale_st
     th, tw = template.shape
     found_frame, found_boxes, found_scores = [], [], []
     for level in range(max_levels):
+        check_cancelled()  # a cancelled task stops between pyramid levels
         scale = scale_step ** -level
         lh, lw = round(h * scale), round(w * scale)
         if lh < th or lw < tw:

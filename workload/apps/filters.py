@@ -24,6 +24,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from workload.cancel import check_cancelled
+
 __all__ = ["gaussian_kernel1d", "gaussian_blur", "sample_bilinear", "resize_bilinear",
            "resize_coordinates", "local_maxima_2d", "max_filter3", "octave_count"]
 
@@ -69,6 +71,7 @@ def gaussian_blur(images: torch.Tensor, sigma: float, truncate: float = 4.0) -> 
     y = x.reshape(n, 1, h, w)
     # 'replicate' pads any width (unlike 'reflect'), so tiny images with a wide kernel work.
     y = F.conv2d(F.pad(y, (r, r, 0, 0), mode="replicate"), kernel.view(1, 1, 1, -1))
+    check_cancelled()  # between the passes: a cancelled task's stage stops here
     y = F.conv2d(F.pad(y, (0, 0, r, r), mode="replicate"), kernel.view(1, 1, -1, 1))
     y = y.reshape(n, h, w)
     return y[0] if squeeze else y
@@ -149,6 +152,7 @@ def max_filter3(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
         [[5.0, 5.0, 5.0, 1.0, 1.0]]
     """
     for d in dims:
+        check_cancelled()
         n = x.shape[d]
         if n < 2:
             continue

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from workload.cancel import check_cancelled
 from .filters import gaussian_blur
 
 __all__ = ["DEFAULT_INPUT_SIZE", "SCENES", "FaceIdentity", "IDENTITIES", "TEMPLATE_SIZE",
@@ -225,6 +226,7 @@ def make_scene(input_size: int, seed: int, device: str | torch.device = "cpu",
         n = int(min(6, max(2, round(h / 14))))
         lane = h / n
         for k in range(n):
+            check_cancelled()  # a cancelled task stops between drawn objects
             kind = "blob" if k % 2 == 0 else "rect"
             half = float(_uniform(g, 0.25, 0.35)[0]) * lane
             # A blob's visible radius is about 2 sigma; size both kinds alike.
@@ -254,6 +256,7 @@ def make_scene(input_size: int, seed: int, device: str | torch.device = "cpu",
         n = int(min(5, max(2, round(h / 20))))
         lane = h / n
         for k in range(n):
+            check_cancelled()  # a cancelled task stops between drawn objects
             # Never smaller than the detector's template: it only scans downscaled frames.
             ry = max(TEMPLATE_SIZE[0] / 2, float(_uniform(g, 0.3, 0.4)[0]) * lane)
             rx = ry / 1.2

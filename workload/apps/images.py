@@ -85,6 +85,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from workload.cancel import check_cancelled
 from .frames import MAX_FRAMES, frame_shape
 
 __all__ = ["PayloadError", "PayloadLimits", "DEFAULT_LIMITS", "ClipInfo", "SAMPLE_IMAGES",
@@ -475,6 +476,7 @@ def decode_clip(payload, device: str | torch.device = "cpu",
     info = inspect_clip(payload, limits)
     out = np.empty((info.frames, info.height, info.width), dtype=np.uint8)
     for i, blob in enumerate(_split(payload, limits)):
+        check_cancelled()  # a cancelled task stops between decoded frames
         try:
             with _open(blob, i) as image:
                 image.load()  # a truncated or corrupt body fails here

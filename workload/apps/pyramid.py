@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from workload.cancel import check_cancelled
 from .filters import gaussian_blur, max_filter3, octave_count
 
 __all__ = ["GaussianPyramid", "DoGPyramid", "Keypoints", "gaussian_pyramid", "dog_pyramid",
@@ -97,6 +98,7 @@ def gaussian_pyramid(frames: torch.Tensor, inputs: dict | None = None, *, n_octa
     base = gaussian_blur(frames, math.sqrt(sigma0 ** 2 - CAMERA_BLUR ** 2))
     octaves = []
     for o in range(octave_count(h, w, n_octaves)):
+        check_cancelled()  # a cancelled task stops between octaves (and blur passes)
         if o > 0:
             base = octaves[-1][:, s, ::2, ::2].contiguous()
         levels = [base] + [gaussian_blur(base, math.sqrt(sk ** 2 - sigma0 ** 2))
@@ -143,6 +145,7 @@ def scale_space_extrema(frames: torch.Tensor, inputs: dict, *,
     dog: DoGPyramid = inputs["dog_pyramid"]
     rows = []
     for o, d in enumerate(dog.octaves):
+        check_cancelled()
         t, s, h, w = d.shape
         if s < 3 or h <= 2 * border or w <= 2 * border:
             continue

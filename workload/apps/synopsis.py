@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from workload.cancel import check_cancelled
+
 from .background import BackgroundModel, FrameDifference, fused_foreground
 from .components import label_components, component_stats
 from .devices import to_device
@@ -152,6 +154,7 @@ def tube_stitching(frames: torch.Tensor, inputs: dict, *, max_overlap: int = 0,
     earliest = 0
     total_overlap = 0
     for k in order:
+        check_cancelled()  # a cancelled task stops between tubes
         (t0, y0, x0), (t1, y1, x1) = lo[k], hi[k]
         # Work inside the tube's bounding box: nothing outside it can collide.
         occ = (tubes.labels[t0:t1, y0:y1, x0:x1] == k + 1).to(canvas.dtype)
@@ -167,6 +170,7 @@ def tube_stitching(frames: torch.Tensor, inputs: dict, *, max_overlap: int = 0,
     length = max(start[k] + durations[k] for k in range(n))
     video = tubes.background.to(frames.dtype).expand(length, h, w).clone()
     for k in order:
+        check_cancelled()  # a cancelled task stops between tubes
         (t0, y0, x0), (t1, y1, x1) = lo[k], hi[k]
         s = start[k]
         occ = tubes.labels[t0:t1, y0:y1, x0:x1] == k + 1

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from workload.cancel import check_cancelled
+
 from .background import BackgroundModel, FrameDifference, fused_foreground
 from .components import component_stats, label_components
 from .devices import to_device
@@ -207,6 +209,7 @@ def tracking(frames: torch.Tensor, inputs: dict, *, min_area: int = 6,
     open_tracks: list[Track] = []
     next_id = 0
     for t in range(t_len):
+        check_cancelled()  # a cancelled task stops between frames
         idx = np.nonzero(frame_of == t)[0]
         still_open = []
         for tr in open_tracks:  # close tracks that have been unseen for too long
