@@ -184,6 +184,7 @@ class Codec:
         self.unknown_writer_fingerprints: Counter[tuple[str, str]] = Counter()
         """(record name, fingerprint) -> how many such messages were decoded."""
         self._schemas: dict[str, dict] = {}
+        self._int_schemas: dict[int, bool] = {}  # id(parsed schema) -> has an Avro int
         self._headers: dict[str, bytes] = {}
         # record name -> writer fingerprint -> (writer schema, reader schema or None when same)
         self._readers: dict[str, dict[bytes, tuple[dict, dict | None]]] = {}
@@ -302,6 +303,12 @@ class Codec:
                                  f"bytes after the record body")
         else:
             self._count_unknown(record_name, fp)
+        # fastavro reads an Avro int from any varint (2**40 for a partition): what its own
+        # encode would refuse, and Java's decoder rejects, is refused here too. Only schemas
+        # with int fields pay for the check (TaskEvent and TaskResult have none).
+        if _has_int(entry[0], self._int_schemas) and not validate(record, entry[0], raise_errors=False):
+            raise CodecError(f"{record_name} body holds a value out of its field's range: "
+                             f"{_explain(entry[0], record)}")
         return record
 
     def _too_long(self, record_name: str, size: int) -> CodecError:
@@ -317,6 +324,16 @@ class Codec:
                         "Codec.unknown_writer_reads, logged once)", record_name, key[1])
         self.unknown_writer_fingerprints[key] += 1
         self.unknown_writer_reads += 1
+
+
+def _has_int(schema, cache: dict) -> bool:
+    """Whether a parsed schema has an Avro int anywhere; ``cache`` (the codec's own, so a
+    schema object outlives its entry) is keyed by the schema object's id."""
+    key = id(schema)
+    known = cache.get(key)
+    if known is None:
+        known = cache[key] = '"int"' in json.dumps(schema, default=str)
+    return known
 
 
 def _explain(schema: dict, record: dict) -> str:

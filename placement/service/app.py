@@ -46,7 +46,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, FiniteFloat, field_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, FiniteFloat,
+                      field_validator)
 
 from placement.ldwp.modelfile import ModelFileError
 from placement.service.feedback import FeedbackConsumer, FeedbackIngest, consumer_config
@@ -214,20 +215,28 @@ TaskType = _name(128, "task type (application id), e.g. face_recognition; any pr
                       "users place their own operators too")
 
 
+def _integral_float_to_int(value):
+    """JSON Schema's integer includes 7273.0: take it as 7273 (a strict int would refuse it);
+    booleans, strings and fractions stay refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 class TaskIn(BaseModel):
     """One task to place (the paper's TID and TSize)."""
 
     model_config = ConfigDict(extra="forbid")
     task_id: TaskId
     app_id: TaskType
-    input_size: int = Field(ge=0, le=MAX_INPUT_SIZE, strict=True,
-                            description="input size in pixels (TSize), at most 10^12")
+    input_size: Annotated[int, BeforeValidator(_integral_float_to_int)] = Field(
+        ge=0, le=MAX_INPUT_SIZE, strict=True,
+        description="input size in pixels (TSize), at most 10^12")
 
 
 class NodeStateIn(BaseModel):
     """A node's state as the caller sees it (fractions in [0, 1]; every number finite)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # strict: a number must be a JSON number (not true, not "0.5"), as the spec says
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     node_id: NodeId
     cpu_util: float = Field(0.0, ge=0, le=1)
     gpu_util: float = Field(0.0, ge=0, le=1)
@@ -235,7 +244,8 @@ class NodeStateIn(BaseModel):
     gpu_mem_util: float = Field(0.0, ge=0, le=1)
     uplink_util: float = Field(0.0, ge=0, le=1)
     downlink_util: float = Field(0.0, ge=0, le=1)
-    queue_depth: int = Field(0, ge=0, le=MAX_QUEUE_DEPTH,
+    queue_depth: Annotated[int, BeforeValidator(_integral_float_to_int)] = Field(
+        0, ge=0, le=MAX_QUEUE_DEPTH,
                              description="tasks at the node (queued + running)")
     backlog_s: float = Field(0.0, ge=0, le=MAX_BACKLOG_S,
                              description="estimated work (s) queued at the node")
@@ -259,6 +269,26 @@ class DecideRequest(BaseModel):
             if repeated:
                 raise ValueError(f"node ids must be unique; repeated: {_names(repeated)}")
         return nodes
+
+
+class ErrorOut(BaseModel):
+    """The body of an error this service raises itself (404, 422, 500, 503)."""
+
+    detail: str
+
+
+def _errors(**statuses: str) -> dict:
+    """``responses=`` for the routes: each status with its description and ErrorOut body."""
+    return {int(code[1:]): {"model": ErrorOut, "description": text}
+            for code, text in statuses.items()}
+
+
+#: /decide's 422: the validation errors of a bad body, or ErrorOut (unknown node ids, a rule
+#: that cannot place a task)
+_DECIDE_422 = {"description": "an invalid body, unknown node ids, or a task the rule cannot "
+               "place", "content": {"application/json": {"schema": {"anyOf": [
+                   {"$ref": "#/components/schemas/HTTPValidationError"},
+                   {"$ref": "#/components/schemas/ErrorOut"}]}}}}
 
 
 class DecisionOut(BaseModel):
@@ -544,7 +574,7 @@ def create_app(service: "PlacementService") -> FastAPI:
         """Metadata of every kept version, oldest first."""
         return {"versions": service.store.versions()}
 
-    @api.get("/models/latest", tags=["models"])
+    @api.get("/models/latest", tags=["models"], responses=_errors(s404="no model version yet"))
     def latest_model() -> dict:
         latest = service.store.latest()
         if latest is None:
@@ -559,13 +589,17 @@ def create_app(service: "PlacementService") -> FastAPI:
         except UnknownVersion as exc:
             raise HTTPException(404, str(exc)) from None
 
-    @api.get("/models/{version}", tags=["models"])
+    @api.get("/models/{version}", tags=["models"],
+             responses=_errors(s404="no such model version"))
     def model(version: int = PathParam(ge=1, le=MAX_VERSION)) -> dict:
         return _meta(version)
 
     @api.get("/models/{version}/weights", tags=["models"],
              response_class=Response,
-             responses={200: {"content": {"application/octet-stream": {}}}})
+             responses={200: {"content": {"application/octet-stream": {}}},
+                        304: {"description": "If-None-Match matched the ETag"},
+                        **_errors(s404="no such model version",
+                                  s500="the stored file fails its sha256 check")})
     def weights(request: Request, version: int = PathParam(ge=1, le=MAX_VERSION)) -> Response:
         """The model file (placement.ldwp.modelfile format); ETag is its sha256."""
         meta = _meta(version)
@@ -581,7 +615,10 @@ def create_app(service: "PlacementService") -> FastAPI:
         return Response(data, media_type="application/octet-stream", headers={
             "ETag": etag, "Content-Disposition": f'attachment; filename="{meta["filename"]}"'})
 
-    @api.post("/decide", tags=["placement"], response_model=list[DecisionOut])
+    @api.post("/decide", tags=["placement"], response_model=list[DecisionOut],
+              responses={**_errors(s400="the body cannot be parsed",
+                                   s503="no node is known, or no usable decision"),
+                         422: _DECIDE_422})
     def decide(body: DecideRequest) -> list[DecisionOut]:
         """Place a batch of tasks. Each decision counts one more task in flight on its node
         for the rest of the batch (optimistic, as a router does between feedback reports).
