@@ -33,7 +33,14 @@ def cmd_kafka(args) -> int:
             created = ensure_topics(cfg)
             print(f"topics: created {created}" if created else "topics: all present")
     elif args.action == "stop":
-        print("kafka: stopped" if broker.stop() else "kafka: was not running")
+        if broker.stop():
+            print("kafka: stopped")
+        else:
+            print("kafka: was not running")
+            stray = broker.untracked_lock_holder()
+            if stray:  # never signalled: streamplace only stops what its PID file names
+                print(f"kafka: but pid {stray} holds {broker.data_dir} (a broker streamplace "
+                      f"has no PID file for); stop it yourself if it is yours: kill {stray}")
     elif args.action == "status":
         status = broker.status()
         print(status)

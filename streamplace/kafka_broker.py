@@ -3,6 +3,23 @@
 The jars come from Maven Central through ``kafka/pom.xml``; data and logs live under
 ``<home>/kafka`` (git-ignored); storage is formatted on first start; the broker binds to
 127.0.0.1 only. Start is idempotent, stop uses the recorded PID.
+
+Restarting the broker (``kafka stop`` then ``kafka start`` at once) is safe:
+
+* ``stop`` returns only once the JVM has exited (SIGTERM; SIGKILL after 30 s, with a message)
+  and its ports can be bound again.
+* ``start`` first waits, up to 30 s, for the ports and for the data dir's ``.lock`` to be let go
+  by a broker that is still exiting (e.g. one being stopped from another shell); a port held by
+  an unrelated process fails at once.
+* A JVM that exits during start-up is started again, up to 3 attempts in all, with a line on
+  stderr for each retry. The final error shows what that attempt wrote: the new lines of
+  ``logs/server.log`` and the JVM's own stdout/stderr (``logs/broker.out``), and its exit code.
+
+Root cause of the failure this replaces (issue 15): ``Popen`` returns while the child's exec is
+still in progress, when ``/proc/<pid>/cmdline`` reads empty; the start-up watch took that for
+"not our process any more" and reported "exited during start-up" within 1-2 s while the JVM was
+actually starting (and could be left running without a PID file). Our own child is now judged by
+its ``Popen`` handle, and ``launch`` returns only once the new process is recognisable.
 """
 
 from __future__ import annotations
@@ -10,16 +27,25 @@ from __future__ import annotations
 import re
 import string
 import subprocess
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from streamplace.config import StreamplaceConfig
 from streamplace.jars import kafka_classpath
-from streamplace.processes import LaunchError, ManagedProcess, require_java, tail
+from streamplace.processes import (ExitedDuringStartup, LaunchError, ManagedProcess, exit_text,
+                                   lock_holder, notice, require_java, tail)
 from streamplace.resources import kafka_assets
 
 __all__ = ["KafkaBroker", "BrokerStatus"]
 
 READY_LINE = "Kafka Server started"
+#: Launches of the JVM when it exits during start-up.
+START_ATTEMPTS = 3
+#: Seconds ``start`` waits for a previous broker to let go of the ports and the data dir lock.
+RELEASE_WAIT_S = 30.0
+#: Pause before a retry, times the attempt number.
+RETRY_DELAY_S = 2.0
 
 
 @dataclass
@@ -100,23 +126,75 @@ class KafkaBroker:
         if fmt.returncode != 0:
             raise LaunchError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
 
-    def start(self) -> BrokerStatus:
-        """Start the broker and wait for it; returns at once if it already runs."""
-        if self.process.is_running():
-            return self.status()
-        java = require_java()
-        self.process.check_ports_free()
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        properties = self._render_properties()
-        self._format_storage(java, properties)
-        # Readiness is judged on this start's log only.
-        offset = self.server_log.stat().st_size if self.server_log.exists() else 0
+    @property
+    def lock_file(self) -> Path:
+        return self.data_dir / ".lock"
+
+    def untracked_lock_holder(self) -> int | None:
+        """PID of a process holding the data dir lock that is not the broker we recorded (a
+        broker started outside streamplace, or whose PID file is gone); None if there is none."""
+        holder = lock_holder(self.lock_file)
+        if holder is None or holder < 0 or holder == self.process.pid():
+            return None
+        return holder
+
+    def _wait_lock_released(self, timeout_s: float, poll_s: float = 0.25) -> None:
+        """Kafka locks ``data/.lock`` for its whole life and the kernel lets go of it only when
+        the JVM is gone: a broker still exiting would make the new one fail at once."""
+        deadline = time.monotonic() + timeout_s
+        announced = False
+        while True:
+            holder = lock_holder(self.lock_file)
+            if holder is None:
+                return
+            who = f"pid {holder}" if holder > 0 else "another process"
+            if time.monotonic() >= deadline:
+                hint = (f" If streamplace did not start it (no PID file), stop it yourself "
+                        f"(kill {holder})." if holder > 0 else "")
+                raise LaunchError(
+                    f"cannot start Kafka broker: its data dir {self.data_dir} is still locked by "
+                    f"{who} after {timeout_s:.0f} s: another Kafka broker uses it.{hint}")
+            if not announced:
+                notice(f"waiting up to {timeout_s:.0f} s for {who} to release "
+                       f"{self.lock_file} (a broker still exiting?)")
+                announced = True
+            time.sleep(poll_s)
+
+    def _wait_released(self, timeout_s: float) -> None:
+        began = time.monotonic()
+        self.process.wait_ports_free(timeout_s)
+        self._wait_lock_released(max(0.0, timeout_s - (time.monotonic() - began)))
+
+    def _attempt_output(self, server_offset: int, out_offset: int) -> str:
+        """What one start attempt wrote: new server.log lines and the JVM's stdout/stderr."""
+        parts = []
+        for path, offset, label, lines in (
+                (self.server_log, server_offset, "broker log", 30),
+                (self.process.log_file, out_offset, "JVM output (stdout/stderr)", 15)):
+            size = path.stat().st_size if path.is_file() else 0
+            text = tail(path, lines, since=offset) if size != offset else ""
+            parts.append(f"{label} of this attempt ({path}):\n"
+                         + (text if text.strip() else "(nothing written)"))
+        return "\n".join(parts)
+
+    @staticmethod
+    def _first_error(text: str) -> str:
+        hits = [line.strip() for line in text.splitlines()
+                if re.search(r"\b(ERROR|FATAL)\b|Exception|Error:", line)]
+        return " | ".join(hits[:2])[:400]
+
+    def _launch_once(self, java: str, properties: Path) -> None:
+        server_offset = self.server_log.stat().st_size if self.server_log.exists() else 0
+        out_file = self.process.log_file
+        out_offset = out_file.stat().st_size if out_file.exists() else 0
 
         def ready() -> bool:
+            # Readiness is judged on this attempt's log only.
             if not self.server_log.exists():
                 return False
             with self.server_log.open("rb") as handle:
-                handle.seek(offset if self.server_log.stat().st_size >= offset else 0)
+                if self.server_log.stat().st_size >= server_offset:
+                    handle.seek(server_offset)
                 return READY_LINE.encode() in handle.read()
 
         self.process.launch(self._java_cmd(java, "kafka.Kafka", str(properties)), cwd=self.dir)
@@ -125,9 +203,42 @@ class KafkaBroker:
                                     log_to_show=self.server_log)
         except LaunchError as exc:
             self.process.stop(timeout_s=10)
-            raise LaunchError(f"{exc}\nJVM output ({self.process.log_file}):\n"
-                              f"{tail(self.process.log_file, 10)}") from None
-        return self.status()
+            output = self._attempt_output(server_offset, out_offset)
+            if isinstance(exc, ExitedDuringStartup):
+                raise ExitedDuringStartup(
+                    f"Kafka broker exited during start-up{exit_text(exc.exit_code)}.\n{output}",
+                    exc.exit_code) from None
+            raise LaunchError(f"Kafka broker did not become ready within "
+                              f"{self.config.kafka.start_timeout_s:.0f} s.\n{output}") from None
+
+    def start(self, attempts: int = START_ATTEMPTS,
+              release_wait_s: float = RELEASE_WAIT_S) -> BrokerStatus:
+        """Start the broker and wait for it; returns at once if it already runs. Waits up to
+        ``release_wait_s`` for a broker still exiting to free the ports and the data dir, and
+        launches the JVM up to ``attempts`` times if it exits during start-up."""
+        if self.process.is_running():
+            return self.status()
+        java = require_java()
+        attempts = max(1, attempts)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        properties = self._render_properties()
+        for attempt in range(1, attempts + 1):
+            self._wait_released(release_wait_s)
+            self._format_storage(java, properties)
+            try:
+                self._launch_once(java, properties)
+                return self.status()
+            except ExitedDuringStartup as exc:
+                if attempt >= attempts:
+                    raise LaunchError(f"{exc}\n(gave up after {attempts} attempts; the logs "
+                                      f"are in {self.logs_dir})") from None
+                delay = RETRY_DELAY_S * attempt
+                reason = self._first_error(str(exc)) or "it wrote no error"
+                notice(f"Kafka broker exited during start-up{exit_text(exc.exit_code)}, attempt "
+                       f"{attempt} of {attempts}: {reason}. Retrying in {delay:.0f} s.")
+                time.sleep(delay)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
 
     def stop(self) -> bool:
+        """Stop the recorded broker; returns once the JVM has exited and its ports are free."""
         return self.process.stop(timeout_s=30)
