@@ -36,6 +36,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
 from placement.speed import ObservedSpeed, timing_sample
 from pyflink_jobs.routed import DecisionContext
@@ -301,6 +302,8 @@ class ModelRefresher(threading.Thread):
         self.interval_s = interval_s
         self.failures = 0
         self.installed = 0
+        self.refused = 0              # model files refused (tampered, non-finite, mismatched)
+        self.refused_versions: set[int] = set()
         self.last_error = ""
         self._stop = threading.Event()
 
@@ -312,9 +315,22 @@ class ModelRefresher(threading.Thread):
                 return False
             version = int(latest["version"])
             current = self.router.model_version
-            if current is not None and version <= int(current):
+            if current is not None and version <= int(current) or \
+                    version in self.refused_versions:
                 return False
-            self.router.install_model(self.client.download(version), version)
+            data = self.client.download(version)
+            try:
+                self.router.install_model(data, version)
+            except ModelFileError as exc:
+                # A version the router must not use (non-finite weights, a header that does
+                # not match its arrays): keep the last good model, never fetch it again.
+                if len(self.refused_versions) < 1024:
+                    self.refused_versions.add(version)
+                self.refused += 1
+                self.last_error = f"model version {version} refused: {exc}"
+                log.warning("model version %d refused, keeping version %s: %s", version,
+                            self.router.model_version, exc)
+                return False
             self.installed += 1
             return True
         except Exception as exc:  # noqa: BLE001 - keep routing on the last model

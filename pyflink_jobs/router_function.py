@@ -212,6 +212,8 @@ class RouterFunction(BroadcastProcessFunction):
         group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
         group.gauge("streamplace_fallback_decisions", lambda: int(router.fallback_decisions))
         group.gauge("streamplace_feedback_records", lambda: int(router.feedback_records))
+        group.gauge("streamplace_models_refused",
+                    lambda: int(self.refresher.refused) if self.refresher else 0)
         for node in router.node_ids:  # measured speed factor x 1000 (Flink gauges are ints here)
             group.gauge(f"streamplace_speed_milli_{node}",
                         lambda node=node: int(1000 * router.speeds.factor(node)))

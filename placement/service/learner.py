@@ -439,6 +439,11 @@ class OnlineLearner:
 
     def _reject_timing(self) -> None:
         self.timings_rejected += 1
+        if self.timings_rejected == 1 or self.timings_rejected % 1000 == 0:
+            # logged, not per record: hostile feedback must not flood the log either
+            log.warning("feedback timings refused so far: %d (missing, non-finite or "
+                        "implausible fields; counted in learning_rejections{kind=\"timing\"})",
+                        self.timings_rejected)
         if self.metrics is not None:
             self.metrics.learning_rejections.labels(kind="timing").inc()
 

@@ -320,6 +320,33 @@ def test_router_uses_the_fallback_then_swaps_in_new_models_and_survives_outages(
     assert "SHA-256" in refresher.last_error and router.model_version == 1
     with pytest.raises(ModelFileError):
         router.install_model(bytes(data))
+    assert refresher.refused == 1 and 2 in refresher.refused_versions
+
+
+def test_a_poisoned_model_version_is_refused_once_and_the_last_good_one_kept(tmp_path):
+    """A version with NaN weights (a poisoned learner, an old install) would send every task to
+    the first node (argmax over NaN): the router refuses it, keeps its model, and does not
+    download that version again."""
+    from placement.ldwp.modelfile import load_model, save_model
+    router = Router(RouterSettings(nodes=NODES, policy="ldwp"), clock=FakeClock())
+    _cluster, agent = _agent(seed=1)
+    agent.save(tmp_path / "v1")
+    layers, metadata = load_model(tmp_path / "v1")
+    layers[0][0][0, 0] = float("nan")
+    save_model(tmp_path / "v2", layers, metadata)   # a well-formed file holding a NaN
+    service = FakeService()
+    service.versions[1] = (tmp_path / "v1").read_bytes()
+    refresher = ModelRefresher(router, service, interval_s=0.01)
+    assert refresher.poll_once() is True
+    good = router.model_policy
+    service.versions[2] = (tmp_path / "v2").read_bytes()
+    downloads = []
+    service.download = lambda v: downloads.append(v) or service.versions[v]
+    assert refresher.poll_once() is False and refresher.poll_once() is False
+    assert downloads == [2]                          # refused once, never fetched again
+    assert refresher.refused == 1 and "non-finite" in refresher.last_error
+    assert router.model_version == 1 and router.model_policy is good
+    assert router.decide_event(event(0)).reason.startswith("LDWP: highest Q")
 
 
 # -- feedback records ----------------------------------------------------------------------
