@@ -311,6 +311,48 @@ def _starting_agent(store: ModelStore, cluster: ClusterSpec, costs, settings: LD
     return LDWPPolicy(cluster, costs, settings), None, 0, ""
 
 
+class TrainingLoop:
+    """The learner's own daemon thread: trains what ``take`` queued, in small slices (so
+    ``stop`` never waits long and publishing stays timely), and keeps going after an error
+    (kept in the learner's ``last_error``, shown by ``/health``)."""
+
+    def __init__(self, learner: "OnlineLearner"):
+        self.learner = learner
+        self.wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="streamplace-learner",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.wake.wait(0.5)
+            self.wake.clear()
+            try:
+                while not self._stop.is_set() and self.learner.train_pending(max_records=64):
+                    pass
+            except Exception as exc:  # noqa: BLE001 - keep serving; /health shows the error
+                self.learner.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("online learner failed on a record; continuing")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        self.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+
 class OnlineLearner:
     """Learns LDWP from feedback and publishes model versions (see the module docstring).
 
@@ -357,9 +399,8 @@ class OnlineLearner:
         self.speeds = ObservedSpeed(self.cluster, self.costs)
         self._lock = threading.Lock()        # guards history, pending queue, rates
         self._train_lock = threading.Lock()  # one trainer at a time (thread or caller)
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = TrainingLoop(self)
+        self._wake = self._loop.wake
         self.records_taken = 0
         self.last_error: str | None = None
 
@@ -572,39 +613,18 @@ class OnlineLearner:
                  entry["version"], meta["trained_on_records"], meta["new_records"])
         return entry
 
-    # -- background thread --------------------------------------------------------------------
+    # -- background thread (TrainingLoop) -------------------------------------------------------
     def start(self) -> "OnlineLearner":
         """Train in a daemon thread until :meth:`stop`."""
-        if self._thread is not None:
-            return self
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="streamplace-learner",
-                                        daemon=True)
-        self._thread.start()
+        self._loop.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(0.5)
-            self._wake.clear()
-            try:
-                # Small slices: stop() never waits long, and publishing stays timely.
-                while not self._stop.is_set() and self.train_pending(max_records=64):
-                    pass
-            except Exception as exc:  # noqa: BLE001 - keep serving; /health shows the error
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("online learner failed on a record; continuing")
-
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
+        self._loop.stop(timeout_s)
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._loop.running
 
     def pending(self) -> int:
         with self._lock:
