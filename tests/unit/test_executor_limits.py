@@ -27,6 +27,7 @@ from workload.cancel import StageCancelled, cancel_scope, check_cancelled
 from workload.catalog import APPLICATIONS
 from workload.limits import BYTES_PER_PIXEL, BYTES_PER_RECORD_BYTE
 from workload.operators import StagedOperator, as_operator, stage
+from flink_fakes import FakeContext
 
 SIZE = 4096
 #: How long a cancelled stage may take to stop (a test stage checks every 5 ms; a real one
@@ -59,17 +60,6 @@ def looping_stage(started: threading.Event, stopped: list, max_s: float = 30.0):
 
 
 # ------------------------------------------------------------------ PyFlink's own behaviour
-class _Metrics:
-    def gauge(self, name, fn):
-        pass
-
-
-class _Context:
-    def get_index_of_this_subtask(self):
-        return 0
-
-    def get_metrics_group(self):
-        return _Metrics()
 
 
 class _QueueEntry:
@@ -143,7 +133,7 @@ def test_timeout_cancels_the_running_task_and_releases_its_slot(pyflink_runner, 
     function = NodeExecutorFunction("tm_a", ExecutorFunctionSettings(
         bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0, cpu_workers=1,
         scheduler="fcfs"))
-    function.open(_Context())
+    function.open(FakeContext())
     try:
         event = {"task_id": "slow-1", "app_id": "face_recognition", "input_size": SIZE,
                  "submitted_at_ms": 1}
@@ -200,7 +190,7 @@ def test_operator_timeout_skips_the_records_remaining_stages(pyflink_runner):
               deps=("wait",), batched=True, batch=4)])
     function = OperatorExecutorFunction("tm_a", op, ExecutorFunctionSettings(
         bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0, cpu_workers=1))
-    function.open(_Context())
+    function.open(FakeContext())
     try:
         routed = RoutedRecord("r-1", "gated", 1, "tm_a", 0, DecisionContext(), 1)
         entry, errors = invoke_with_timeout(pyflink_runner, function, routed, 0.2)
@@ -429,7 +419,7 @@ def test_an_executor_function_timed_out_many_times_keeps_no_entries(pyflink_runn
     function = NodeExecutorFunction("tm_a", ExecutorFunctionSettings(
         bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0, cpu_workers=1,
         scheduler="fcfs"))
-    function.open(_Context())
+    function.open(FakeContext())
     try:
         entries = [invoke_with_timeout(pyflink_runner, function, {
             "task_id": f"t-{i}", "app_id": "face_recognition", "input_size": SIZE}, 0.2)

@@ -11,6 +11,7 @@ from pyflink_jobs.router_function import (MAX_TASK_SIZE, OperatorRecords, Refuse
                                           TaskEventRecords)
 from workload.operators import (BatchPolicy, OperatorError, StagedOperator, as_operator,
                                 record_size, stage, torch_stage)
+from flink_fakes import FakeContext
 
 
 class Doubler:  # a MapFunction-shaped object, without importing pyflink
@@ -174,17 +175,6 @@ def test_task_event_reader_refuses_bad_bytes_and_unexpected_shapes(value, stage_
     assert refused.value.stage == stage_name
 
 
-class _Metrics:
-    def gauge(self, name, fn):
-        pass
-
-
-class _Context:
-    def get_index_of_this_subtask(self):
-        return 0
-
-    def get_metrics_group(self):
-        return _Metrics()
 
 
 def test_a_one_step_operator_runs_inline_with_outputs_and_dead_letters_from_one_operator():
@@ -198,7 +188,7 @@ def test_a_one_step_operator_runs_inline_with_outputs_and_dead_letters_from_one_
 
     function = DirectOperatorFunction("tm_a", as_operator(halve), ExecutorFunctionSettings(
         bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0))
-    function.open(_Context())
+    function.open(FakeContext())
     try:
         routed = [RoutedRecord(f"t{i}", "halve", 2, "tm_a", 0, DecisionContext(), text)
                   for i, text in enumerate(["8", "x", "6"])]
@@ -228,7 +218,7 @@ def test_the_async_executor_function_reports_outputs_dead_letters_and_timings():
                                         deps=("parse",), batched=True, batch=8)])
     function = OperatorExecutorFunction("tm_a", op, ExecutorFunctionSettings(
         bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0, cpu_workers=1))
-    function.open(_Context())
+    function.open(FakeContext())
     try:
         routed = [RoutedRecord(f"t{i}", "scale", 1, "tm_a", 0, DecisionContext(), text)
                   for i, text in enumerate(["3", "y", "5"])]
@@ -276,7 +266,7 @@ def test_the_inline_function_runs_chained_cpu_steps_and_refuses_an_operator_with
 
     settings = ExecutorFunctionSettings(bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0)
     function = DirectOperatorFunction("tm_a", as_operator([str.strip, int]), settings)
-    function.open(_Context())
+    function.open(FakeContext())
     try:
         routed = RoutedRecord("t0", "strip", 3, "tm_a", 0, DecisionContext(), " 42 ")
         assert list(function.process_element(routed, None)) == [42]
@@ -285,4 +275,4 @@ def test_the_inline_function_runs_chained_cpu_steps_and_refuses_an_operator_with
         function.close()
     batched = StagedOperator("scale", [stage("scale", lambda xs: xs, batched=True, batch=8)])
     with pytest.raises(ValueError, match="not one per-record CPU step"):
-        DirectOperatorFunction("tm_a", batched, settings).open(_Context())
+        DirectOperatorFunction("tm_a", batched, settings).open(FakeContext())

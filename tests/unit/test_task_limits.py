@@ -17,6 +17,7 @@ from workload.codec import encode
 from workload.limits import (BYTES_PER_PIXEL, BYTES_PER_RECORD_BYTE, DEFAULT_MAX_TASK_SIZE,
                              DEFAULT_NODE_MEMORY_BYTES, TaskLimits)
 from workload.operators import as_operator, record_bytes
+from flink_fakes import FakeContext
 
 LIMITS = TaskLimits()
 
@@ -320,22 +321,6 @@ def test_an_operator_size_too_big_to_print_is_refused_not_raised():
     assert refused.value.stage == "task_size" and "digits" in refused.value.reason
 
 
-class _Metrics:
-    def gauge(self, name, fn):
-        pass
-
-
-class _Context:
-    """The runtime context (open) and the broadcast context (process_element) in one."""
-
-    def get_index_of_this_subtask(self):
-        return 0
-
-    def get_metrics_group(self):
-        return _Metrics()
-
-    def get_broadcast_state(self, descriptor):
-        return {}  # a fresh job: no node reports checkpointed
 
 
 def test_the_router_function_dead_letters_a_task_outside_the_limits_and_keeps_routing():
@@ -345,15 +330,15 @@ def test_the_router_function_dead_letters_a_task_outside_the_limits_and_keeps_ro
 
     function = RouterFunction(RouterSettings(nodes=[RouterNode("tm_a", cpu_cores=1)],
                                              policy="least_outstanding"))
-    function.open(_Context())
+    function.open(FakeContext())
     huge = encode("TaskEvent", task_event(task_id="huge", input_size=10**8))
-    [dead] = list(function.process_element((huge, "tasks", 0, 7), _Context()))
+    [dead] = list(function.process_element((huge, "tasks", 0, 7), FakeContext()))
     letter = decode("DeadLetter", dead)
     assert letter["stage"] == "limits" and letter["reason"].startswith("input_size")
     assert (letter["raw"], letter["source_topic"], letter["offset"]) == (huge, "tasks", 7)
     assert function._counts.values["streamplace_dead_letters"] == 1
     [(tag, routed)] = list(function.process_element(
-        encode("TaskEvent", task_event(task_id="fine")), _Context()))
+        encode("TaskEvent", task_event(task_id="fine")), FakeContext()))
     assert (routed.task_id, routed.node) == ("fine", "tm_a")
     function.close()
 
