@@ -53,7 +53,7 @@ test: jars compose-cli
 
 # The fault-injection suite (tests/faults): stops the broker, kills the service, a TaskManager
 # and the JobManager, floods hostile records, on a stack of its own; writes
-# benchmarks/results/faults.json. About 10 minutes on 2 cores; CI runs it after `make test`.
+# benchmarks/results/faults.json. About 15 minutes on 2 cores; CI runs it after `make test`.
 faults: jars
 	@set -o pipefail; \
 	OMP_NUM_THREADS=1 $(PY) -m pytest tests/faults -q -s $(PYTEST_ARGS); rc=$$?; \

@@ -172,10 +172,13 @@ RATE_PER_S, TASKS, FAULT_AFTER_S = 8.0, 480, 15.0
 def run_with_fault(cfg, cluster, name: str, inject, tasks: int = TASKS,
                    rate_per_s: float = RATE_PER_S, fault_after_s: float = FAULT_AFTER_S,
                    seed: int = 1,
-                   job_id: str | None = None, **submit_overrides) -> FaultRun:
-    """Submit the job (unless ``job_id``), stream ``tasks`` at ``rate_per_s``, call
-    ``inject(job_id)`` after ``fault_after_s``, wait for every result (or 10 minutes)."""
-    sent = events(tasks, seed, name)
+                   job_id: str | None = None, sent: list[dict] | None = None,
+                   **submit_overrides) -> FaultRun:
+    """Submit the job (unless ``job_id``), stream ``tasks`` (or the events ``sent``) at
+    ``rate_per_s``, call ``inject(job_id)`` after ``fault_after_s``, wait for every result
+    (or 10 minutes)."""
+    sent = sent if sent is not None else events(tasks, seed, name)
+    tasks = len(sent)
     job_id = job_id or submit(cfg, cluster, name, **submit_overrides)
     box: dict = {}
     reader = threading.Thread(target=lambda: box.setdefault("report", read_topic(
