@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -139,7 +140,11 @@ def test_service_learns_from_feedback_on_the_real_broker(stack_config, kafka_bro
 
         decisions = client.decide([{"task_id": f"q{i}", "app_id": app, "input_size": 40_000}
                                    for i, app in enumerate(app_ids())])
-        assert {d["node"] for d in decisions} == {"tm_b"}, decisions
+        # tm_b serves five times faster: most apps go there. Not all: which partition's
+        # feedback is read first changes the training order, and with it how close one app's
+        # Q-values come (tests/unit/test_service.py checks every probe on a fixed order).
+        picked = Counter(d["node"] for d in decisions)
+        assert picked["tm_b"] > len(decisions) / 2, decisions
     finally:
         service.stop()
     assert service.consumer.closed and not service.consumer.running

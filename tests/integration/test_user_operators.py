@@ -133,8 +133,15 @@ def _whole_cluster(cluster, settle_s: float = 3.0) -> None:
     count must not be negative"; a later job then never gets its slots): let cancellations
     settle, then start whatever TaskManager is gone (``FlinkCluster.start`` starts only what
     is not running and waits until every TaskManager registered)."""
-    time.sleep(settle_s)
-    cluster.start()
+    from streamplace.processes import LaunchError
+    for attempt in range(3):
+        time.sleep(settle_s)
+        try:
+            cluster.start()
+            return
+        except LaunchError:  # the TaskManager was still dying when start() looked
+            if attempt == 2:
+                raise
 
 
 def _run_example(stack_config, cluster, example: str, tmp_name: str):
