@@ -127,12 +127,13 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str | None,
                expected: int | None,
                timeout_s: float = 120.0, idle_s: float | None = None,
                group_id: str | None = None, progress=None, settle_s: float = 0.0,
-               keep=None, stamp_seen: bool = False) -> ReadReport:
+               keep=None, stamp_seen: bool = False, stop=None) -> ReadReport:
     """Read ``topic`` from the beginning with ``isolation.level=read_committed`` until
     ``expected`` records arrived (then ``settle_s`` more, to catch duplicates), ``timeout_s``
     passed, or nothing came for ``idle_s``. ``keep(record)`` filters what is kept and counted
     (e.g. one run's task ids on a topic shared with earlier runs). ``stamp_seen`` adds the
-    epoch seconds each record became visible as ``_seen_s`` (committed-results rates)."""
+    epoch seconds each record became visible as ``_seen_s`` (committed-results rates).
+    ``stop`` (a ``threading.Event``) ends the read early, e.g. when the caller gave up."""
     from confluent_kafka import Consumer, KafkaError
 
     from workload.codec import CodecError, decode
@@ -148,6 +149,8 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str | None,
     try:
         consumer.subscribe([topic])
         while time.monotonic() - start < timeout_s:
+            if stop is not None and stop.is_set():
+                break
             if expected is not None and len(report.records) >= expected:
                 reached_at = reached_at or time.monotonic()
                 if time.monotonic() - reached_at >= settle_s:

@@ -28,11 +28,16 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from streamplace.processes import LaunchError
+
 __all__ = ["JobSupervisor", "RecoveryReport", "choose_host"]
+
+_log = logging.getLogger(__name__)
 
 Submit = Callable[[dict[str, int], dict[str, str], "str | None"], str]
 
@@ -68,9 +73,18 @@ def choose_host(plan: dict[str, int], capacities: dict[str, float] | None = None
 
 
 class JobSupervisor:
+    #: Submissions tried per recovery before giving up (the new job can fail at once when
+    #: another TaskManager died meanwhile, e.g. PyFlink 2.2.1 killing one on job cancel).
+    RESUBMIT_ATTEMPTS = 3
+    #: Seconds a resubmitted job may take to reach RUNNING.
+    RUNNING_TIMEOUT_S = 240.0
+    #: Seconds between a failed submission and the next (lets dying TaskManagers deregister).
+    RETRY_PAUSE_S = 5.0
+
     def __init__(self, cluster, submit: Submit, job_id: str, plan: dict[str, int],
                  retired: dict[str, str] | None = None,
-                 capacities: dict[str, float] | None = None, clock=time.time):
+                 capacities: dict[str, float] | None = None, clock=time.time,
+                 sleep: Callable[[float], None] = time.sleep):
         self.cluster = cluster
         self.submit = submit
         self.job_id = job_id
@@ -78,22 +92,56 @@ class JobSupervisor:
         self.retired = dict(retired or {})
         self.capacities = dict(capacities or {})
         self.clock = clock
+        self.sleep = sleep
         self.reports: list[RecoveryReport] = []
+        self.errors: list[str] = []
 
-    def _resubmit(self, reason: str, lost: list[str], plan: dict[str, int],
-                  restore: str | None, detected: float, timings: dict) -> RecoveryReport:
+    def _retire(self, lost: list[str], plan: dict[str, int]) -> dict[str, str]:
+        """Where each retired executor lives under ``plan``: a lost node's on the most capable
+        planned node; an earlier retired one stays on its host while that is planned."""
         retired = {n: h for n, h in self.retired.items() if n not in plan}
         if lost or retired:
             host = choose_host(plan, self.capacities)
             retired = {n: (h if h in plan else host) for n, h in retired.items()}
             retired.update({n: host for n in lost})
+        return retired
+
+    def _resubmit(self, reason: str, lost: list[str], plan: dict[str, int],
+                  restore: str | None, detected: float, timings: dict) -> RecoveryReport:
+        old_job, lost, plan = self.job_id, list(lost), dict(plan)
         started = self.clock()
-        new_job = self.submit(plan, retired, restore)
-        resubmitted = self.clock()
+        for attempt in range(1, self.RESUBMIT_ATTEMPTS + 1):
+            retired = self._retire(lost, plan)
+            new_job = None
+            try:
+                new_job = self.submit(plan, retired, restore)
+                resubmitted = self.clock()
+                self.cluster.wait_job_state(new_job, {"RUNNING"},
+                                            timeout_s=self.RUNNING_TIMEOUT_S)
+                break
+            except (LaunchError, TimeoutError) as exc:
+                self.errors.append(f"attempt {attempt}: {exc}"[:2000])
+                _log.warning("supervisor: resubmission %d of %d failed: %s", attempt,
+                             self.RESUBMIT_ATTEMPTS, str(exc)[:500])
+                if new_job is not None:
+                    self.job_id = new_job  # the job to cancel / restore from from now on
+                if attempt == self.RESUBMIT_ATTEMPTS:
+                    raise
+                # Why it failed is usually a node that died meanwhile: drop it from the plan
+                # and retry from the newest checkpoint there is.
+                if new_job is not None:
+                    self.cluster.cancel_job(new_job)
+                self.sleep(self.RETRY_PAUSE_S)
+                alive = self.cluster.taskmanager_ids()
+                gone = sorted(n for n in plan if alive and n not in alive)
+                lost += [n for n in gone if n not in lost]
+                plan = {n: c for n, c in plan.items() if n not in gone}
+                if new_job is not None:
+                    restore = self.cluster.latest_checkpoint(new_job) or restore
         timings["submit_s"] = resubmitted - started
-        self.cluster.wait_job_state(new_job, {"RUNNING"}, timeout_s=240)
+        timings["attempts"] = float(attempt)
         running = self.clock()
-        report = RecoveryReport(reason, lost, self.job_id, new_job, restore, dict(plan),
+        report = RecoveryReport(reason, lost, old_job, new_job, restore, dict(plan),
                                 dict(retired), detected, resubmitted, running, timings)
         self.job_id, self.plan, self.retired = new_job, dict(plan), retired
         self.reports.append(report)
@@ -136,7 +184,13 @@ class JobSupervisor:
               on_report: Callable[[RecoveryReport], None] = print) -> None:
         """Check every ``interval_s`` until ``until()`` is true."""
         while not until():
-            report = self.check_once()
+            try:
+                report = self.check_once()
+            except Exception as exc:  # noqa: BLE001 - the watcher outlives one failed recovery
+                self.errors.append(f"check failed: {exc}"[:2000])
+                _log.warning("supervisor: recovery failed, trying again in %.0f s: %s",
+                             interval_s, exc)
+                report = None
             if report is not None:
                 on_report(report)
-            time.sleep(interval_s)
+            self.sleep(interval_s)

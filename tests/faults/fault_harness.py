@@ -93,6 +93,7 @@ class PacedProducer(threading.Thread):
         super().__init__(daemon=True, name="paced-producer")
         self.cfg, self.topic, self.payloads, self.rate = cfg, topic, payloads, rate_per_s
         self.delivered, self.errors = 0, []
+        self.stop = threading.Event()  # set by a scenario that failed: stop sending
 
     def run(self) -> None:
         from confluent_kafka import Producer
@@ -108,6 +109,8 @@ class PacedProducer(threading.Thread):
 
         began = time.monotonic()
         for i, payload in enumerate(self.payloads):
+            if self.stop.is_set():
+                break
             wait = began + i / self.rate - time.monotonic()
             if wait > 0:  # sleep, not poll(wait): poll returns at the first delivery report
                 time.sleep(wait)
@@ -118,7 +121,7 @@ class PacedProducer(threading.Thread):
                 except BufferError:
                     producer.poll(0.1)
             producer.poll(0)
-        remaining = producer.flush(300)
+        remaining = producer.flush(5 if self.stop.is_set() else 300)
         if remaining:
             self.errors.append(f"{remaining} messages not delivered")
 
@@ -181,15 +184,25 @@ def run_with_fault(cfg, cluster, name: str, inject, tasks: int = TASKS,
     tasks = len(sent)
     job_id = job_id or submit(cfg, cluster, name, **submit_overrides)
     box: dict = {}
+    stop_reading = threading.Event()
     reader = threading.Thread(target=lambda: box.setdefault("report", read_topic(
         cfg, cfg.job.topic_results, "TaskResult", expected=tasks, timeout_s=600, settle_s=8,
-        stamp_seen=True)), daemon=True, name="results-reader")
+        stamp_seen=True, stop=stop_reading)), daemon=True, name="results-reader")
     reader.start()
     producer = PacedProducer(cfg, cfg.job.topic_tasks,
                              [encode("TaskEvent", e) for e in sent], rate_per_s)
     producer.start()
     time.sleep(fault_after_s)
-    outcome = inject(job_id)
+    try:
+        outcome = inject(job_id)
+    except BaseException:
+        # A failed scenario must not leave a producer and a consumer running into the next
+        # scenario (or into the broker's shutdown, where they log refused connections)
+        producer.stop.set()
+        stop_reading.set()
+        producer.join(30)
+        reader.join(30)
+        raise
     started, ended = outcome[:2]
     if len(outcome) > 2 and outcome[2]:
         job_id = outcome[2]

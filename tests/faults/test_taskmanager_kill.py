@@ -58,4 +58,4 @@ def test_taskmanager_killed_mid_stream(fault_config, fault_cluster, fault_report
     figures["restored_from_checkpoint"] = bool(report.restored_from)
     fault_report["TaskManager killed (SIGKILL)"] = figures
     assert run.exactly_once(), figures
-    assert state == "RUNNING" and report.lost_nodes == ["tm_c"]
+    assert state == "RUNNING" and report.lost_nodes[0] == "tm_c"

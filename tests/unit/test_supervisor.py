@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from streamplace.processes import LaunchError
 from streamplace.supervisor import JobSupervisor, choose_host
 
 
@@ -108,3 +109,71 @@ def test_choose_host(name, plan, capacities, expected):
 def test_no_host_left_is_a_clear_error():
     with pytest.raises(ValueError, match="no node left"):
         choose_host({})
+
+
+class FlakyCluster(ScriptedCluster):
+    """The first ``failures`` jobs submitted fail at once; ``on_fail`` runs when one does
+    (e.g. PyFlink killing another TaskManager while the previous job was cancelled)."""
+
+    def __init__(self, alive, failures, on_fail=lambda cluster: None):
+        super().__init__(alive)
+        self.failures, self.on_fail = failures, on_fail
+
+    def wait_job_state(self, job_id, states, timeout_s=0):
+        super().wait_job_state(job_id, states, timeout_s)
+        if "RUNNING" in states and self.failures > 0:
+            self.failures -= 1
+            self.on_fail(self)
+            raise LaunchError(f"job {job_id} is FAILED: NoResourceAvailableException")
+        return next(iter(states))
+
+
+def make_flaky(failures, on_fail=lambda cluster: None):
+    cluster = FlakyCluster(("tm_a", "tm_b", "tm_c"), failures, on_fail)
+    submitted, pauses = [], []
+
+    def submit(plan, retired, restore):
+        submitted.append((dict(plan), dict(retired), restore))
+        return f"job{len(submitted)}"
+
+    supervisor = JobSupervisor(cluster, submit, "job0", {"tm_a": 1, "tm_b": 1, "tm_c": 1},
+                               capacities={"tm_a": 2.0, "tm_b": 1.0, "tm_c": 0.5},
+                               clock=iter(range(100)).__next__, sleep=pauses.append)
+    return cluster, supervisor, submitted, pauses
+
+
+def test_a_resubmission_that_fails_because_another_node_died_is_retried_without_it():
+    cluster, supervisor, submitted, pauses = make_flaky(1, lambda c: c.alive.discard("tm_a"))
+    cluster.alive.discard("tm_c")
+    report = supervisor.check_once()
+    assert submitted[0] == ({"tm_a": 1, "tm_b": 1}, {"tm_c": "tm_a"}, "file:///chk/job0/chk-7")
+    # tm_a died under the first resubmission: the second runs on tm_b alone, hosting both
+    # retired executors, from the newest checkpoint (the failed job's)
+    assert submitted[1] == ({"tm_b": 1}, {"tm_c": "tm_b", "tm_a": "tm_b"},
+                            "file:///chk/job1/chk-7")
+    assert ("cancel", "job1") in cluster.log and pauses == [JobSupervisor.RETRY_PAUSE_S]
+    assert report.lost_nodes == ["tm_c", "tm_a"] and report.old_job == "job0"
+    assert report.new_job == "job2" and supervisor.job_id == "job2"
+    assert report.timings["attempts"] == 2.0 and len(supervisor.errors) == 1
+
+
+def test_after_the_last_failed_attempt_the_error_reaches_the_caller():
+    cluster, supervisor, submitted, _ = make_flaky(JobSupervisor.RESUBMIT_ATTEMPTS)
+    cluster.alive.discard("tm_c")
+    with pytest.raises(LaunchError, match="FAILED"):
+        supervisor.check_once()
+    assert len(submitted) == JobSupervisor.RESUBMIT_ATTEMPTS
+    assert supervisor.job_id == f"job{JobSupervisor.RESUBMIT_ATTEMPTS}"  # the newest job
+    assert supervisor.plan == {"tm_a": 1, "tm_b": 1, "tm_c": 1}  # nothing recovered yet
+
+
+def test_the_watcher_survives_a_failed_recovery_and_tries_again():
+    cluster, supervisor, submitted, _ = make_flaky(JobSupervisor.RESUBMIT_ATTEMPTS)
+    cluster.alive.discard("tm_c")
+    reports = []
+    checks = iter(range(10))
+    supervisor.watch(interval_s=0.0, until=lambda: bool(reports) or next(checks) > 5,
+                     on_report=reports.append)
+    assert len(reports) == 1 and reports[0].lost_nodes == ["tm_c"]
+    assert reports[0].old_job == f"job{JobSupervisor.RESUBMIT_ATTEMPTS}"
+    assert any("check failed" in e for e in supervisor.errors)
