@@ -147,11 +147,14 @@ class Router:
         Duplicates are harmless: a task id already retired is ignored."""
         node_id = feedback.get("node_id")
         self.feedback_records += 1
+        observe = getattr(self.fixed_policy, "observe_completion", None)
         with self._lock:
             for timing in feedback.get("completed") or ():
                 entry = self._in_flight.pop(timing["task_id"], None)
                 if entry is not None:
                     self._retire(entry)
+                    if observe is not None:  # rules that learn from outcomes (e.g. liquid)
+                        observe(timing["task_id"], max(0.0, self.clock() - entry[1]), entry[0])
             if node_id not in self._nodes:
                 return  # a node outside this job's plan (e.g. another job's executor)
             for timing in feedback.get("completed") or ():

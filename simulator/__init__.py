@@ -10,11 +10,12 @@ Example::
 """
 
 from simulator.engine import EventRecord, SimulationConfig, SimulationResult, Simulator
+from simulator.locality import LocalityConfig
 from simulator.metrics import Metrics
 from simulator.oracle import GreedyOracle
 from simulator.scenarios import (alibaba_cluster, alibaba_workload, paper_cluster,
                                  paper_workload, saturated_workload)
 
-__all__ = ["Simulator", "SimulationConfig", "SimulationResult", "EventRecord", "Metrics",
-           "GreedyOracle", "paper_cluster", "paper_workload", "saturated_workload",
+__all__ = ["Simulator", "SimulationConfig", "SimulationResult", "EventRecord", "LocalityConfig",
+           "Metrics", "GreedyOracle", "paper_cluster", "paper_workload", "saturated_workload",
            "alibaba_cluster", "alibaba_workload"]

@@ -5,6 +5,8 @@ One run, in the paper's terms::
     task arrives -> cluster policy picks a node (sees node state that is up to one feedback
     interval stale, plus exact in-flight counts, like the Flink router)
     -> the task's input crosses the node's downlink (processor sharing)
+    -> only with ``SimulationConfig.locality``: if the app's model is cold there, the task waits
+       for it to load (from a rack peer or the model store; ``simulator.locality``)
     -> its stages become ready as their dependencies finish; the node scheduler starts ready
        stages on CPU cores (one at a time) and GPUs (up to ``gpu_max_corun`` co-runners)
     -> co-running stages progress at the measured co-location rates (hidden ground truth);
@@ -34,11 +36,12 @@ from workload.model import (Assignment, ClusterSpec, ComputingUnit, Decision, No
                             NodeState, Observation, Policy, Stage, Task, Transition)
 
 from simulator.ground_truth import GroundTruth
+from simulator.locality import LocalityConfig, WarmSet
 from simulator.metrics import Metrics, load_balancing_degree, percentile
 
 __all__ = ["Simulator", "SimulationConfig", "SimulationResult", "EventRecord"]
 
-ARRIVAL, SAMPLE, STAGE_DONE, LINK_DONE, OOM_RETRY = range(5)
+ARRIVAL, SAMPLE, STAGE_DONE, LINK_DONE, OOM_RETRY, MODEL_READY = range(6)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class SimulationConfig:
     record_events: bool = True
     record_samples: bool = True        # per-node utilisation time series (one row per sample)
     service_noise_sigma: float | None = None  # hidden per-task variation (None: calibration)
+    locality: LocalityConfig | None = None  # model cold-start costs (simulator.locality); off
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,7 @@ class Simulator:
             result_fraction=base.result_fraction, reward_window_s=base.reward_window_s,
             record_events=base.record_events, record_samples=base.record_samples,
             service_noise_sigma=base.service_noise_sigma if base.service_noise_sigma is not None
-            else float(cal["service_noise_sigma"]))
+            else float(cal["service_noise_sigma"]), locality=base.locality)
         self._colocation = colocation
 
     # ------------------------------------------------------------------------------------------
@@ -263,6 +267,8 @@ class _Execution:
         if getattr(policy, "wants_ground_truth", False):
             policy.execution = self  # only the simulator's own oracle asks for this
         self.per_node_tasks = {n: 0 for n in self.nodes}
+        # Loaded models per node; None (the default) leaves every run as it was without them.
+        self.warm = WarmSet(self.cfg.locality, cluster) if self.cfg.locality else None
 
     # -- construction ----------------------------------------------------------------------
     def _make_node(self, spec) -> _Node:
@@ -305,6 +311,8 @@ class _Execution:
                 node_id, stage = data
                 self.nodes[node_id].ready.append(stage)
                 self._schedule_node(node_id)
+            elif kind == MODEL_READY:
+                self._inputs_ready(*data)
         self._finish_learning()
         return SimulationResult(self._metrics(), self.events, self.decisions, self.samples)
 
@@ -446,13 +454,19 @@ class _Execution:
         state = node.tasks[task_id]
         if direction == "down":
             self._log("input_received", task_id, node=node_id)
-            for stage in APPLICATIONS[state.task.app_id].stages:
-                if not stage.deps:
-                    self._make_ready(node, state, stage)
-            self._schedule_node(node_id)
+            delay, source = (self.warm.acquire(node_id, state.task.app_id, self.now)
+                             if self.warm is not None else (0.0, "node"))
+            if delay > 0:  # the app's model is loaded first (simulator.locality)
+                self._log(f"model_load_{'wait' if source == 'node' else source}", task_id,
+                          node=node_id)
+                self._push(self.now + delay, MODEL_READY, (node_id, task_id))
+            else:
+                self._inputs_ready(node_id, task_id)
             return 0
         # Result uploaded: the task is complete.
         del node.tasks[task_id]
+        if self.warm is not None:
+            self.warm.release(node_id, state.task.app_id, self.now)
         node.host_bytes -= state.task.input_size
         node.completed += 1
         self.finished += 1
@@ -467,6 +481,15 @@ class _Execution:
         return 1
 
     # -- node level ------------------------------------------------------------------------
+    def _inputs_ready(self, node_id: str, task_id: str) -> None:
+        """The task's input (and model) is at the node: its first stages become ready."""
+        node = self.nodes[node_id]
+        state = node.tasks[task_id]
+        for stage in APPLICATIONS[state.task.app_id].stages:
+            if not stage.deps:
+                self._make_ready(node, state, stage)
+        self._schedule_node(node_id)
+
     def _make_ready(self, node: _Node, state: _TaskState, stage_def) -> None:
         node.ready.append(Stage(state.task.task_id, state.task.app_id, stage_def.name,
                                 state.task.input_size, stage_def.gpu_capable, self.now))

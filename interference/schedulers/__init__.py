@@ -14,7 +14,20 @@ mct        minimum estimated completion time per stage; may wait for a busy fast
 pats       highest predicted speedup to an idle GPU, lowest to an idle core
 heft       decreasing upward rank in the stage's DAG, earliest estimated finish
 mystic     GPU whose running stages are least similar (cosine of GPU profiles)
+iawp       the paper's IAWP: NCF-predicted profiles and interference, batched co-runs
 =========  ==========================================================================
+
+Related GPU-cluster systems, adapted to stages (each module's docstring names the paper):
+
+================  ===================================================================
+vapor             Vapor: co-run stages whose copy and compute phases overlap
+sjf_bsbf          SJF-BSBF: shortest first, paired with the best sharing benefit
+schedtune         SchedTune: predicted memory and time per GPU type, best fit, no OOM
+gpu_share         fractional GPU requests, best-fit packing of GPU fractions
+opportunistic     fewest GPUs under a memory bound and a predicted-slowdown bound
+comm_aware        slowdown- and communication-aware GPU mapping
+dual_agent_order  dual-agent RL: a bandit over stage-ordering rules
+================  ===================================================================
 
 Example::
 
@@ -29,24 +42,35 @@ Example::
 from __future__ import annotations
 
 from interference.schedulers._checks import validate_assignments
+from interference.schedulers.comm_aware import CommAwareScheduler
+from interference.schedulers.dual_agent_order import DualAgentOrderScheduler
 from interference.schedulers.fcfs import FcfsScheduler
+from interference.schedulers.gpu_share import GpuShareScheduler
 from interference.schedulers.heft import HeftScheduler
 from interference.schedulers.iawp import IawpScheduler
 from interference.schedulers.mct_unit import MctUnitScheduler
 from interference.schedulers.mystic import MysticScheduler
+from interference.schedulers.opportunistic import OpportunisticScheduler
 from interference.schedulers.pats import PatsScheduler
+from interference.schedulers.schedtune import SchedTuneScheduler
+from interference.schedulers.sjf_bsbf import SjfBsbfScheduler
+from interference.schedulers.vapor import VaporScheduler
 from workload.estimates import CostModel
 from workload.model import NodeScheduler
 
 __all__ = ["NODE_SCHEDULERS", "make_node_scheduler", "validate_assignments", "FcfsScheduler",
            "MctUnitScheduler", "PatsScheduler", "HeftScheduler", "MysticScheduler",
-           "IawpScheduler"]
+           "IawpScheduler", "VaporScheduler", "SjfBsbfScheduler", "SchedTuneScheduler",
+           "GpuShareScheduler", "OpportunisticScheduler", "CommAwareScheduler",
+           "DualAgentOrderScheduler"]
 
 #: Registry name -> scheduler class (the name is also the class's ``name``).
 NODE_SCHEDULERS: dict[str, type[NodeScheduler]] = {
     cls.name: cls
     for cls in (FcfsScheduler, MctUnitScheduler, PatsScheduler, HeftScheduler, MysticScheduler,
-                IawpScheduler)
+                IawpScheduler, VaporScheduler, SjfBsbfScheduler, SchedTuneScheduler,
+                GpuShareScheduler, OpportunisticScheduler, CommAwareScheduler,
+                DualAgentOrderScheduler)
 }
 
 

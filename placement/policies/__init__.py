@@ -19,6 +19,17 @@ name                          rule
 ``kubernetes``                kube-scheduler fit filter + LeastAllocated + BalancedAllocation
 ============================  ==============================================================
 
+Related GPU-cluster systems, adapted to streaming tasks (each module's docstring names the paper,
+the adaptation and its parameters; ``benchmarks/zoo.py`` compares them all):
+
+============================  ==============================================================
+``liquid``                    Liquid: regression-estimated demand, network-compact placement
+``placement_aware``           placement-aware heterogeneous: throughput per (unit type, span)
+``delay_locality``            network-sensitive delay scheduling by locality level
+``dual_agent``                dual-agent RL: placement agent with online machine speeds
+``least_similar``             interference-aware parallelisation: least-similar node
+============================  ==============================================================
+
 Example::
 
     >>> from workload.model import ClusterSpec, NodeSpec, NodeState, Observation, Task
@@ -33,13 +44,18 @@ Example::
 from __future__ import annotations
 
 from placement.policies.base import ClusterPolicy, EstimatingPolicy
+from placement.policies.delay_locality import DelayLocalityPolicy
+from placement.policies.dual_agent import DualAgentPolicy
 from placement.policies.flink_slot_filling import FlinkSlotFillingPolicy
 from placement.policies.flink_tasks_balance import FlinkTasksBalancePolicy
 from placement.policies.kubernetes import KubernetesPolicy
 from placement.policies.least_loaded import LeastLoadedPolicy
 from placement.policies.least_outstanding import LeastOutstandingPolicy
+from placement.policies.least_similar import LeastSimilarPolicy
+from placement.policies.liquid import LiquidPolicy
 from placement.policies.mct import MinimumCompletionTimePolicy
 from placement.policies.met import MinimumExecutionTimePolicy
+from placement.policies.placement_aware import PlacementAwarePolicy
 from placement.policies.random_policy import RandomPolicy
 from placement.policies.round_robin import RoundRobinPolicy
 from placement.policies.weighted_round_robin import WeightedRoundRobinPolicy
@@ -49,13 +65,16 @@ from workload.model import ClusterSpec, Policy
 __all__ = ["POLICIES", "ALIASES", "make_policy", "ClusterPolicy", "EstimatingPolicy",
            "RandomPolicy", "RoundRobinPolicy", "WeightedRoundRobinPolicy", "LeastLoadedPolicy",
            "LeastOutstandingPolicy", "MinimumExecutionTimePolicy", "MinimumCompletionTimePolicy",
-           "FlinkSlotFillingPolicy", "FlinkTasksBalancePolicy", "KubernetesPolicy"]
+           "FlinkSlotFillingPolicy", "FlinkTasksBalancePolicy", "KubernetesPolicy",
+           "LiquidPolicy", "PlacementAwarePolicy", "DelayLocalityPolicy", "DualAgentPolicy",
+           "LeastSimilarPolicy"]
 
 #: Registry: policy name -> class (the key is the class's ``name``).
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
     RandomPolicy, RoundRobinPolicy, WeightedRoundRobinPolicy, LeastLoadedPolicy,
     LeastOutstandingPolicy, MinimumExecutionTimePolicy, MinimumCompletionTimePolicy,
-    FlinkSlotFillingPolicy, FlinkTasksBalancePolicy, KubernetesPolicy)}
+    FlinkSlotFillingPolicy, FlinkTasksBalancePolicy, KubernetesPolicy,
+    LiquidPolicy, PlacementAwarePolicy, DelayLocalityPolicy, DualAgentPolicy, LeastSimilarPolicy)}
 
 #: Other names people use for the same rules.
 ALIASES: dict[str, str] = {"etc": "mct"}

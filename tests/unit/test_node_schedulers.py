@@ -245,11 +245,13 @@ def test_mystic_similarity_guards_and_aggregates(costs):
 
 
 def test_registry_and_factory(costs):
-    assert set(NODE_SCHEDULERS) == {"fcfs", "mct", "pats", "heft", "mystic", "iawp"}
+    assert set(NODE_SCHEDULERS) == {"fcfs", "mct", "pats", "heft", "mystic", "iawp", "vapor",
+                                    "sjf_bsbf", "schedtune", "gpu_share", "opportunistic",
+                                    "comm_aware", "dual_agent_order"}
     for name, cls in NODE_SCHEDULERS.items():
         assert cls.name == name
         assert isinstance(make_node_scheduler(name.upper(), costs=costs, seed=3), cls)
-    with pytest.raises(ValueError, match="fcfs, heft, iawp, mct, mystic, pats"):
+    with pytest.raises(ValueError, match="known: comm_aware, .*fcfs, .*heft, iawp, mct, mystic"):
         make_node_scheduler("random")
     with pytest.raises(TypeError):
         make_node_scheduler("pats", costs=costs, prefer_gpu=True)

@@ -434,3 +434,15 @@ def test_feedback_reports_how_the_executor_batches_each_stage():
         [("model", 16, 12.5), ("tokenize", 1, 1.0)]
     assert record["stage_batches"][0]["p99_ms"] == 0.0  # not finite: not published
     assert publisher.build_record()["stage_batches"] == record["stage_batches"]
+
+
+def test_a_rule_that_learns_from_outcomes_hears_each_completion_once_with_its_latency():
+    router = make_router(policy="mct")
+    heard = []
+    router.fixed_policy.observe_completion = lambda *args: heard.append(args)
+    first, _ = router.route_event(event(1))
+    router.clock.now += 2.5
+    router.on_feedback(feedback(first.node, completed=["t1"]))
+    router.on_feedback(feedback(first.node, completed=["t1"]))  # duplicate: not heard again
+    router.on_feedback(feedback(first.node, completed=["never-sent"]))
+    assert heard == [("t1", pytest.approx(2.5), first.node)]
