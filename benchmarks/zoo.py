@@ -1,0 +1,271 @@
+"""The zoo: every placement system, old and new, on the same simulated work.
+
+Every cluster policy and node scheduler streamplace has (the generic baselines, the paper's
+Random / ETC / PATS, ten related GPU-cluster systems adapted to streaming stages, and our
+LDWP + IAWP from the shipped model file) runs on identical tasks for each seed:
+
+- the paper's setting (11 workers of the paper's node types, the three applications in equal mix,
+  1,500 tasks): saturated, and Poisson arrivals over a sweep of rates;
+- the Alibaba-derived cluster (16 GPU nodes from the v2023 inventory) under the real Alibaba
+  GenAI arrival process, time-compressed to 60 and 120 tasks/min.
+
+Five evaluation seeds (never used to train or tune anything), mean and 95% Student-t interval:
+throughput, p99 latency, GPU utilisation, useful GPU work per busy GPU-second, OOMs. Two checks
+of the comparison itself are recorded: no system above the upper bound, and one repeated run per
+system giving identical metrics (determinism per seed). Every cluster rule is also timed inside the
+Flink router object (11 nodes, 5,000 decisions, completions fed back): p50 / p99 per decision.
+
+    python -m benchmarks.zoo               # default sweep (about 20 minutes on 2 cores)
+    python -m benchmarks.zoo --full        # the paper's whole arrival sweep (10-60 tasks/min)
+    python -m benchmarks.zoo --quick       # 300 tasks, 2 seeds: a smoke run
+
+Writes benchmarks/results/zoo.json (zoo-quick.json with --quick), a PNG beside it, and prints the
+README table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from benchmarks._common import RESULTS, write_result
+from benchmarks.baselines import EVALUATION_SEEDS, PAIRS, confidence_interval
+
+#: (label, cluster policy, node scheduler, family). Node-level systems run under MCT (as the
+#: paper runs PATS); cluster-level ones with FCFS on the node (as the other cluster baselines),
+#: and where a system decides both levels, with its own pair. "ldwp" is the shipped model file.
+RELATED = (
+    ("Vapor", "mct", "vapor", "related"),
+    ("SJF-BSBF", "mct", "sjf_bsbf", "related"),
+    ("SchedTune", "mct", "schedtune", "related"),
+    ("GPU fractions", "mct", "gpu_share", "related"),
+    ("Opportunistic", "mct", "opportunistic", "related"),
+    ("Liquid+FCFS", "liquid", "fcfs", "related"),
+    ("PlacementAware+FCFS", "placement_aware", "fcfs", "related"),
+    ("DelayLocality+FCFS", "delay_locality", "fcfs", "related"),
+    ("DualAgent", "dual_agent", "dual_agent_order", "related"),
+    ("LeastSimilar+CommAware", "least_similar", "comm_aware", "related"),
+)
+OURS = (
+    ("LDWP+IAWP (ours)", "ldwp", "iawp", "ours"),
+    ("LDWP+HEFT (ours)", "ldwp", "heft", "ours"),
+)
+SYSTEMS = tuple((label, policy, scheduler, "oracle" if policy == "oracle" else "baseline")
+                for label, policy, scheduler in PAIRS) + RELATED + OURS
+METRICS = ("throughput_per_min", "latency_p99_s", "gpu_utilisation",
+           "useful_gpu_work_per_gpu_second", "oom_failures", "upper_bound_per_min")
+DEFAULT_SWEEP = (10, 30, 50)
+
+
+def _scenario(name: str, rate, tasks: int, seed: int):
+    from simulator.scenarios import (alibaba_cluster, alibaba_workload, paper_cluster,
+                                     paper_costs, paper_workload, saturated_workload)
+    costs = paper_costs()
+    if name == "paper":
+        workload = (saturated_workload(tasks, seed=seed) if rate is None
+                    else paper_workload(rate, tasks, seed=seed))
+        return costs, paper_cluster(), workload
+    return costs, alibaba_cluster(16, seed=0), alibaba_workload(tasks, seed=seed,
+                                                                target_rate_per_min=rate)
+
+
+def run_one(job: tuple) -> dict:
+    """One (scenario, rate, system, seed) run; module level so worker processes can run it."""
+    scenario, rate, label, policy_name, scheduler_name, seed, tasks, model = job
+    import torch
+    torch.set_num_threads(1)
+    from interference.schedulers import make_node_scheduler
+    from placement.policies import make_policy
+    from simulator import GreedyOracle, Simulator
+    costs, cluster, workload = _scenario(scenario, rate, tasks, seed)
+    if policy_name == "oracle":
+        policy = GreedyOracle()
+    elif policy_name == "ldwp":
+        from placement.ldwp.agent import LDWPPolicy
+        policy = LDWPPolicy.from_file(model, cluster, costs)
+    else:
+        policy = make_policy(policy_name, cluster, costs, seed=seed)
+    scheduler = make_node_scheduler(scheduler_name, costs, seed=seed)
+    started = time.perf_counter()
+    m = Simulator(costs).run(policy, scheduler, cluster, workload, seed=seed).metrics
+    return {"scenario": scenario, "rate": rate, "system": label, "seed": seed,
+            "wall_s": time.perf_counter() - started, **{k: getattr(m, k) for k in METRICS}}
+
+
+def router_latency(policy_name: str, decisions: int = 5000, nodes: int = 11) -> dict:
+    """The Flink router's decision latency with this rule (no Flink: the same Router object the
+    job runs, fed completions so learning rules learn): p50 / p99 microseconds per decision."""
+    import random
+
+    from pyflink_jobs.router import Router, RouterNode, RouterSettings
+    clock = [1000.0]
+    router = Router(RouterSettings(
+        nodes=[RouterNode(f"tm_{i}", cpu_cores=2 + i % 3, work_multiplier=1.0 + i % 2)
+               for i in range(nodes)], policy=policy_name, executor_capacity=10_000),
+        clock=lambda: clock[0])
+    rng = random.Random(7)
+    apps = ("video_synopsis", "face_recognition", "intrusion_detection")
+    sent: list[tuple[str, str]] = []
+    for i in range(decisions):
+        clock[0] += 0.01
+        decision, _ = router.route_event({"task_id": f"t{i}", "app_id": apps[i % 3],
+                                          "input_size": rng.randint(1_000, 1_000_000)})
+        sent.append((f"t{i}", decision.node))
+        if len(sent) >= 20:  # feedback as the executors send it: a batch of completions
+            task_id, node = sent.pop(0)
+            router.on_feedback({"node_id": node, "emitted_at_ms": int(clock[0] * 1000),
+                                "completed": [{"task_id": task_id, "app_id": apps[0],
+                                               "input_size": 4096, "queue_ms": 1.0,
+                                               "service_ms": 50.0,
+                                               "finished_at_ms": int(clock[0] * 1000)}]})
+    return {"policy": policy_name, "nodes": nodes, "decisions": decisions,
+            "p50_us": router.latency_percentile_us(50), "p99_us": router.latency_percentile_us(99)}
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault((run["scenario"], run["rate"], run["system"]), []).append(run)
+    rows = []
+    for (scenario, rate, system), group in groups.items():
+        row = {"scenario": scenario, "rate": rate, "system": system, "seeds": len(group)}
+        for metric in METRICS:
+            mean, low, high = confidence_interval([g[metric] for g in group])
+            row[metric] = {"mean": mean, "ci95": [low, high]}
+        rows.append(row)
+    return rows
+
+
+def compass(runs: list[dict], repeats: list[dict]) -> dict:
+    """The comparison's own checks: nothing above the upper bound (1% slack for the bound's
+    rounding of stage times), and repeated runs identical."""
+    above = [f"{r['system']} {r['scenario']} rate {r['rate']} seed {r['seed']}: "
+             f"{r['throughput_per_min']:.1f} > {r['upper_bound_per_min']:.1f}"
+             for r in runs if r["throughput_per_min"] > 1.01 * r["upper_bound_per_min"]]
+    first = {(r["scenario"], r["rate"], r["system"], r["seed"]): r for r in runs}
+    differing = [f"{r['system']} seed {r['seed']}" for r in repeats
+                 if any(r[m] != first[(r["scenario"], r["rate"], r["system"], r["seed"])][m]
+                        for m in METRICS)]
+    return {"above_upper_bound": above, "repeated_runs": len(repeats),
+            "not_deterministic": differing}
+
+
+def readme_table(rows: list[dict], settings: list[tuple]) -> str:
+    """Markdown: throughput (tasks/min, mean and CI) per system and setting, the best bold."""
+    systems = [s[0] for s in SYSTEMS]
+    header = "| system | " + " | ".join(name for name, _, _ in settings) + " |"
+    lines = [header, "|---" * (len(settings) + 1) + "|"]
+    by = {(r["scenario"], r["rate"], r["system"]): r for r in rows}
+    best = {}
+    for _, scenario, rate in settings:
+        cells = [by[(scenario, rate, s)]["throughput_per_min"]["mean"] for s in systems
+                 if (scenario, rate, s) in by and not s.startswith("Oracle")]
+        best[(scenario, rate)] = max(cells) if cells else None
+    for system in systems:
+        cells = []
+        for _, scenario, rate in settings:
+            row = by.get((scenario, rate, system))
+            if row is None:
+                cells.append("-")
+                continue
+            t = row["throughput_per_min"]
+            text = f"{t['mean']:.1f} [{t['ci95'][0]:.1f}, {t['ci95'][1]:.1f}]"
+            cells.append(f"**{text}**" if t["mean"] == best[(scenario, rate)] else text)
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"baseline": "tab:gray", "related": "tab:blue", "ours": "tab:red",
+               "oracle": "tab:green"}
+    family = {s[0]: s[3] for s in SYSTEMS}
+    panels = [("paper", None, "throughput_per_min", "Paper setting, saturated: tasks/min"),
+              ("paper", None, "gpu_utilisation", "Paper setting, saturated: GPU utilisation"),
+              ("paper", None, "latency_p99_s", "Paper setting, saturated: p99 latency (s)"),
+              ("alibaba", 120, "throughput_per_min", "Alibaba cluster, 120/min: tasks/min")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(24, 9))
+    for ax, (scenario, rate, metric, title) in zip(axes, panels):
+        chosen = sorted((r for r in rows if r["scenario"] == scenario and r["rate"] == rate),
+                        key=lambda r: r[metric]["mean"])
+        means = [r[metric]["mean"] for r in chosen]
+        errors = [[m - r[metric]["ci95"][0] for m, r in zip(means, chosen)],
+                  [r[metric]["ci95"][1] - m for m, r in zip(means, chosen)]]
+        ax.barh([r["system"] for r in chosen], means, xerr=errors,
+                color=[colours[family[r["system"]]] for r in chosen])
+        if metric == "throughput_per_min" and chosen:
+            ax.axvline(chosen[0]["upper_bound_per_min"]["mean"], color="k", alpha=0.3,
+                       linewidth=3, label="upper bound")
+            ax.legend(fontsize=7)
+        ax.set_title(title + " (95% CI)", fontsize=9)
+        ax.tick_params(axis="y", labelsize=7)
+    fig.suptitle("grey: generic baselines, blue: related systems, red: LDWP + IAWP, "
+                 "green: greedy oracle", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="300 tasks, 2 seeds")
+    parser.add_argument("--full", action="store_true", help="the whole 10-60 tasks/min sweep")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="LDWP model file (default: the shipped placement/models one)")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    args = parser.parse_args(argv)
+    from tqdm import tqdm
+
+    from benchmarks.ship_models import SHIPPED_RESIDUAL
+    from workload.estimates import load_calibration
+    model = args.model or SHIPPED_RESIDUAL
+    if not model.exists():
+        raise SystemExit(f"no LDWP model at {model}: run `python -m benchmarks.ship_models`")
+    setting = load_calibration().paper_setting
+    sweep = list(setting["arrival_sweep_per_min"]) if args.full else list(DEFAULT_SWEEP)
+    tasks, seeds = (300, EVALUATION_SEEDS[:2]) if args.quick else (int(setting["tasks"]),
+                                                                    EVALUATION_SEEDS)
+    settings = ([("paper saturated", "paper", None)]
+                + [(f"paper {r}/min", "paper", r) for r in sweep]
+                + [(f"Alibaba {r}/min", "alibaba", r) for r in (60, 120)])
+    jobs = [(scenario, rate, label, policy, scheduler, seed, tasks, str(model))
+            for _, scenario, rate in settings for label, policy, scheduler, _ in SYSTEMS
+            for seed in seeds]
+    # one repeat per system (first seed, saturated paper setting): determinism per seed
+    repeat_jobs = [("paper", None, label, policy, scheduler, seeds[0], tasks, str(model))
+                   for label, policy, scheduler, _ in SYSTEMS]
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        runs = list(tqdm(pool.map(run_one, jobs), total=len(jobs), desc="zoo", unit="run",
+                         disable=None))
+        repeats = list(pool.map(run_one, repeat_jobs))
+    from placement.policies import POLICIES
+    latency = [router_latency(name) for name in sorted(POLICIES)]
+    wall = time.perf_counter() - started
+    rows = summarise(runs)
+    checks = compass(runs, repeats)
+    name = "zoo-quick" if args.quick else "zoo"
+    table = readme_table(rows, settings)
+    path = write_result(name, {
+        "systems": [list(s) for s in SYSTEMS], "seeds": list(seeds), "tasks": tasks,
+        "settings": [list(s) for s in settings], "ldwp_model": str(model.name),
+        "wall_s": wall, "compass": checks, "router_latency": latency,
+        "summary": rows, "runs": runs,
+        "readme_table": table})
+    plot(rows, RESULTS / f"{name}.png")
+    print(f"{len(runs)} runs in {wall:.0f} s; wrote {path}")
+    print(f"compass: {len(checks['above_upper_bound'])} above the upper bound, "
+          f"{len(checks['not_deterministic'])} not deterministic of {checks['repeated_runs']}")
+    print(table)
+    for row in latency:
+        print(f"  router with {row['policy']:22s} p50 {row['p50_us']:7.1f} us  "
+              f"p99 {row['p99_us']:7.1f} us")
+
+
+if __name__ == "__main__":
+    main()
