@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
+from workload.estimates import CostModel, gpu_spec_speed
 from workload.model import (Assignment, ClusterSpec, ComputingUnit, Decision, NodeScheduler,
                             NodeState, Observation, Policy, Stage, Task, Transition)
 
@@ -180,15 +180,18 @@ class Simulator:
 
         Optimistic on every count: every core and GPU busy all the time, each GPU at the best
         combined co-location gain measured for its model, every GPU stage timed on the fastest
-        GPU model and every CPU stage on the fastest core, no queueing, no transfer. Under
-        those assumptions the best split of GPU-capable work between the CPU pool and the GPU
-        pool is a fractional knapsack (highest speed-up to the GPUs first); we binary-search
-        the largest rate both pools can sustain. It is also capped by the arrival rate.
+        GPU (a model at its spec speed) and every CPU stage on the fastest core, no queueing, no
+        transfer. Under those assumptions the best split of GPU-capable work between the CPU pool
+        and the GPU pool is a fractional knapsack (highest speed-up to the GPUs first); we
+        binary-search the largest rate both pools can sustain. It is also capped by the arrival
+        rate.
         """
         truth = truth or GroundTruth(self.costs, 0, self._colocation)
         if not tasks:
             return 0.0
-        models = sorted({g.model for n in cluster.nodes for g in n.gpus})
+        # Distinct (model, spec speed): the fastest GPU is the fastest spec, not model.
+        gpu_kinds = list(dict.fromkeys((g.model, g.speed)
+                                       for n in cluster.nodes for g in n.gpus))
         best_cpu = max(n.cpu_speed for n in cluster.nodes)
         cpu_capacity = float(sum(n.cpu_cores for n in cluster.nodes))
         gpu_capacity = float(sum(truth.max_combined_gain(g.model)
@@ -197,7 +200,8 @@ class Simulator:
         for task in tasks:
             for stage in APPLICATIONS[task.app_id].stages:
                 cpu_s = self.costs.cpu_ms(stage.name, task.input_size, best_cpu) / 1000.0
-                gpu_times = [self.costs.gpu_ms(stage.name, task.input_size, m) for m in models]
+                gpu_times = [self.costs.gpu_ms(stage.name, task.input_size, m, speed)
+                             for m, speed in gpu_kinds]
                 gpu_times = [t / 1000.0 for t in gpu_times if t is not None]
                 if gpu_times:
                     flexible.append((cpu_s, min(gpu_times)))
@@ -275,7 +279,11 @@ class _Execution:
         units = [_Unit(ComputingUnit(f"cpu:{i}", "cpu", speed=spec.cpu_speed))
                  for i in range(spec.cpu_cores)]
         for i, gpu in enumerate(spec.gpus):
-            units.append(_Unit(ComputingUnit(f"gpu:{i}", "gpu", speed=gpu.speed, model=gpu.model,
+            # The unit carries its spec speed: CostModel.unit_ms scales the model's calibrated
+            # per-stage times by it (workload.estimates), so GpuSpec.speed changes true times.
+            units.append(_Unit(ComputingUnit(f"gpu:{i}", "gpu",
+                                             speed=gpu_spec_speed(gpu, self.costs.calibration),
+                                             model=gpu.model,
                                              capacity=self.cfg.gpu_max_corun),
                                memory_mb=gpu.memory_gb * 1024))
         return _Node(spec, units, _Link(spec.downlink_mbps * 1e6 / 8),

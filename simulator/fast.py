@@ -68,7 +68,8 @@ class FastSimulator:
 
     def _coefficients(self, cluster: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
         """Per (app, node): task seconds = fixed + per_pixel * input_size (the cost model's
-        affine fit of its critical-path estimate)."""
+        affine fit of its critical-path estimate, so GPU spec speeds count here as in the exact
+        mode: ``CostModel.task_time_coefficients`` keys its cache on them)."""
         apps = app_ids()
         fixed = np.zeros((len(apps), len(cluster.nodes)))
         slope = np.zeros_like(fixed)

@@ -5,7 +5,10 @@ slow each other. Policies never see this module's numbers, only ``workload.estim
 - Co-location on a GPU: the two stages progress at Gavel's measured normalised throughputs of
   their mapped job types on the measured GPU type that stands in for this GPU model
   (``calibration.yaml``: stage_to_gavel_job, gpu_models.*.interference_from). A measured
-  ``[0, 0]`` pair cannot co-run: the later launch fails (out of memory).
+  ``[0, 0]`` pair cannot co-run: the later launch fails (out of memory). Co-location tables are
+  keyed by GPU model, not speed: a GPU model the calibration does not know (say an ``h200``
+  given only by its spec) co-locates like the calibration's reference GPU (``reference_gpu``),
+  the same model whose per-stage speed profile it borrows (``workload.estimates``).
 - Without the Gavel data a generated table of the same shape is used (and the run says so).
 """
 
@@ -21,6 +24,14 @@ __all__ = ["GroundTruth"]
 
 
 class GroundTruth:
+    """Hidden per-stage noise and co-location rates of one run (see the module docstring).
+
+    Example::
+
+        truth = GroundTruth(CostModel(), seed=1)
+        truth.corun_rates("face_encoding", "frame_difference", "v100")  # -> (rate, rate)
+    """
+
     def __init__(self, costs: CostModel, seed: int, colocation="default",
                  noise_sigma: float | None = None):
         self.costs = costs
@@ -66,7 +77,7 @@ class GroundTruth:
     def corun_rates(self, stage: str, partner: str, gpu_model: str) -> tuple[float, float]:
         """(rate of ``stage``, rate of ``partner``) when sharing a GPU of ``gpu_model``; (0, 0)
         means they cannot co-run. Unmapped stages co-run as two time-sliced halves."""
-        source_type = self.costs.calibration.gpu_models[gpu_model]["interference_from"]
+        source_type = self.interference_source(gpu_model)
         a, b = self._job(stage), self._job(partner)
         if self.table is None or a is None or b is None or source_type not in self.table.gpu_types:
             return (0.5, 0.5)
@@ -74,6 +85,19 @@ class GroundTruth:
             return tuple(self.table.normalized(a, b, source_type))
         except KeyError:
             return (0.5, 0.5)
+
+    def interference_source(self, gpu_model: str) -> str:
+        """The measured GPU type whose co-location table stands in for ``gpu_model``; an unknown
+        model uses the reference GPU's (see the module docstring).
+
+        >>> from workload.estimates import CostModel
+        >>> truth = GroundTruth(CostModel(colocation=None), 0, colocation=None)
+        >>> truth.interference_source("v100"), truth.interference_source("h200")
+        ('v100', 'k80')
+        """
+        models = self.costs.calibration.gpu_models
+        entry = models.get(gpu_model) or models[self.costs.reference_gpu]
+        return entry["interference_from"]
 
     def max_combined_gain(self, gpu_model: str) -> float:
         """Best combined co-run throughput among the mapped stages on this GPU (>= 1)."""

@@ -51,9 +51,34 @@ class Task:
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """One GPU of a node: its model, device memory (GB) and speed.
+
+    ``speed`` is relative to the calibration's reference GPU (a K80 die) and is what the GPU
+    really runs at: a GPU of a calibrated model ``m`` runs every stage ``speed /
+    calibrated_speed(m)`` times as fast as ``m`` at its calibrated speed (``workload.estimates``).
+    Left out (None), it is the model's calibrated speed (``calibration.yaml`` gpu_models), so
+    ``GpuSpec("v100", 16)`` is a stock V100. A model the calibration does not know needs a speed:
+    it runs the reference GPU's per-stage profile scaled by ``speed``, with ``memory_gb`` of
+    memory and the reference GPU's co-location behaviour
+    (:func:`workload.estimates.gpu_spec_speed` resolves and checks it).
+
+    Example::
+
+        GpuSpec("v100", 16)         # a stock V100: exactly the calibrated times (speed 3.7)
+        GpuSpec("v100", 16, 11.1)   # three times as fast on every stage
+        GpuSpec("h200", 141, 8.0)   # unknown to the calibration: K80 profile x 8
+    """
+
     model: str
     memory_gb: float
-    speed: float = 1.0  # relative to the calibration's reference GPU
+    speed: float | None = None  # relative to the reference GPU; None: the model's calibrated
+
+    def __post_init__(self) -> None:
+        if self.speed is not None and (isinstance(self.speed, bool)
+                                       or not isinstance(self.speed, (int, float))
+                                       or not self.speed > 0 or self.speed == float("inf")):
+            raise ValueError(f"GPU {self.model!r}: speed must be a finite positive number or "
+                             f"None (the calibrated speed), got {self.speed!r}")
 
 
 @dataclass(frozen=True)
@@ -77,7 +102,7 @@ class NodeSpec:
     def __post_init__(self) -> None:
         if self.cpu_cores < 1:
             raise ValueError(f"{self.node_id}: cpu_cores must be at least 1, got {self.cpu_cores}")
-        if self.cpu_speed <= 0 or any(g.speed <= 0 for g in self.gpus):
+        if self.cpu_speed <= 0:
             raise ValueError(f"{self.node_id}: speeds must be positive")
 
 
@@ -199,7 +224,8 @@ class ComputingUnit:
 
     unit_id: str            # e.g. "cpu:0", "gpu:1"
     kind: str               # "cpu" or "gpu"
-    speed: float = 1.0      # CPU: relative core speed; GPU: see model
+    speed: float | None = None  # CPU: relative core speed (None: 1); GPU: its spec speed
+    #                             relative to the reference GPU (None: its model's calibrated)
     model: str = ""         # GPU model (calibration key), "" for CPU cores
     running: tuple[str, ...] = ()   # stage types running there now (GPUs may co-run)
     capacity: int = 1       # most stages at once (1 for a core, max co-runners for a GPU)
@@ -215,6 +241,8 @@ class ComputingUnit:
     def __post_init__(self) -> None:
         if self.kind not in ("cpu", "gpu"):
             raise ValueError(f"unit kind must be 'cpu' or 'gpu', got {self.kind!r}")
+        if self.speed is None and self.kind == "cpu":
+            object.__setattr__(self, "speed", 1.0)  # frozen; a core's speed is always a number
 
 
 @dataclass(frozen=True)

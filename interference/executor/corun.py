@@ -145,7 +145,7 @@ class CostBaseline:
         estimate = None
         try:
             if unit.kind == "gpu":
-                estimate = self.costs.gpu_ms(stage, input_size, unit.model)
+                estimate = self.costs.unit_ms(stage, input_size, unit)
             if estimate is None:
                 estimate = self.costs.cpu_ms(stage, input_size, unit.speed)
         except KeyError:

@@ -125,9 +125,10 @@ class MeasuredStageCosts:
     def cpu_ms(self, stage: str, input_size: int, cpu_speed: float = 1.0) -> float:
         return self.batch_ms(stage, "cpu", self._batch_size(stage, input_size)) / cpu_speed
 
-    def gpu_ms(self, stage: str, input_size: int, gpu_model: str) -> float | None:
-        """None for CPU-only stages (as ``CostModel.gpu_ms``); every GPU model alike (the
-        measurements are this node's GPUs)."""
+    def gpu_ms(self, stage: str, input_size: int, gpu_model: str,
+               speed: float | None = None) -> float | None:
+        """None for CPU-only stages (as ``CostModel.gpu_ms``); every GPU model and spec speed
+        alike (the measurements are this node's GPUs, at whatever speed they really run)."""
         if self.devices.get(stage) == "cpu":
             return None
         return self.batch_ms(stage, "gpu", self._batch_size(stage, input_size))

@@ -188,8 +188,9 @@ class DualAgentOrderScheduler(BaseNodeScheduler):
         if not stage.gpu_capable or cost.gpu_speedup is None:
             return 0.0
         cpu_speed = max((u.speed for u in units if u.kind == "cpu"), default=1.0)
-        gpus = [self.costs.gpu_ms(stage.stage, stage.input_size, m)
-                for m in dict.fromkeys(u.model for u in units if u.kind == "gpu")]
+        gpus = [self.costs.gpu_ms(stage.stage, stage.input_size, m, speed)
+                for m, speed in dict.fromkeys((u.model, u.speed) for u in units
+                                              if u.kind == "gpu")]
         gpus = [t for t in gpus if t is not None]
         if not gpus:
             return cost.gpu_speedup / cpu_speed  # no GPU here: the calibrated reference

@@ -52,7 +52,8 @@ def _unit_kinds(units: Sequence[ComputingUnit]) -> list[ComputingUnit]:
     """One representative unit per distinct kind, in unit order."""
     kinds: dict[tuple, ComputingUnit] = {}
     for unit in units:
-        signature = ("cpu", unit.speed) if unit.kind == "cpu" else ("gpu", unit.model)
+        signature = ("cpu", unit.speed) if unit.kind == "cpu" else \
+            ("gpu", unit.model, unit.speed)
         kinds.setdefault(signature, unit)
     return list(kinds.values())
 

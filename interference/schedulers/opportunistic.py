@@ -175,7 +175,7 @@ class OpportunisticScheduler(BaseNodeScheduler):
         free_at = {u.unit_id: max(now_s, u.free_at_s) for u in units}
         out: list[Assignment] = []
         for stage in ready_order(ready):
-            gpu_ms = {g.unit_id: self.costs.gpu_ms(stage.stage, stage.input_size, g.model)
+            gpu_ms = {g.unit_id: self.costs.unit_ms(stage.stage, stage.input_size, g)
                       for g in gpus} if stage.gpu_capable else {}
             need_mb = self.costs.gpu_memory_mb(stage.stage, stage.input_size) if gpu_ms else 0.0
             # GPUs that could ever hold it (alone, within the memory bound)

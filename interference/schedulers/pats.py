@@ -52,9 +52,9 @@ class PatsScheduler(BaseNodeScheduler):
             return 0.0
         cpu_speed = max((u.speed for u in units if u.kind == "cpu"), default=1.0)
         cpu = self.costs.cpu_ms(stage.stage, stage.input_size, cpu_speed)
-        models = dict.fromkeys(u.model for u in units if u.kind == "gpu")
-        gpu_times = [t for t in (self.costs.gpu_ms(stage.stage, stage.input_size, m)
-                                 for m in models) if t is not None]
+        kinds = dict.fromkeys((u.model, u.speed) for u in units if u.kind == "gpu")
+        gpu_times = [t for t in (self.costs.gpu_ms(stage.stage, stage.input_size, m, speed)
+                                 for m, speed in kinds) if t is not None]
         if not gpu_times:
             return cost.gpu_speedup / cpu_speed  # reference GPU vs this node's core
         best = min(gpu_times)

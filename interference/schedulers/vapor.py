@@ -127,13 +127,15 @@ class VaporScheduler(BaseNodeScheduler):
         total = memory + profile[0]
         return memory / total if total > 0 else 0.5
 
-    def copy_share(self, stage: str, input_size: int, gpu_model: str) -> float:
-        """phi: the share of the stage's GPU time that is copy/memory-bound."""
-        key = (stage, input_size, gpu_model)
+    def copy_share(self, stage: str, input_size: int, gpu_model: str,
+                   speed: float | None = None) -> float:
+        """phi: the share of the stage's GPU time that is copy/memory-bound (on a GPU of
+        ``gpu_model`` at spec ``speed``; None: the model's calibrated speed)."""
+        key = (stage, input_size, gpu_model, speed)
         if key not in self._phi:
             m = self.memory_boundness(stage)
             try:
-                compute = self.costs.gpu_ms(stage, input_size, gpu_model) or 0.0
+                compute = self.costs.gpu_ms(stage, input_size, gpu_model, speed) or 0.0
             except KeyError:  # a stage or GPU model the calibration does not know
                 compute = 0.0
             transfer = 1000.0 * input_size * self.bytes_per_pixel / (self.pcie_gb_s * 1e9)
@@ -141,9 +143,11 @@ class VaporScheduler(BaseNodeScheduler):
             self._phi[key] = (transfer + m * compute) / total if total > 0 else m
         return self._phi[key]
 
-    def predicted_overlap(self, stage: Stage, running: Sequence[str], gpu_model: str) -> float:
-        mine = self.copy_share(stage.stage, stage.input_size, gpu_model)
-        pairs = [overlap(mine, self.copy_share(r, stage.input_size, gpu_model)) for r in running]
+    def predicted_overlap(self, stage: Stage, running: Sequence[str], gpu_model: str,
+                          speed: float | None = None) -> float:
+        mine = self.copy_share(stage.stage, stage.input_size, gpu_model, speed)
+        pairs = [overlap(mine, self.copy_share(r, stage.input_size, gpu_model, speed))
+                 for r in running]
         return sum(pairs) / len(pairs) if pairs else 1.0
 
     # -- the rules -------------------------------------------------------------------------
@@ -164,7 +168,7 @@ class VaporScheduler(BaseNodeScheduler):
             room[gpu.unit_id] -= 1
             used_mb[gpu.unit_id] += self.costs.gpu_memory_mb(stage.stage, stage.input_size)
             # Book it as if after what runs (no co-run rate is known): MCT's view of the queue.
-            free_at[gpu.unit_id] += (self.costs.gpu_ms(stage.stage, stage.input_size, gpu.model)
+            free_at[gpu.unit_id] += (self.costs.unit_ms(stage.stage, stage.input_size, gpu)
                                      or 0.0) / 1000.0
             out.append(Assignment(stage, gpu.unit_id, why))
 
@@ -179,7 +183,7 @@ class VaporScheduler(BaseNodeScheduler):
             stage = next((s for s in left if fits(s, gpu)), None)
             if stage is None:
                 continue
-            phi = self.copy_share(stage.stage, stage.input_size, gpu.model)
+            phi = self.copy_share(stage.stage, stage.input_size, gpu.model, gpu.speed)
             place(stage, gpu, f"Vapor: idle {gpu.unit_id} starts a pipeline with the oldest "
                               f"stage (ready {stage.ready_at_s:.2f}s, copy share {phi:.2f})")
         # Rule 2: free slots beside running stages, best predicted overlap first (ties: GPU,
@@ -193,14 +197,15 @@ class VaporScheduler(BaseNodeScheduler):
                 for stage in left:
                     if not fits(stage, gpu):
                         continue
-                    score = self.predicted_overlap(stage, running[gpu.unit_id], gpu.model)
+                    score = self.predicted_overlap(stage, running[gpu.unit_id], gpu.model,
+                                                   gpu.speed)
                     key = (score, -g, -index[id(stage)])
                     if score >= self.min_overlap and (best is None or key > best[:3]):
                         best = (*key, stage, gpu)
             if best is None:
                 break
             score, _, _, stage, gpu = best
-            phi = self.copy_share(stage.stage, stage.input_size, gpu.model)
+            phi = self.copy_share(stage.stage, stage.input_size, gpu.model, gpu.speed)
             partners = ", ".join(running[gpu.unit_id])
             place(stage, gpu, f"Vapor: copy share {phi:.2f} complements {partners}, predicted "
                               f"overlap {score:.2f} >= {self.min_overlap:.2f} -> {gpu.unit_id}")

@@ -143,13 +143,15 @@ class PlacementAwarePolicy(EstimatingPolicy):
         capable = [s.name for s in stages if s.gpu_capable]
         all_cpu = cpu_only + sum(costs.cpu_ms(n, size, spec.cpu_speed) for n in capable) / 1000.0
         best_s, span = all_cpu / spec.cpu_cores, "cpu"  # no GPU: every stage on the cores
-        counts: dict[str, int] = {}
-        for gpu in spec.gpus:
-            counts[gpu.model] = counts.get(gpu.model, 0) + 1
-        for model in sorted(counts):  # sorted: the same answer whatever the GPUs' order
+        counts: dict[tuple[str, float | None], int] = {}
+        for gpu in spec.gpus:  # GPUs of one model at one spec speed form one unit type
+            counts[gpu.model, gpu.speed] = counts.get((gpu.model, gpu.speed), 0) + 1
+        # sorted: the same answer whatever the GPUs' order
+        for model, speed in sorted(counts, key=lambda k: (k[0], k[1] or 0.0)):
             pairs = [(costs.cpu_ms(n, size, spec.cpu_speed) / 1000.0 * self.spill_penalty,
-                      costs.gpu_ms(n, size, model) / 1000.0) for n in capable]
-            seconds, spilled = span_seconds(pairs, cpu_only, counts[model] * self.gpu_slots,
+                      costs.gpu_ms(n, size, model, speed) / 1000.0) for n in capable]
+            seconds, spilled = span_seconds(pairs, cpu_only,
+                                            counts[model, speed] * self.gpu_slots,
                                             spec.cpu_cores, self.allow_spill)
             if seconds < best_s or span == "cpu":  # a GPU span always beats "no GPU" on ties
                 best_s, span = seconds, f"gpu:{model}" + ("+cpu" if spilled > 0 else "")

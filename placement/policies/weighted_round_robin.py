@@ -29,7 +29,7 @@ Example::
 from __future__ import annotations
 
 from placement.policies.base import ClusterPolicy
-from workload.estimates import CostModel
+from workload.estimates import CostModel, gpu_spec_speed
 from workload.model import ClusterSpec, Decision, NodeSpec, Observation
 
 __all__ = ["WeightedRoundRobinPolicy", "node_capacity"]
@@ -37,7 +37,8 @@ __all__ = ["WeightedRoundRobinPolicy", "node_capacity"]
 
 def node_capacity(node: NodeSpec, gpu_weight: float = 1.0) -> float:
     """``cpu_cores * cpu_speed + gpu_weight * sum of GPU speeds`` (see the module docstring)."""
-    return node.cpu_cores * node.cpu_speed + gpu_weight * sum(g.speed for g in node.gpus)
+    return node.cpu_cores * node.cpu_speed + gpu_weight * sum(gpu_spec_speed(g)
+                                                              for g in node.gpus)
 
 
 class WeightedRoundRobinPolicy(ClusterPolicy):

@@ -56,6 +56,7 @@ from placement.service.learner import OnlineLearner, to_cluster_spec
 from placement.service.metrics import CONTENT_TYPE_LATEST, ServiceMetrics
 from placement.service.settings import ServiceSettings
 from placement.service.store import ModelStore, UnknownVersion
+from workload.estimates import gpu_spec_speed
 from workload.model import ClusterSpec, NodeState, Observation, Task
 
 __all__ = ["PlacementService", "create_app", "plan_executors", "Plan", "NodeCapacity",
@@ -86,7 +87,8 @@ def node_capacities(cluster_spec) -> list[NodeCapacity]:
     """Capacities from a local cluster spec (``.taskmanagers``: cpu_cores, work_multiplier,
     slots) or a ``workload.model.ClusterSpec`` (cores x cpu_speed + GPU speeds, task_slots)."""
     if isinstance(cluster_spec, ClusterSpec):
-        return [NodeCapacity(n.node_id, n.cpu_cores * n.cpu_speed + sum(g.speed for g in n.gpus),
+        return [NodeCapacity(n.node_id, n.cpu_cores * n.cpu_speed
+                             + sum(gpu_spec_speed(g) for g in n.gpus),
                              n.task_slots, float(n.cpu_cores)) for n in cluster_spec.nodes]
     return [NodeCapacity(tm.id, float(tm.cpu_cores) / float(tm.work_multiplier)
                          + len(getattr(tm, "gpu_ids", ())), int(tm.slots), float(tm.cpu_cores))
