@@ -704,6 +704,9 @@ class PlacementService:
                                               self.settings.flink_timeout_s)
         self.serving = ServingPolicy(self.store, self.cluster, self.learner.costs,
                                      self.settings.fallback)
+        observe = getattr(self.serving.fallback, "observe_completion", None)
+        if observe is not None:  # a rule that learns from outcomes (liquid, dual_agent, ...)
+            self.ingest.observers.append(observe)
         self.app = create_app(self)
         self._server = None
         self._thread: threading.Thread | None = None

@@ -99,9 +99,15 @@ class FeedbackIngest:
     """Decoded or raw NodeFeedback -> de-duplicated -> ``learner.take``; counts everything in
     ``metrics`` (a :class:`placement.service.metrics.ServiceMetrics`, optional)."""
 
-    def __init__(self, learner, metrics=None, dedup_capacity: int = 200_000):
+    #: A completion longer than this is not told to the rules (a broken clock, not a task).
+    MAX_COMPLETION_S = 3600.0
+
+    def __init__(self, learner, metrics=None, dedup_capacity: int = 200_000, observers=()):
         self.learner = learner
         self.metrics = metrics
+        #: ``observe(task_id, latency_s, node_id)`` callables told of every new completion
+        #: (rules that learn from outcomes, e.g. ``/decide``'s rule); latency = queue + service
+        self.observers = list(observers)
         self.dedup = Deduplicator(dedup_capacity)
         self._lock = threading.Lock()
         self.messages = 0
@@ -140,9 +146,25 @@ class FeedbackIngest:
                 if count:
                     self.metrics.duplicates.labels(kind=kind).inc(count)
         taken = self.learner.take(kept) if kept else 0
+        if self.observers:
+            self._tell_observers(kept)
         if self.metrics is not None and taken:
             self.metrics.feedback_records.inc(taken)
         return taken
+
+    def _tell_observers(self, records: list[Mapping]) -> None:
+        for record in records:
+            node_id = record.get("node_id")
+            for timing in record.get("completed") or ():
+                try:
+                    latency_s = (float(timing.get("queue_ms") or 0.0)
+                                 + float(timing.get("service_ms") or 0.0)) / 1000.0
+                except (TypeError, ValueError):
+                    continue
+                if not (0.0 <= latency_s <= self.MAX_COMPLETION_S) or not isinstance(node_id, str):
+                    continue  # NaN fails both comparisons
+                for observe in self.observers:
+                    observe(str(timing.get("task_id")), latency_s, node_id)
 
     def ingest_payloads(self, payloads: Iterable[bytes]) -> int:
         """Decode raw message values (undecodable ones skipped) and :meth:`ingest` them."""

@@ -521,3 +521,21 @@ def test_the_queue_the_router_saw_replaces_the_executors_count_for_the_chosen_no
                 assert chosen.backlog_s == 0.0
                 # the learner's own measurement of the node (the same rule as the routers')
                 assert chosen.speed_factor > 0
+
+
+def test_a_decide_rule_that_learns_from_outcomes_hears_each_new_completion(tmp_path):
+    service = make_service(tmp_path, fallback="dual_agent")
+    heard = []
+    service.ingest.observers = [lambda *args: heard.append(args)]
+    reports = synthetic_feedback(40, seed=2)
+    reports[0]["completed"][0]["service_ms"] = float("nan")  # never told to a rule
+    service.ingest.ingest(reports)
+    service.ingest.ingest(reports)  # re-delivered: nothing new to tell
+    assert len(heard) == 39 and len({task for task, _, _ in heard}) == 39
+    assert all(0.0 < latency < 2.0 and node in NODES for _, latency, node in heard)
+
+
+def test_the_service_wires_its_decide_rule_to_the_feedback(tmp_path):
+    service = make_service(tmp_path, fallback="liquid")
+    assert service.ingest.observers == [service.serving.fallback.observe_completion]
+    assert make_service(tmp_path / "b", fallback="least_loaded").ingest.observers == []
