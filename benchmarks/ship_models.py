@@ -21,8 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from placement.ldwp.shipped import SHIPPED_MODELS
+
 MODELS = Path(__file__).resolve().parent.parent / "placement" / "models"
-SHIPPED_RESIDUAL = MODELS / "ldwp_residual_paper.spm"
+SHIPPED_RESIDUAL = MODELS / SHIPPED_MODELS["residual"]
 #: As benchmarks/ldwp.py: 8 saturated training episodes of 1,500 tasks.
 EPISODES, TASKS = 8, 1500
 

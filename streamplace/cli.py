@@ -233,10 +233,16 @@ def cmd_simulate(args) -> int:
     tasks = (saturated_workload(args.tasks, seed=args.seed) if args.rate is None
              else paper_workload(args.rate, args.tasks, seed=args.seed))
     try:
-        policy = (GreedyOracle() if args.policy == "oracle"
-                  else make_policy(args.policy, cluster, costs, seed=args.seed))
+        if args.policy == "oracle":
+            policy = GreedyOracle()
+        elif args.policy == "ldwp":  # the shipped trained model, or --model
+            from placement.ldwp.agent import LDWPPolicy
+            from placement.ldwp.shipped import shipped_model
+            policy = LDWPPolicy.from_file(args.model or shipped_model(), cluster, costs)
+        else:
+            policy = make_policy(args.policy, cluster, costs, seed=args.seed)
         scheduler = make_node_scheduler(args.scheduler, costs, seed=args.seed)
-    except ValueError as exc:  # an unknown name: say which names exist
+    except (ValueError, OSError) as exc:  # an unknown name or a bad model file: say so
         print(f"streamplace: {exc}", file=sys.stderr)
         return 2
     result = Simulator(costs).run(policy, scheduler, cluster, tasks, seed=args.seed)
@@ -438,7 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="run one (cluster policy, node scheduler) pair on the "
                                         "simulated paper setting")
-    p.add_argument("--policy", default="mct", help="a placement.policies name, or 'oracle'")
+    p.add_argument("--policy", default="mct", help="a placement.policies name, 'oracle', or "
+                                                    "'ldwp' (the shipped trained model)")
+    p.add_argument("--model", help="with --policy ldwp: this model file instead of the shipped one")
     p.add_argument("--scheduler", default="heft", help="an interference.schedulers name")
     p.add_argument("--rate", type=float, default=50.0,
                    help="arrivals per minute (omit with --saturated)")

@@ -135,3 +135,16 @@ def test_cli_simulate_names_the_known_policies_on_a_typo(capsys):
     from streamplace.cli import main
     assert main(["simulate", "--policy", "leastloaded", "--tasks", "2"]) == 2
     assert "least_loaded" in capsys.readouterr().err
+
+
+def test_cli_simulate_runs_the_shipped_ldwp_model_and_refuses_a_bad_file(capsys, tmp_path):
+    from placement.ldwp.shipped import shipped_model
+    from streamplace.cli import main
+    assert shipped_model().stat().st_size > 1000
+    assert main(["simulate", "--policy", "ldwp", "--tasks", "10", "--show-decisions", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "completed                        10" in out and "LDWP: highest Q" in out
+    bad = tmp_path / "bad.spm"
+    bad.write_bytes(b"SPMODEL2" + b"\0" * 64)
+    assert main(["simulate", "--policy", "ldwp", "--model", str(bad), "--tasks", "2"]) == 2
+    assert "bad.spm" in capsys.readouterr().err
