@@ -31,7 +31,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, git_commit, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, PAIRS, confidence_interval
 
 #: (label, cluster policy, node scheduler, family). Node-level systems run under MCT (as the
@@ -218,6 +218,9 @@ def main(argv=None) -> None:
     parser.add_argument("--model", type=Path, default=None,
                         help="LDWP model file (default: the shipped placement/models one)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--only", default="",
+                        help="comma-separated system labels: rerun just these and replace their "
+                             "runs in the existing result file (e.g. after a new shipped model)")
     args = parser.parse_args(argv)
     from tqdm import tqdm
 
@@ -233,29 +236,45 @@ def main(argv=None) -> None:
     settings = ([("paper saturated", "paper", None)]
                 + [(f"paper {r}/min", "paper", r) for r in sweep]
                 + [(f"Alibaba {r}/min", "alibaba", r) for r in (60, 120)])
+    name = "zoo-quick" if args.quick else "zoo"
+    only = [label.strip() for label in args.only.split(",") if label.strip()]
+    unknown = sorted(set(only) - {s[0] for s in SYSTEMS})
+    if unknown:
+        raise SystemExit(f"unknown systems {unknown}; known: {[s[0] for s in SYSTEMS]}")
+    chosen = [s for s in SYSTEMS if not only or s[0] in only]
     jobs = [(scenario, rate, label, policy, scheduler, seed, tasks, str(model))
-            for _, scenario, rate in settings for label, policy, scheduler, _ in SYSTEMS
+            for _, scenario, rate in settings for label, policy, scheduler, _ in chosen
             for seed in seeds]
     # one repeat per system (first seed, saturated paper setting): determinism per seed
     repeat_jobs = [("paper", None, label, policy, scheduler, seeds[0], tasks, str(model))
-                   for label, policy, scheduler, _ in SYSTEMS]
+                   for label, policy, scheduler, _ in chosen]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         runs = list(tqdm(pool.map(run_one, jobs), total=len(jobs), desc="zoo", unit="run",
                          disable=None))
         repeats = list(pool.map(run_one, repeat_jobs))
     from placement.policies import POLICIES
-    latency = [router_latency(name) for name in sorted(POLICIES)]
+    latency = [] if only else [router_latency(policy) for policy in sorted(POLICIES)]
     wall = time.perf_counter() - started
+    reruns = []
+    if only:  # keep the other systems' runs (and repeats) from the existing result file
+        import json
+        previous = json.loads((RESULTS / f"{name}.json").read_text())
+        runs = [r for r in previous["runs"] if r["system"] not in only] + runs
+        repeats = [r for r in previous.get("repeats", []) if r["system"] not in only] + repeats
+        latency = previous.get("router_latency", latency)
+        reruns = previous.get("reruns", []) + [{"systems": only, "git_commit": git_commit(),
+                                                "ldwp_model": model.name, "wall_s": wall,
+                                                "compass_before": previous.get("compass")}]
+        wall += previous.get("wall_s", 0.0)
     rows = summarise(runs)
     checks = compass(runs, repeats)
-    name = "zoo-quick" if args.quick else "zoo"
     table = readme_table(rows, settings)
     path = write_result(name, {
         "systems": [list(s) for s in SYSTEMS], "seeds": list(seeds), "tasks": tasks,
         "settings": [list(s) for s in settings], "ldwp_model": str(model.name),
-        "wall_s": wall, "compass": checks, "router_latency": latency,
-        "summary": rows, "runs": runs,
+        "wall_s": wall, "compass": checks, "router_latency": latency, "reruns": reruns,
+        "summary": rows, "runs": runs, "repeats": repeats,
         "readme_table": table})
     plot(rows, RESULTS / f"{name}.png")
     print(f"{len(runs)} runs in {wall:.0f} s; wrote {path}")

@@ -102,6 +102,13 @@ class LDWPSettings:
     #                                    (paper: one-hot over the built-in apps, other types
     #                                    all zeros) or "hashed" (node_scoring only: one-hot +
     #                                    a BLAKE2b code of any other type string)
+    correction_trust: str = "evidence"  # q_prior only: "evidence" (ours) decides with the
+    #                                    learned correction times its trust, evidence /
+    #                                    (evidence + evidence_half), from the examples learned on
+    #                                    similar nodes and the same task type
+    #                                    (placement.ldwp.evidence); "full" always trusts it
+    evidence_half: float = 50.0        # examples at which the correction gets half weight
+    evidence_bandwidth: float = 0.05   # spec-column distance at which evidence fades to 1/e
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -128,6 +135,9 @@ class LDWPSettings:
         if self.task_encoding != "catalog" and self.network != "node_scoring":
             raise ValueError("task_encoding='hashed' needs network='node_scoring' (the paper "
                              "layout keeps the paper's TID)")
+        if self.correction_trust not in ("evidence", "full"):
+            raise ValueError(f"correction_trust must be 'evidence' or 'full', got "
+                             f"{self.correction_trust!r}")
         if self.latency_transform not in ("linear", "log"):
             raise ValueError(f"latency_transform must be 'linear' or 'log', got "
                              f"{self.latency_transform!r}")
@@ -182,6 +192,9 @@ class LDWPPolicy(Policy):
         self._stored = 0
         self._estimate_cache: dict = {}
         self._numpy_layers = None
+        # examples learned per (node signature, task type): how far decisions trust the
+        # learned correction (placement.ldwp.evidence); None: no prior, or full trust
+        self.evidence = self._new_evidence()
 
     # -- construction ----------------------------------------------------------------------
     def _build(self) -> nn.Module:
@@ -191,6 +204,14 @@ class LDWPPolicy(Policy):
             return PaperQNetwork(paper_vector_size(m), m, s.hidden_sizes)
         return NodeScoringQNetwork(s.hidden_sizes, prior=s.q_prior, residual=s.residual,
                                    row_size=node_row_size(s.task_encoding, s.spec_features))
+
+    def _new_evidence(self, metadata: dict | None = None):
+        s = self.settings
+        if s.q_prior == "none" or s.network != "node_scoring" or s.correction_trust == "full":
+            return None
+        from placement.ldwp.evidence import model_evidence
+        return model_evidence(metadata or {}, s.task_encoding, s.spec_features,
+                              s.evidence_half, s.evidence_bandwidth)
 
     def _optimizer(self) -> torch.optim.Optimizer:
         params = self.q_network.parameters()
@@ -237,6 +258,8 @@ class LDWPPolicy(Policy):
         return self._estimate_cache["table"]
 
     def q_values(self, state: np.ndarray, use_numpy: bool = False) -> np.ndarray:
+        """Q per node for deciding: the learned correction weighted by its evidence."""
+        trust = self.evidence.trust(state) if self.evidence is not None else None
         if use_numpy:
             if self._numpy_layers is None:
                 self._numpy_layers = export_layers(self.q_network)
@@ -252,6 +275,8 @@ class LDWPPolicy(Policy):
                 hidden = state @ own + (state.mean(axis=0) @ context + bias)
                 np.maximum(hidden, 0.0, out=hidden)
                 out = numpy_forward(self._numpy_layers[1:], hidden)
+                if trust is not None:
+                    out = out * trust[:, None]
                 if self.settings.q_prior == "completion" and self.settings.residual == "scaled":
                     return scaled_completion_q(state, out, lib=np)
                 q = out[:, 0]
@@ -260,7 +285,9 @@ class LDWPPolicy(Policy):
                 return q
             return numpy_forward(self._numpy_layers, state[None, :])[0]
         with torch.no_grad():
-            out = self.q_network(torch.from_numpy(state).unsqueeze(0))
+            batch = torch.from_numpy(state).unsqueeze(0)
+            out = self.q_network(batch) if trust is None else \
+                self.q_network(batch, trust=torch.from_numpy(trust[None, :].astype(np.float32)))
         return out[0].numpy()
 
     # -- acting -----------------------------------------------------------------------------
@@ -377,6 +404,8 @@ class LDWPPolicy(Policy):
 
     def _store(self, item: tuple) -> None:
         self.replay.add(item)
+        if self.evidence is not None and self.settings.network == "node_scoring":
+            self.evidence.record(item[0][item[1]])  # the chosen node's row
         s = self.settings
         self._stored += 1
         # The paper's schedule counts decisions; outcome rewards arrive later, so count those.
@@ -433,6 +462,8 @@ class LDWPPolicy(Policy):
         return {"kind": self.settings.network, "nodes": list(self.cluster.node_ids),
                 "settings": settings, "updates": self.updates,
                 "task_types": task_encoding_metadata(self.settings.task_encoding),
+                **({"evidence": self.evidence.to_metadata()} if self.evidence is not None
+                   else {}),
                 "observation": "paper_vector" if self.settings.network == "paper"
                 else "node_rows"}
 
@@ -475,6 +506,11 @@ class LDWPPolicy(Policy):
                 module.weight.copy_(torch.from_numpy(weight))
                 module.bias.copy_(torch.from_numpy(bias))
         agent.target_network.load_state_dict(agent.q_network.state_dict())
+        from placement.ldwp.evidence import EvidenceError
+        try:
+            agent.evidence = agent._new_evidence(metadata)
+        except EvidenceError as exc:
+            raise ModelFileError(f"{path}: {exc}") from None
         updates = metadata.get("updates", 0)
         agent.updates = updates if isinstance(updates, int) and updates >= 0 else 0
         agent.training = training

@@ -48,13 +48,15 @@ from functools import lru_cache
 import numpy as np
 
 from workload.catalog import app_ids
+from workload.estimates import gpu_spec_speed
 from workload.model import NODE_STATE_FIELDS, Observation
 
 __all__ = ["paper_vector", "paper_vector_size", "node_rows", "NODE_ROW_SIZE", "APPS",
            "COMPLETION_COLUMN", "ESTIMATE_COLUMN", "COMPLETION_SCALE", "NODE_SPEC_SIZE",
            "node_spec_features", "completion_prior", "scaled_completion_q", "TASK_ENCODINGS",
            "TYPE_HASH_SIZE", "type_code", "node_row_size", "task_estimates",
-           "task_encoding_metadata", "model_task_encoding", "is_live_costs"]
+           "task_encoding_metadata", "model_task_encoding", "is_live_costs",
+           "task_size_feature", "MAX_ENCODED_SIZE", "RAW_LOW", "RAW_HIGH"]
 
 APPS = app_ids()
 #: task one-hot + log TSize + six node numbers + queue depth + backlog + estimated time +
@@ -79,8 +81,8 @@ TYPE_HASH_SIZE = 8
 #: records that may be hostile: clamping here keeps every encoded row finite and in the range
 #: training saw, so no single record can push a Q-value to NaN (issue: a negative size made
 #: the service's loss NaN). NaN reads as the lower bound.
-_RAW_LOW = np.array([0.0] * 6 + [0.0, 0.0, 0.0, 1.0])
-_RAW_HIGH = np.array([1.0] * 6 + [1e6, 1e7, 1e7, 1e4])
+RAW_LOW = np.array([0.0] * 6 + [0.0, 0.0, 0.0, 1.0])
+RAW_HIGH = np.array([1.0] * 6 + [1e6, 1e7, 1e7, 1e4])
 #: the largest task size the encoding distinguishes (log1p(1e15) / 20 = 1.73)
 MAX_ENCODED_SIZE = 1e15
 #: type strings longer than this are not kept in the code cache (memory stays bounded when a
@@ -180,15 +182,25 @@ def node_spec_features(spec) -> tuple[float, ...]:
     return (np.log1p(spec.cpu_cores) / 3.0, len(gpus) / 4.0,
             np.log1p(sum(g.memory_gb for g in gpus)) / 5.0, np.log1p(spec.host_memory_gb) / 5.0,
             float(spec.cpu_speed),
-            float(np.mean([g.speed for g in gpus])) if gpus else 0.0)
+            float(np.mean([gpu_spec_speed(g) for g in gpus])) if gpus else 0.0)
+
+
+def task_size_feature(size) -> float:
+    """The TSize column: log(1 + pixels) / 20, sizes clamped to [0, MAX_ENCODED_SIZE] (NaN and
+    anything not a number read as 0). One function for every encoder (the router's fast path
+    in ``placement.ldwp.inference`` included), so they cannot drift apart.
+
+    >>> round(task_size_feature(10**6), 4), task_size_feature(float("nan")), task_size_feature("x")
+    (0.6908, 0.0, 0.0)
+    """
+    # max() with 0 first turns NaN into 0; min() caps infinity and huge sizes
+    size = min(MAX_ENCODED_SIZE, max(0.0, float(size))) if isinstance(size, (int, float)) else 0.0
+    return math.log1p(size) / 20.0
 
 
 def _task_features(observation: Observation) -> list[float]:
     one_hot = [1.0 if a == observation.task.app_id else 0.0 for a in APPS]
-    size = observation.task.input_size
-    # max() with 0 first turns NaN into 0; min() caps infinity and huge sizes
-    size = min(MAX_ENCODED_SIZE, max(0.0, float(size))) if isinstance(size, (int, float)) else 0.0
-    return one_hot + [math.log1p(size) / 20.0]
+    return one_hot + [task_size_feature(observation.task.input_size)]
 
 
 def paper_vector_size(nodes: int) -> int:
@@ -234,7 +246,7 @@ def node_rows(observation: Observation, estimates_s: dict[str, float] | None = N
                      estimates_s.get(n.node_id, 0.0) * n.speed_factor,
                      units.get(n.node_id, 1)) for n in nodes],
                    dtype=np.float64).reshape(m, 10)
-    np.clip(np.nan_to_num(raw, copy=False, nan=0.0), _RAW_LOW, _RAW_HIGH, out=raw)
+    np.clip(np.nan_to_num(raw, copy=False, nan=0.0), RAW_LOW, RAW_HIGH, out=raw)
     rows[:, width:width + 6] = raw[:, :6]
     estimate = raw[:, 8]  # the public estimate times the node's measured speed factor
     wait = raw[:, 7] / np.maximum(1.0, raw[:, 9])

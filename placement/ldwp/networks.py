@@ -86,8 +86,13 @@ class NodeScoringQNetwork(nn.Module):
         context = rows.mean(dim=-2, keepdim=True).expand_as(rows)
         return torch.cat([rows, context], dim=-1)
 
-    def forward(self, rows: torch.Tensor) -> torch.Tensor:  # (..., M, F) -> (..., M)
+    def forward(self, rows: torch.Tensor,
+                trust: torch.Tensor | None = None) -> torch.Tensor:  # (..., M, F) -> (..., M)
+        """Q per node; ``trust`` (..., M) in [0, 1] weights the learned correction when deciding
+        (placement.ldwp.evidence): 0 gives the prior alone. Training passes none."""
         out = self.body(self.with_context(rows))
+        if trust is not None and self.prior != "none":
+            out = out * trust.unsqueeze(-1)
         if self.prior == "completion" and self.residual == "scaled":
             return scaled_completion_q(rows, out, lib=torch)
         q = out.squeeze(-1)

@@ -170,7 +170,10 @@ def test_a_saved_model_round_trips_through_both_loaders_with_the_same_decisions(
 
 
 def test_non_finite_q_values_fall_back_to_the_mct_prior_not_the_first_node():
-    agent = LDWPPolicy(CLUSTER, COSTS, SCALED)
+    import dataclasses
+    # full trust: the overflowing correction is used whatever the evidence (tests/unit/
+    # test_evidence.py checks that no evidence gives the prior)
+    agent = LDWPPolicy(CLUSTER, COSTS, dataclasses.replace(SCALED, correction_trust="full"))
     from placement.ldwp.networks import export_layers
     layers = [(w.copy(), b.copy()) for w, b in export_layers(agent.q_network)]
     layers[0] = (np.full_like(layers[0][0], 3e38), layers[0][1])  # finite, overflows to inf

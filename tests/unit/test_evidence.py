@@ -1,0 +1,189 @@
+"""LDWP trusts its learned correction only as far as it has evidence (placement.ldwp.evidence):
+where it has none (a node never seen, a node 3x faster than any in training, a node with no
+GPU, a task type never learned) it decides exactly as its prior, MCT."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from placement.ldwp.agent import LDWPPolicy, LDWPSettings
+from placement.ldwp.evidence import (MAX_SIGNATURES, Evidence, EvidenceError, evidence_columns,
+                                     model_evidence)
+from placement.ldwp.features import completion_prior
+from placement.ldwp.modelfile import ModelFileError
+from placement.policies import make_policy
+from simulator import paper_cluster
+from workload.estimates import CostModel
+from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation, Task
+
+torch.set_num_threads(1)
+APPS = ("face_recognition", "video_synopsis", "intrusion_detection")
+
+
+@pytest.fixture(scope="module")
+def costs():
+    return CostModel()
+
+
+def trained_like(cluster: ClusterSpec, costs, examples: int = 1000, seed: int = 3,
+                 apps=APPS, on=None) -> LDWPPolicy:
+    """A residual agent with a strong, arbitrary learned correction and ``examples`` recorded
+    per (node type of ``on`` or ``cluster``, task type)."""
+    agent = LDWPPolicy(cluster, costs, LDWPSettings(network="node_scoring", q_prior="completion",
+                                                     residual="scaled", spec_features=True,
+                                                     hidden_sizes=(16,), seed=seed))
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for module in agent.q_network.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.normal_(0.0, 1.0)
+                module.bias.normal_(0.0, 1.0)
+    agent._numpy_layers = None
+    agent.training = False
+    source = on or cluster
+    for app in apps:
+        obs = Observation(Task("x", app, 10**6), tuple(NodeState(n) for n in source.node_ids),
+                          0.0)
+        state = LDWPPolicy(source, costs, agent.settings).encode(obs)
+        for row in state:
+            agent.evidence.record(row, weight=examples)
+    return agent
+
+
+def observation(cluster: ClusterSpec, rng: random.Random, app: str | None = None) -> Observation:
+    nodes = tuple(NodeState(n, queue_depth=rng.randrange(6), backlog_s=rng.random() * 500)
+                  for n in cluster.node_ids)
+    return Observation(Task("t", app or rng.choice(APPS), rng.randrange(10**5, 10**7)), nodes, 0.0)
+
+
+TRAINING = paper_cluster(nodes=4)
+SHAPE = TRAINING.nodes[0]
+# (name, the evaluation cluster, nodes whose Q must be the prior alone)
+NO_EVIDENCE = [
+    ("a node 3x faster than any in training",
+     ClusterSpec(TRAINING.nodes + (NodeSpec("fast", SHAPE.cpu_cores, SHAPE.host_memory_gb,
+                                            SHAPE.gpus, cpu_speed=3.0),)), {"fast"}),
+    ("a node with no GPU", ClusterSpec(TRAINING.nodes + (NodeSpec("cpu", 16, 64),)), {"cpu"}),
+    ("a GPU type never seen",
+     ClusterSpec(TRAINING.nodes + (NodeSpec("a100", 8, 64, gpus=(GpuSpec("a100", 40, 8.0),)),)),
+     {"a100"}),
+    ("only unseen nodes: the whole decision is MCT's",
+     ClusterSpec((NodeSpec("slow", 8, 32), NodeSpec("fast3x", 8, 32, cpu_speed=3.0))),
+     {"slow", "fast3x"}),
+]
+
+
+@pytest.mark.parametrize("name,cluster,unseen", NO_EVIDENCE, ids=[c[0] for c in NO_EVIDENCE])
+def test_without_evidence_a_node_gets_exactly_the_prior(costs, name, cluster, unseen):
+    agent = trained_like(cluster, costs, on=TRAINING)
+    rng = random.Random(1)
+    for _ in range(20):
+        obs = observation(cluster, rng)
+        state = agent.encode(obs)
+        trust = agent.evidence.trust(state)
+        q, prior = agent.q_values(state), completion_prior(state.astype(np.float64))
+        for i, node in enumerate(obs.node_ids):
+            if node in unseen:
+                assert trust[i] == pytest.approx(0.0, abs=1e-9)
+                assert q[i] == pytest.approx(prior[i], rel=1e-5, abs=1e-6)
+            else:
+                assert trust[i] > 0.9  # 1,000 examples of that node type and task type
+    if unseen == set(cluster.node_ids):
+        mct = make_policy("mct", cluster, costs)
+        same = sum(agent.decide(o).node == mct.decide(o).node
+                   for o in (observation(cluster, rng) for _ in range(40)))
+        assert same >= 38  # MCT's exact estimate vs the agent's affine fit may split a tie
+
+
+def test_with_evidence_the_correction_changes_decisions(costs):
+    agent = trained_like(TRAINING, costs)
+    rng = random.Random(2)
+    mct = make_policy("mct", TRAINING, costs)
+    differs = sum(agent.decide(o).node != mct.decide(o).node
+                  for o in (observation(TRAINING, rng) for _ in range(40)))
+    assert differs > 0  # the arbitrary correction is trusted on the node types it was learned on
+
+
+def test_a_task_type_never_learned_gets_the_prior(costs):
+    agent = trained_like(TRAINING, costs, apps=("face_recognition",))
+    state = agent.encode(observation(TRAINING, random.Random(3), app="video_synopsis"))
+    assert np.all(agent.evidence.trust(state) == 0.0)
+    np.testing.assert_allclose(agent.q_values(state), completion_prior(state.astype(np.float64)),
+                               rtol=1e-5)
+
+
+def test_online_learning_raises_the_trust_of_a_new_node(costs):
+    cluster = NO_EVIDENCE[1][1]
+    agent = trained_like(cluster, costs, on=TRAINING)
+    rng = random.Random(4)
+    obs = observation(cluster, rng, app="video_synopsis")
+    state = agent.encode(obs)
+    cpu = obs.node_ids.index("cpu")
+    before = agent.evidence.trust(state)[cpu]
+    for _ in range(50):   # examples the agent learns from, each on the cpu node
+        agent._store((state, cpu, -1.0, None, True))
+    after = agent.evidence.trust(state)[cpu]
+    assert before < 1e-9 and after == pytest.approx(0.5, abs=0.01)  # evidence_half = 50
+
+
+def test_the_evidence_travels_in_the_model_file_and_a_hostile_one_is_refused(costs, tmp_path):
+    agent = trained_like(TRAINING, costs)
+    path = tmp_path / "m.spm"
+    agent.save(path)
+    loaded = LDWPPolicy.from_file(path, TRAINING, costs)
+    state = agent.encode(observation(TRAINING, random.Random(5)))
+    np.testing.assert_allclose(loaded.evidence.trust(state), agent.evidence.trust(state))
+    np.testing.assert_allclose(loaded.q_values(state), agent.q_values(state), rtol=1e-5)
+    spec, types = evidence_columns("catalog", True)
+    good = agent.evidence.to_metadata()
+    bad_cases = [
+        {**good, "entries": [[[0.0] * 6, [1.0, 0.0, 0.0], float("inf")]]},
+        {**good, "entries": [[[0.0] * 5, [1.0, 0.0, 0.0], 3.0]]},
+        {**good, "entries": [[[0.0] * 6, [1.0, 0.0, 0.0], -1.0]]},
+        {**good, "entries": [[[0.0] * 6, [1.0, 0.0, 0.0], 1.0]] * (MAX_SIGNATURES + 1)},
+        {**good, "evidence_half": float("nan")},
+        ["not", "a", "mapping"],
+    ]
+    for bad in bad_cases:
+        with pytest.raises(EvidenceError):
+            Evidence.from_metadata(bad, spec, types)
+    with pytest.raises(ModelFileError, match="evidence"):
+        from placement.ldwp.modelfile import load_model, save_model
+        layers, metadata = load_model(path)
+        save_model(tmp_path / "bad.spm", layers, {**metadata, "evidence": bad_cases[0]})
+        LDWPPolicy.from_file(tmp_path / "bad.spm", TRAINING, costs)
+
+
+def test_a_model_file_without_evidence_decides_as_its_prior_and_full_trust_is_a_choice(costs):
+    assert len(model_evidence({}, "catalog", True).counts) == 0
+    agent = trained_like(TRAINING, costs)
+    agent.evidence = model_evidence({}, "catalog", True)
+    state = agent.encode(observation(TRAINING, random.Random(6)))
+    np.testing.assert_allclose(agent.q_values(state), completion_prior(state.astype(np.float64)),
+                               rtol=1e-5)
+    full = LDWPSettings(network="node_scoring", q_prior="completion", residual="scaled",
+                        correction_trust="full")
+    assert LDWPPolicy(TRAINING, costs, full).evidence is None
+    with pytest.raises(ValueError, match="correction_trust"):
+        LDWPSettings(network="node_scoring", q_prior="completion", correction_trust="some")
+
+
+def test_non_finite_rows_are_never_counted_and_the_table_is_bounded():
+    spec, types = evidence_columns("catalog", True)
+    evidence = Evidence(spec, types)
+    row = np.zeros(30)
+    row[0] = 1.0
+    bad = row.copy()
+    bad[spec[0]] = math.nan
+    evidence.record(bad)
+    assert evidence.counts == {}
+    for i in range(MAX_SIGNATURES + 10):
+        r = row.copy()
+        r[spec[0]] = i / 1000.0
+        evidence.record(r)
+    assert len(evidence.counts) == MAX_SIGNATURES
