@@ -9,7 +9,8 @@ name                    model
 ======================  ================================================================
 per_job_mean            baseline: a row's mean of its observed entries
 matrix_factorization    biases + latent dot product (squared error + L2, Adam)
-paper_ncf               the paper's NCF: embeddings, concat, MLP 128-64-32, sigmoid
+paper_ncf               the paper's NCF: embeddings, concat, MLP 128-64-32, sigmoid; trained
+                        towards an MF prior fitted on the same observed entries
 neumf                   NeuMF: GMF and MLP towers fused
 ======================  ================================================================
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from interference.ncf import COMPLETION_MODELS, make_completion_model
+from interference.ncf._base import observed_validation_split
 from interference.ncf.paper_ncf import PaperNCF
 from interference.slowdown import (GroundTruthLeak, InterferenceModel, cosine_priority,
                                    ground_truth_jobs)
@@ -116,7 +117,12 @@ def test_sigmoid_models_refuse_values_outside_unit_range():
         PaperNCF().fit(np.array([[2.0, 0.5]]), np.array([[True, True]]))
 
 
-def test_online_update_uses_plain_sgd_and_pretraining_adam(low_rank, monkeypatch):
+@pytest.mark.parametrize("prior, fit_optimizers", [(None, ["Adam"]),
+                                                   ("matrix_factorization", ["Adam", "Adam"])])
+def test_online_update_uses_plain_sgd_and_pretraining_adam(low_rank, monkeypatch, prior,
+                                                           fit_optimizers):
+    """Pre-training is Adam (the MF prior's too: one Adam for it, one for the NCF), online
+    updates are plain SGD."""
     truth, mask = low_rank
     built = []
     for cls in ("SGD", "Adam"):
@@ -126,12 +132,12 @@ def test_online_update_uses_plain_sgd_and_pretraining_adam(low_rank, monkeypatch
             built.append(_name)
             return _original(*args, **kwargs)
         monkeypatch.setattr(torch.optim, cls, spy)
-    model = PaperNCF(epochs=20).fit(truth, mask, seed=0)
-    assert built == ["Adam"]
+    model = PaperNCF(epochs=20, prior=prior).fit(truth, mask, seed=0)
+    assert built == fit_optimizers
     rows, cols = np.nonzero(~mask)
     before = model.predict(rows[:2], cols[:2])
     model.online_update(rows[:2], cols[:2], truth[rows[:2], cols[:2]], steps=30)
-    assert built == ["Adam", "SGD"]
+    assert built == fit_optimizers + ["SGD"]
     assert type(model.last_online_optimizer).__name__ == "SGD"
     after = model.predict(rows[:2], cols[:2])
     target = truth[rows[:2], cols[:2]]
@@ -234,3 +240,191 @@ def test_benchmark_pair_mask_is_symmetric_with_the_asked_fraction():
     new, observed = unseen_job_split(26, 2, np.random.default_rng(0))
     assert new.sum() == 5 and observed[np.ix_(~new, ~new)].all()
     assert (observed[new].sum(axis=1) == 2).all() and not observed[np.ix_(new, new)].any()
+
+
+# ------------------------------------------------- the paper NCF's MF prior (issue 14, item 5)
+def _pair_mask(n, fraction, seed):
+    from benchmarks.ncf import pair_mask
+    return pair_mask(n, fraction, np.random.default_rng(seed))
+
+
+@pytest.fixture(scope="module")
+def pair_matrix():
+    """A 12x12 matrix in [0, 1] (rank 2 + noise) with 30% of its pairs observed, like Gavel's."""
+    rng = np.random.default_rng(5)
+    truth = np.clip(rng.random((12, 2)) @ rng.random((2, 12)) / 2
+                    + 0.05 * rng.standard_normal((12, 12)), 0, 1)
+    return truth, _pair_mask(12, 0.3, 5)
+
+
+def test_mf_prior_sets_the_embeddings_to_its_factors_and_biases(low_rank):
+    from interference.ncf.matrix_factorization import MatrixFactorization
+
+    truth, mask = low_rank
+    model = PaperNCF(epochs=0).fit(truth, mask, seed=2)      # no NCF step: the start as built
+    mf = model.prior_model.network
+    k = model.settings.prior_factors
+    for embedding, factors, bias in (
+            (model.network.row_embedding, mf.row_factors, mf.row_bias),
+            (model.network.column_embedding, mf.column_factors, mf.column_bias)):
+        weight = embedding.weight.detach()
+        assert torch.equal(weight[:, :k], factors.weight.detach())
+        assert torch.equal(weight[:, k], bias.weight.detach()[:, 0])
+        assert (weight[:, k + 1:] == 0).all() and weight.shape[1] == 8
+    # the prior is an ordinary MF fitted on the same observed entries with the same seed
+    alone = MatrixFactorization(factors=k).fit(truth, mask, seed=2)
+    assert np.array_equal(model.prior_model.complete(), alone.complete())
+    # without the setting (or without a prior) the embeddings are random, not MF's
+    plain = PaperNCF(epochs=0, init_embeddings_from_prior=False).fit(truth, mask, seed=2)
+    assert not torch.equal(plain.network.row_embedding.weight[:, :k], mf.row_factors.weight)
+    assert PaperNCF(epochs=0, prior=None).fit(truth, mask, seed=2).prior_model is None
+
+
+def test_prior_weight_pulls_the_ncf_towards_its_mf_prior(pair_matrix):
+    truth, mask = pair_matrix
+    gap = {}
+    for weight in (0.0, 30.0):
+        model = PaperNCF(prior_weight=weight, epochs=300).fit(truth, mask, seed=0)
+        prior = np.clip(model.prior_model.complete(), 0, 1)
+        gap[weight] = float(np.abs(model.complete() - prior)[~mask].mean())
+    assert gap[30.0] < 0.02 < gap[0.0], gap
+
+
+def test_mf_prior_makes_the_ncf_at_least_as_good_as_mf(held_out_mae, low_rank):
+    truth, mask = low_rank
+    plain = float(np.abs(PaperNCF(prior=None).fit(truth, mask, seed=0).complete()
+                         - truth)[~mask].mean())
+    assert held_out_mae["paper_ncf"] <= held_out_mae["matrix_factorization"] < plain
+
+
+@pytest.mark.parametrize("shape", [(12, 12), (9, 5)])
+def test_validation_split_holds_out_only_observed_entries(shape):
+    rng = np.random.default_rng(1)
+    mask = rng.random(shape) < 0.4
+    if shape[0] == shape[1]:
+        mask = mask | mask.T
+    train, valid = observed_validation_split(mask, 0.25, np.random.default_rng(3))
+    assert not (valid & ~mask).any() and not (train & ~mask).any()
+    assert not (train & valid).any() and ((train | valid) == mask).all()
+    assert 0.1 < valid.sum() / mask.sum() < 0.4
+    if shape[0] == shape[1]:       # a pair and its mirror land on the same side
+        assert (valid == valid.T).all()
+    again, _ = observed_validation_split(mask, 0.25, np.random.default_rng(3))
+    assert np.array_equal(train, again)
+    with pytest.raises(ValueError, match="share"):
+        observed_validation_split(mask, float("nan"), rng)
+
+
+def test_validation_choice_never_reads_held_out_entries(pair_matrix, monkeypatch):
+    truth, mask = pair_matrix
+    seen = []
+    original = PaperNCF._train
+
+    def spy(self, rows, cols, values, epochs, validation=None, every=10):
+        seen.append(mask[rows, cols].all() and np.isfinite(values).all())
+        return original(self, rows, cols, values, epochs, validation, every)
+
+    monkeypatch.setattr(PaperNCF, "_train", spy)
+    settings = dict(prior_weight_candidates=(0.1, 3.0), validation_share=0.25, epochs=40,
+                    prior_epochs=100)
+    results = []
+    for filler in (0.0, 1.0, np.nan):      # whatever sits in the held-out entries
+        model = PaperNCF(**settings).fit(np.where(mask, truth, filler), mask, seed=4)
+        results.append((model.fit_report, model.complete()))
+    report = results[0][0]
+    assert report["prior_weight"] in (0.1, 3.0) and set(report["validation"]["mse"]) == {0.1, 3.0}
+    assert 0 < report["validation"]["held_out_entries"] < mask.sum()
+    for other_report, completed in results[1:]:
+        assert other_report == report and np.array_equal(completed, results[0][1])
+    assert len(seen) == 9 and all(seen)    # 2 candidates + the final fit, 3 fillers
+
+
+def test_paper_ncf_with_validation_is_deterministic_per_seed(pair_matrix):
+    truth, mask = pair_matrix
+    settings = dict(prior_weight_candidates=(0.1, 1.0), epochs=30, prior_epochs=100)
+    torch.manual_seed(1)
+    a = PaperNCF(**settings).fit(truth, mask, seed=7)
+    torch.manual_seed(2)
+    b = PaperNCF(**settings).fit(truth, mask, seed=7)
+    c = PaperNCF(**settings).fit(truth, mask, seed=8)
+    assert a.fit_report == b.fit_report and np.array_equal(a.complete(), b.complete())
+    assert not np.array_equal(a.complete(), c.complete())
+
+
+def test_non_finite_inputs_and_settings_are_refused(low_rank):
+    truth, mask = low_rank
+    broken = truth.copy()
+    broken[np.argwhere(mask)[0][0], np.argwhere(mask)[0][1]] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        PaperNCF().fit(broken, mask)
+    for bad in (dict(prior_weight=float("nan")), dict(prior_weight=-1.0),
+                dict(learning_rate=float("inf")), dict(prior_weight_candidates=(0.3, np.inf)),
+                dict(validation_share=1.0), dict(embedding_size=4), dict(prior="svd"),
+                dict(epochs=-1), dict(prior_weight_candidates=(0.3,), validation_share=0.0)):
+        with pytest.raises(ValueError):
+            PaperNCF(**bad)
+    model = PaperNCF(epochs=20).fit(truth, mask, seed=0)
+    before = model.complete()
+    rows, cols = np.nonzero(~mask)
+    for values in ([np.inf], [np.nan], [1.5]):
+        with pytest.raises(ValueError):
+            model.online_update(rows[:1], cols[:1], values)
+    assert not model.mask[rows[0], cols[0]] and np.array_equal(model.complete(), before)
+
+
+def test_a_diverging_online_update_is_refused_and_rolled_back(low_rank):
+    truth, mask = low_rank
+    model = PaperNCF(epochs=20, online_learning_rate=1e30).fit(truth, mask, seed=0)
+    before = model.complete()
+    rows, cols = np.nonzero(~mask)
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        model.online_update(rows[:1], cols[:1], [0.5], steps=20)
+    assert np.array_equal(model.complete(), before) and not model.mask[rows[0], cols[0]]
+    assert all(torch.isfinite(p).all() for p in model.network.parameters())
+
+
+# ---------------------------------------------------------- benchmark: seeds, previous run
+def test_benchmark_refuses_seeds_that_mix_tuning_and_evaluation_masks():
+    from benchmarks.ncf import TUNING_SEEDS, check_seeds
+
+    assert check_seeds(list(range(10))) == "evaluation"
+    assert check_seeds(list(TUNING_SEEDS[:5])) == "tuning"
+    with pytest.raises(ValueError, match="tuning seeds"):
+        check_seeds(list(range(95, 105)))
+
+
+def test_benchmark_keeps_the_previous_five_mask_summary(tmp_path):
+    import json
+
+    from benchmarks.ncf import PREVIOUS_KEY, previous_summary
+
+    path = tmp_path / "ncf.json"
+    assert previous_summary(path) is None
+    old = {"seeds": [0, 1, 2, 3, 4], "summary": [{"model": "paper_ncf"}], "goal": {},
+           "git_commit": "abc", "runs": [1, 2]}
+    path.write_text(json.dumps(old))
+    block = previous_summary(path)
+    assert block["summary"] == old["summary"] and block["git_commit"] == "abc"
+    assert "runs" not in block
+    path.write_text(json.dumps({"seeds": list(range(10)), "summary": [], PREVIOUS_KEY: block}))
+    assert previous_summary(path) == block       # carried over from run to run
+    path.write_text(json.dumps({"seeds": list(range(10)), "summary": []}))
+    assert previous_summary(path) is None
+    for broken in ("{not json", "[1, 2]", json.dumps({"seeds": 5}),
+                   json.dumps({PREVIOUS_KEY: {"summary": "x"}})):
+        path.write_text(broken)
+        with pytest.raises(ValueError):
+            previous_summary(path)
+
+
+def test_benchmark_pairs_each_model_with_mf_on_the_same_mask():
+    from benchmarks.ncf import paired_differences
+
+    runs = [{"experiment": "random_mask", "gpu": "k80", "fraction": 0.2, "seed": s,
+             "model": m, "mae": mae}
+            for s, (a, b) in enumerate([(0.10, 0.12), (0.20, 0.21), (0.30, 0.32)])
+            for m, mae in (("matrix_factorization", b), ("paper_ncf", a))]
+    (row,) = paired_differences(runs)
+    assert row["model"] == "paper_ncf" and row["mae_difference"]["n"] == 3
+    assert row["mae_difference"]["mean"] == pytest.approx(-0.01667, abs=1e-5)
+    assert row["mae_difference"]["ci95"][1] < 0
