@@ -98,14 +98,15 @@ def confidence_interval(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def summarise(runs: list[dict]) -> list[dict]:
+def summarise(runs: list[dict], key: str = "pair", metrics=METRICS) -> list[dict]:
+    """Mean and 95% interval of each metric per (scenario, rate, ``key``) over the seeds."""
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
-        groups.setdefault((run["scenario"], run["rate"], run["pair"]), []).append(run)
+        groups.setdefault((run["scenario"], run["rate"], run[key]), []).append(run)
     rows = []
-    for (scenario, rate, pair), group in groups.items():
-        row = {"scenario": scenario, "rate": rate, "pair": pair, "seeds": len(group)}
-        for metric in METRICS:
+    for (scenario, rate, name), group in groups.items():
+        row = {"scenario": scenario, "rate": rate, key: name, "seeds": len(group)}
+        for metric in metrics:
             mean, low, high = confidence_interval([g[metric] for g in group])
             row[metric] = {"mean": mean, "ci95": [low, high]}
         rows.append(row)

@@ -32,7 +32,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from benchmarks._common import RESULTS, git_commit, write_result
-from benchmarks.baselines import EVALUATION_SEEDS, PAIRS, confidence_interval
+from benchmarks.baselines import EVALUATION_SEEDS, PAIRS
+from benchmarks.baselines import summarise as summarise_runs
 
 #: (label, cluster policy, node scheduler, family). Node-level systems run under MCT (as the
 #: paper runs PATS); cluster-level ones with FCFS on the node (as the other cluster baselines),
@@ -126,17 +127,8 @@ def router_latency(policy_name: str, decisions: int = 5000, nodes: int = 11) -> 
 
 
 def summarise(runs: list[dict]) -> list[dict]:
-    groups: dict[tuple, list[dict]] = {}
-    for run in runs:
-        groups.setdefault((run["scenario"], run["rate"], run["system"]), []).append(run)
-    rows = []
-    for (scenario, rate, system), group in groups.items():
-        row = {"scenario": scenario, "rate": rate, "system": system, "seeds": len(group)}
-        for metric in METRICS:
-            mean, low, high = confidence_interval([g[metric] for g in group])
-            row[metric] = {"mean": mean, "ci95": [low, high]}
-        rows.append(row)
-    return rows
+    """Mean and 95% interval per (scenario, rate, system) over the seeds."""
+    return summarise_runs(runs, key="system", metrics=METRICS)
 
 
 def compass(runs: list[dict], repeats: list[dict]) -> dict:
