@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from streamplace.cluster_health import heal_cluster
 from streamplace.jars import flink_connector_jar
 from streamplace.kafka_io import produce_raw, read_topic
 from streamplace.topics import create_topics
@@ -128,25 +129,9 @@ def _per_node_counts(cluster, job_id, total):
         time.sleep(2)
 
 
-def _whole_cluster(cluster, settle_s: float = 3.0) -> None:
-    """PyFlink 2.2.1 sometimes kills a TaskManager while a job is being cancelled ("Reference
-    count must not be negative"; a later job then never gets its slots): let cancellations
-    settle, then start whatever TaskManager is gone (``FlinkCluster.start`` starts only what
-    is not running and waits until every TaskManager registered)."""
-    from streamplace.processes import LaunchError
-    for attempt in range(3):
-        time.sleep(settle_s)
-        try:
-            cluster.start()
-            return
-        except LaunchError:  # the TaskManager was still dying when start() looked
-            if attempt == 2:
-                raise
-
-
 def _run_example(stack_config, cluster, example: str, tmp_name: str):
     cfg = stack_config
-    _whole_cluster(cluster)
+    heal_cluster(cluster)
     count, bad_every, make_records, out_id, raw_id = EXAMPLES[example]
     jar = str(flink_connector_jar(cfg))
     clean_topic, mixed_topic = f"{tmp_name}-clean-in", f"{tmp_name}-mixed-in"
@@ -181,7 +166,7 @@ def _run_example(stack_config, cluster, example: str, tmp_name: str):
         run["states"] = {k: cluster.job(j)["state"] for k, j in jobs.items()}
         for kind in ("plain", "hooked"):
             cluster.cancel_job(jobs.pop(kind))
-        _whole_cluster(cluster)
+        heal_cluster(cluster)
         jobs["mixed"] = submit("mixed", "hooked_job.py", mixed_topic)
         cluster.wait_job_state(jobs["mixed"], {"RUNNING"}, timeout_s=180)
         # every bad_every-th record of the mixed input makes the operator raise
