@@ -3,7 +3,7 @@
     python -m benchmarks.flink_e2e [--quick] [--runs 3] [--tasks 1200]
 
 Variants (each a real job on the local broker and the heterogeneous 3-TaskManager cluster of
-``streamplace/specs/default.yaml``; the IAWP executor does the work in every one of them):
+``workload/specs/default.yaml``; the IAWP executor does the work in every one of them):
 
 ==============================  ================================================================
 Flink default (rebalance)       3 unpinned executor instances fed round-robin; where they run is
@@ -429,7 +429,7 @@ def main(argv=None) -> None:
         verdict["hook_overhead_light_records"] = 1 - (hook["throughput_per_s"]["mean"] /
                                                       rebalance["throughput_per_s"]["mean"])
     path = write_result("flink_e2e", {
-        "plan": PLAN, "cluster_spec": "streamplace/specs/default.yaml",
+        "plan": PLAN, "cluster_spec": "workload/specs/default.yaml",
         "previous_layout": previous_layout(), "tasks_per_run": tasks, "rounds": runs, "warmup_tasks": args.warmup,
         "light_tasks_per_run": light_tasks, "max_input_size": MAX_INPUT,
         "executor_capacity": EXECUTOR_CAPACITY, "checkpoint_interval_ms": 1000,

@@ -5,7 +5,7 @@
 
 Every variant is the example's **hooked job, unchanged** (``examples/<example>/hooked_job.py``)
 on the local broker and the heterogeneous 3-TaskManager cluster of
-``streamplace/specs/default.yaml``; only ``STREAMPLACE_HOOK_*`` variables of the submitting
+``workload/specs/default.yaml``; only ``STREAMPLACE_HOOK_*`` variables of the submitting
 process differ (the job's three lines stay as a user writes them):
 
 =================================  ===========================================================

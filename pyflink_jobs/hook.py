@@ -233,7 +233,7 @@ def cluster_task_limits(cluster_spec: str = "",
     afford; without a spec, or one that cannot be read, the laptop default."""
     memory = DEFAULT_NODE_MEMORY_BYTES
     if cluster_spec:
-        from streamplace.cluster_spec import load_cluster_spec
+        from workload.cluster_spec import load_cluster_spec
         try:
             spec = load_cluster_spec(cluster_spec)
             memory = min(tm.process_memory_mb for tm in spec.taskmanagers) << 20
@@ -243,8 +243,8 @@ def cluster_task_limits(cluster_spec: str = "",
 
 
 def nodes_from_cluster_spec(name_or_path: str) -> list[RouterNode]:
-    """RouterNodes from a streamplace cluster spec (``streamplace/specs/<name>.yaml`` or a path)."""
-    from streamplace.cluster_spec import load_cluster_spec
+    """RouterNodes from a streamplace cluster spec (``workload/specs/<name>.yaml`` or a path)."""
+    from workload.cluster_spec import load_cluster_spec
     spec = load_cluster_spec(name_or_path)
     return [RouterNode(tm.id, cpu_cores=max(1, int(round(tm.cpu_cores))),
                        work_multiplier=tm.work_multiplier, instances=1, gpus=len(tm.gpu_ids))
@@ -310,7 +310,7 @@ class StreamplaceHook:
         s = self.settings
         if not host or s.nodes or not s.cluster_spec:
             return 0
-        from streamplace.cluster_spec import load_cluster_spec
+        from workload.cluster_spec import load_cluster_spec
         try:
             return load_cluster_spec(s.cluster_spec).node(host).process_memory_mb << 20
         except (ValueError, KeyError, OSError):

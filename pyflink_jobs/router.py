@@ -5,7 +5,9 @@ The Flink operator (:class:`pyflink_jobs.hook.RouterFunction`) is a thin shell a
 
 Per task, :meth:`Router.decide` builds the paper's observation from
 
-- the latest NodeFeedback of every node (utilisations; stale by the feedback interval), and
+- the latest NodeFeedback of every node (utilisations; stale by the feedback interval),
+  turned into numbers by :func:`workload.feedback.node_state_from_feedback`, the rule the
+  placement service's learner uses too, and
 - the router's OWN count of tasks it sent to each node and has not yet seen completed in the
   feedback (exact, so a burst of records cannot all herd onto the node that looked idle in the
   last report), and the estimated seconds of work they hold (``backlog_s``),
@@ -30,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -40,6 +43,7 @@ from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
 from placement.speed import ObservedSpeed, timing_sample
 from pyflink_jobs.routed import DecisionContext
+from workload.feedback import feedback_age_s, feedback_emitted_at_ms, node_state_from_feedback
 from workload.model import ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task
 
 __all__ = ["RouterNode", "RouterSettings", "Router", "ModelRefresher"]
@@ -56,7 +60,8 @@ class RouterNode:
     work_multiplier: float = 1.0
     instances: int = 1            # executor instances the plan gives it
     gpus: int = 0
-    link_mbps: float = 1000.0     # to express feedback byte rates as link utilisation
+    link_mbps: float = 1000.0     # to express feedback byte rates as link utilisation (both
+    #                               directions; workload.feedback's rule)
 
     def spec(self) -> NodeSpec:
         return NodeSpec(self.node_id, max(1, int(self.cpu_cores)), 16.0,
@@ -99,7 +104,7 @@ class Router:
         self._nodes = {n.node_id: n for n in settings.nodes}
         self.cluster = ClusterSpec(tuple(n.spec() for n in settings.nodes), name="flink")
         self._states: dict[str, NodeState] = {n: NodeState(n) for n in self.node_ids}
-        self._feedback_at: dict[str, float] = {}
+        self._feedback_at_ms: dict[str, int] = {}  # emission time of each node's last report
         # task id -> (node, sent at, estimated work s): what each node still holds from us
         self._in_flight: OrderedDict[str, tuple[str, float, float]] = OrderedDict()
         self._in_flight_count = {n: 0 for n in self.node_ids}
@@ -161,16 +166,22 @@ class Router:
                 sample = timing_sample(timing)  # (type, size, work s); None when implausible
                 if sample is not None:
                     self.speeds.observe(node_id, *sample)
-            link = self._nodes[node_id].link_mbps * 125_000.0  # Mbit/s -> bytes/s
-            self._states[node_id] = NodeState(
-                node_id,
-                cpu_util=_unit(feedback.get("cpu_util")),
-                gpu_util=_unit(feedback.get("gpu_util")),
-                host_mem_util=_unit(feedback.get("host_mem_util")),
-                gpu_mem_util=_unit(feedback.get("gpu_mem_util")),
-                uplink_util=_unit(float(feedback.get("uplink_bytes_per_s") or 0.0) / link),
-                downlink_util=_unit(float(feedback.get("downlink_bytes_per_s") or 0.0) / link))
-            self._feedback_at[node_id] = float(feedback.get("emitted_at_ms", 0)) / 1000.0
+            link = self._nodes[node_id].link_mbps
+            # The age is the observation's business (decision time), not the report's.
+            self._states[node_id] = node_state_from_feedback(feedback, link, link)
+            self._feedback_at_ms[node_id] = feedback_emitted_at_ms(feedback)
+
+    def reported_state(self, node_id: str) -> NodeState:
+        """``node_id``'s numbers as its last NodeFeedback gave them (before the router's own
+        in-flight count, backlog and speed replace those parts in :meth:`observation`), aged
+        as of now; a zero state before its first report."""
+        with self._lock:
+            state = self._states[node_id]
+            return dataclasses.replace(state, age_s=self._age_s(node_id, self.clock()))
+
+    def _age_s(self, node_id: str, now_s: float) -> float:
+        at_ms = self._feedback_at_ms.get(node_id)
+        return 0.0 if at_ms is None else feedback_age_s(at_ms, now_s * 1000.0)
 
     def in_flight(self) -> dict[str, int]:
         return dict(self._in_flight_count)
@@ -202,11 +213,10 @@ class Router:
                 self.full_skips += 1
                 continue
             base = self._states[node_id]
-            age = now - self._feedback_at.get(node_id, now)
             states.append(NodeState(node_id, base.cpu_util, base.gpu_util, base.host_mem_util,
                                     base.gpu_mem_util, base.uplink_util, base.downlink_util,
                                     queue_depth=count, backlog_s=self._backlog_s[node_id],
-                                    age_s=max(0.0, age),
+                                    age_s=self._age_s(node_id, now),
                                     speed_factor=self.speeds.factor(node_id)))
         if not states:  # every queue full: choose among all (Flink's backpressure waits for us)
             states = [NodeState(n, queue_depth=self._in_flight_count[n],
@@ -283,13 +293,6 @@ class Router:
                 "feedback_records": self.feedback_records,
                 "decision_p50_us": self.latency_percentile_us(50),
                 "decision_p99_us": self.latency_percentile_us(99)}
-
-
-def _unit(value) -> float:
-    try:
-        return min(1.0, max(0.0, float(value or 0.0)))
-    except (TypeError, ValueError):
-        return 0.0
 
 
 class ModelRefresher(threading.Thread):

@@ -27,6 +27,7 @@ import logging
 import time
 import uuid
 
+from placement.service.flink_rest import FlinkRestClient
 from pyflink_jobs.flink_ops import CountGauges, dead_letter_raw, make_dead_letter
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
 from pyflink_jobs.routed import RoutedRecord
@@ -35,7 +36,8 @@ from workload.model import Task
 
 __all__ = ["RouterFunction", "RecordReader", "OperatorRecords", "TaskEventRecords",
            "Refused", "RestAwarePartitioner", "node_tag", "routed_tag",
-           "feedback_state_descriptor", "MAX_TASK_TYPE_CHARS", "MAX_TASK_SIZE"]
+           "feedback_state_descriptor", "MAX_TASK_TYPE_CHARS", "MAX_TASK_SIZE",
+           "PARTITIONER_REST_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,10 @@ except ImportError:  # pragma: no cover
     BroadcastProcessFunction = Partitioner = object  # type: ignore[misc,assignment]
 
 FEEDBACK_STATE_NAME = "streamplace-node-feedback"
+
+#: Seconds one REST request of the partitioner may take: it runs on the record path, so a hung
+#: JobManager may cost a refresh, not the stream.
+PARTITIONER_REST_TIMEOUT_S = 2.0
 
 #: Bounds on what a user's ``task_type`` / ``task_size`` may return at all: a type name is a
 #: label, not a payload; a size beyond 1 TiB is a bug, not a task. (What a task may be on this
@@ -281,26 +287,26 @@ class RestAwarePartitioner(Partitioner):
         self.refresh_s = refresh_s
 
     def open(self, runtime_context):
+        # Made here, not in __init__: the partitioner is pickled into the job graph.
+        self._flink = FlinkRestClient(self.rest_url, timeout_s=PARTITIONER_REST_TIMEOUT_S)
         self._where: dict[str, list[int]] = {}
         self._next: dict[str, int] = {}
         self._fetched_at = float("-inf")
         self.misrouted = 0
 
     def _refresh(self) -> None:
-        import requests
         self._fetched_at = time.monotonic()
         try:
-            jobs = requests.get(f"{self.rest_url}/jobs/overview", timeout=2).json()["jobs"]
+            jobs = self._flink.jobs()
             running = [j for j in jobs if j["name"] == self.job_name and j["state"] == "RUNNING"]
             if not running:
                 return
             job = max(running, key=lambda j: j["start-time"])
-            detail = requests.get(f"{self.rest_url}/jobs/{job['jid']}", timeout=2).json()
             # chained operators share a vertex: "..., streamplace-executor"
-            vertex = next(v for v in detail["vertices"] if self.vertex_name in v["name"])
-            subtasks = requests.get(f"{self.rest_url}/jobs/{job['jid']}/vertices/{vertex['id']}",
-                                    timeout=2).json()["subtasks"]
-        except Exception as exc:  # noqa: BLE001 - keep the last mapping
+            vertex = next(v for v in self._flink.job_vertices(job["jid"])
+                          if self.vertex_name in v["name"])
+            subtasks = self._flink.vertex_subtasks(job["jid"], vertex["id"])
+        except Exception as exc:  # noqa: BLE001 - REST down or odd answers: keep the last mapping
             log.warning("REST mapping of executor instances not refreshed: %s", exc)
             return
         where: dict[str, list[int]] = {}

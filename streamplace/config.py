@@ -61,7 +61,7 @@ class FlinkSettings(_Section):
     rpc_port: int = Field(6123, ge=1, le=65535, description="JobManager RPC")
     jobmanager_memory_mb: int = Field(1024, ge=768, description="JobManager process size")
     cluster_spec: str = Field(
-        "default", description="a shipped spec name (see streamplace/specs) or a YAML path")
+        "default", description="a shipped spec name (see workload/specs) or a YAML path")
     start_timeout_s: float = Field(120.0, gt=0, description="wait for every TaskManager")
     extra_config: dict[str, str] = Field(
         default_factory=dict, description="more Flink options for every process (flat keys)")

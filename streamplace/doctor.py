@@ -27,6 +27,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
+
 __all__ = ["Check", "run_checks", "format_checks", "check_taskmanager_resources"]
 
 OK, WARN, MISSING = "OK", "WARN", "MISSING"
@@ -38,13 +40,6 @@ class Check:
     status: str   # OK | WARN | MISSING
     detail: str
     fix: str = ""
-
-
-def _get(url: str, timeout_s: float):
-    import requests
-    response = requests.get(url, timeout=timeout_s)
-    response.raise_for_status()
-    return response.json()
 
 
 def check_taskmanager_resources(taskmanagers: list[dict]) -> list[Check]:
@@ -95,16 +90,23 @@ def _python_check(executable: str | None) -> Check:
 
 def run_checks(rest_url: str, connector_jar: Path | None = None,
                timeout_s: float = 5.0) -> list[Check]:
+    """The checks of the module docstring against the JobManager at ``rest_url`` (each REST
+    call waits at most ``timeout_s``); one MISSING ``jobmanager`` check when it does not answer."""
     rest_url = rest_url.rstrip("/")
     try:
-        overview = _get(f"{rest_url}/overview", timeout_s)
-    except Exception as exc:  # noqa: BLE001 - any failure means: not reachable
-        reason = type(exc).__name__ if "Connection" in type(exc).__name__ else str(exc)
-        return [Check("jobmanager", MISSING, f"no Flink REST API at {rest_url} ({reason})",
+        flink = FlinkRestClient(rest_url, timeout_s=timeout_s)
+        overview = flink.overview()
+        if not isinstance(overview, dict):
+            raise FlinkRestError(f"/overview answered {str(overview)[:100]}, not an object", 200)
+    except FlinkUnreachable as exc:
+        return [Check("jobmanager", MISSING, f"no Flink REST API at {rest_url} ({exc.reason})",
+                      "start the cluster (streamplace cluster start) or pass --rest-url")]
+    except (FlinkRestError, ValueError) as exc:  # an HTTP error, not JSON, or a bad URL
+        return [Check("jobmanager", MISSING, f"no Flink REST API at {rest_url} ({exc})",
                       "start the cluster (streamplace cluster start) or pass --rest-url")]
     checks = [Check("jobmanager", OK, f"Flink {overview.get('flink-version', '?')} at "
                     f"{rest_url}, {overview.get('taskmanagers', 0)} TaskManagers")]
-    config = {e["key"]: e["value"] for e in _get(f"{rest_url}/jobmanager/config", timeout_s)}
+    config = flink.jobmanager_config()
     key = "cluster.fine-grained-resource-management.enabled"
     if str(config.get(key, "false")).lower() == "true":
         checks.append(Check("fine-grained", OK, f"{key} = true"))
@@ -112,7 +114,9 @@ def run_checks(rest_url: str, connector_jar: Path | None = None,
         checks.append(Check("fine-grained", MISSING, f"{key} is not true",
                             f"set {key}: true (or route with the REST-aware partitioner, see "
                             "docs/hook.md)"))
-    taskmanagers = _get(f"{rest_url}/taskmanagers", timeout_s).get("taskmanagers", [])
+    # Flink's own records (totalResource.extendedResources), as check_taskmanager_resources
+    # reads them; the client's taskmanagers() reshapes them for the service.
+    taskmanagers = (flink.get("/taskmanagers") or {}).get("taskmanagers", [])
     if not taskmanagers:
         checks.append(Check("taskmanagers", MISSING, "no TaskManager is registered"))
     checks.extend(check_taskmanager_resources(taskmanagers))

@@ -21,15 +21,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
 import yaml
 
-from streamplace.cluster_spec import (JVM_METASPACE_MB, LocalClusterSpec, TaskManagerSpec,
-                                      load_cluster_spec)
+from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
 from streamplace.config import StreamplaceConfig
 from streamplace.processes import LaunchError, ManagedProcess, require_java, tail
+from workload.cluster_spec import (JVM_METASPACE_MB, LocalClusterSpec, TaskManagerSpec,
+                                   load_cluster_spec)
 
 __all__ = ["FlinkCluster", "flink_home", "TaskManagerStatus", "ClusterStatus"]
+
+#: Seconds a status poll of the REST API may take (the JobManager answers in milliseconds; a
+#: hung one must not stall `streamplace cluster status`).
+REST_POLL_TIMEOUT_S = 5.0
+#: Seconds a job-control request (stop-with-savepoint, cancel) may take to be accepted.
+REST_CONTROL_TIMEOUT_S = 10.0
 
 LOG_CONFIG_FILES = ("log4j-console.properties", "log4j.properties", "log4j-cli.properties",
                     "logback-console.xml", "logback.xml")
@@ -108,6 +114,7 @@ class FlinkCluster:
         self.spec = spec or load_cluster_spec(config.flink.cluster_spec)
         self.dir = config.flink_dir
         self.rest_url = config.flink.rest_url
+        self.rest = FlinkRestClient(self.rest_url, timeout_s=REST_POLL_TIMEOUT_S)
         self.jobmanager = ManagedProcess(
             name="Flink JobManager", pid_file=self.dir / "jobmanager" / "process.pid",
             log_file=self.dir / "jobmanager" / "log" / "console.out",
@@ -292,12 +299,8 @@ class FlinkCluster:
 
     # REST helpers ------------------------------------------------------------------------------
     def _get(self, path: str) -> dict | None:
-        try:
-            response = requests.get(self.rest_url + path, timeout=5)
-            response.raise_for_status()
-            return response.json()
-        except (requests.RequestException, ValueError):
-            return None
+        # None while the JobManager is down or says no: every caller here polls.
+        return self.rest.get_or_none(path)
 
     def _rest_up(self) -> bool:
         return self._get("/overview") is not None
@@ -387,13 +390,15 @@ class FlinkCluster:
         """Stop the job with a savepoint (no drain: in-flight async tasks stay in the savepoint
         and are re-issued on restore); returns the savepoint path."""
         target = (self.dir / "savepoints").as_uri()
-        response = requests.post(f"{self.rest_url}/jobs/{job_id}/stop",
-                                 json={"drain": False, "targetDirectory": target}, timeout=10)
-        response.raise_for_status()
-        trigger = response.json()["request-id"]
+        try:
+            trigger = self.rest.trigger_stop_with_savepoint(job_id, target, drain=False,
+                                                            timeout_s=REST_CONTROL_TIMEOUT_S)
+        except (FlinkUnreachable, FlinkRestError) as exc:
+            raise LaunchError(f"stop-with-savepoint of {job_id} was not accepted: {exc}") \
+                from None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            status = self._get(f"/jobs/{job_id}/savepoints/{trigger}") or {}
+            status = self.rest.savepoint_status(job_id, trigger) or {}
             if status.get("status", {}).get("id") == "COMPLETED":
                 operation = status.get("operation") or {}
                 if "location" in operation:
@@ -404,7 +409,9 @@ class FlinkCluster:
         raise LaunchError(f"stop-with-savepoint of {job_id} did not finish in {timeout_s:.0f} s")
 
     def cancel_job(self, job_id: str) -> None:
+        """Ask Flink to cancel ``job_id``; a JobManager that is gone or does not know the job
+        is ignored (there is nothing left to cancel)."""
         try:
-            requests.patch(f"{self.rest_url}/jobs/{job_id}?mode=cancel", timeout=10)
-        except requests.RequestException:
+            self.rest.cancel(job_id, timeout_s=REST_CONTROL_TIMEOUT_S)
+        except (FlinkUnreachable, FlinkRestError):
             pass

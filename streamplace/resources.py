@@ -5,25 +5,27 @@ Shipped files are read with importlib.resources so an installed wheel works outs
 the repository's top-level ``kafka/`` folder is packaged as ``streamplace/_kafka`` (it is not a
 Python package on purpose: a top-level ``kafka`` package would shadow kafka-python). In a source
 checkout (editable install) the folder is read from the repository itself.
+
+The cluster spec files, the checkout and the runtime home are found by
+:mod:`workload.cluster_spec` (the placement service and the hook need them too and may not import
+``streamplace``); they are re-exported here.
+
+Example::
+
+    >>> (kafka_assets() / "pom.xml").is_file()
+    True
+    >>> (cluster_spec_dir() / "default.yaml").is_file()
+    True
 """
 
 from __future__ import annotations
 
-import os
 from importlib import resources
 from pathlib import Path
 
+from workload.cluster_spec import checkout_root, cluster_spec_dir, default_home
+
 __all__ = ["kafka_assets", "cluster_spec_dir", "checkout_root", "default_home"]
-
-_PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def checkout_root() -> Path | None:
-    """The source checkout this package runs from, or None for an installed wheel."""
-    root = _PACKAGE_DIR.parent
-    if (root / "pyproject.toml").is_file() and (root / "kafka" / "pom.xml").is_file():
-        return root
-    return None
 
 
 def kafka_assets() -> Path:
@@ -38,20 +40,3 @@ def kafka_assets() -> Path:
     raise FileNotFoundError(
         "streamplace's Kafka assets are missing: neither streamplace/_kafka (wheel) nor "
         "kafka/ (checkout) was found; reinstall streamplace")
-
-
-def cluster_spec_dir() -> Path:
-    """Folder of the shipped cluster spec files (``default.yaml`` and examples)."""
-    return Path(str(resources.files("streamplace") / "specs"))
-
-
-def default_home() -> Path:
-    """Runtime folder: ``$STREAMPLACE_HOME``, else ``<checkout>/.streamplace`` (git-ignored),
-    else ``~/.streamplace`` for an installed wheel."""
-    env = os.environ.get("STREAMPLACE_HOME")
-    if env:
-        return Path(env).expanduser().resolve()
-    root = checkout_root()
-    if root is not None:
-        return root / ".streamplace"
-    return Path.home() / ".streamplace"

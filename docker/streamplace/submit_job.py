@@ -15,6 +15,11 @@ Flink REST, cluster spec, checkpointing) and a few variables of the compose file
 ``JOB_PLAN`` (e.g. ``tm_fast=3,tm_slow=1``; empty: the placement service's plan),
 ``JOB_POLICY`` (``ldwp`` or a placement.policies rule), ``PLACEMENT_SERVICE_URL``,
 ``KAFKA_CONNECTOR_JAR``, and ``STREAMPLACE_SERVICE_TOKEN`` (the routers send it to the service).
+
+It runs with the image's virtualenv (``/opt/streamplace/venv/bin/python``), where streamplace
+and its packages are installed: the Flink REST calls go through the one client,
+:class:`placement.service.flink_rest.FlinkRestClient`, and the cluster spec through
+:mod:`workload.cluster_spec`.
 """
 
 from __future__ import annotations
@@ -25,9 +30,13 @@ import subprocess
 import sys
 import time
 
+from placement.service.flink_rest import FlinkRestClient
+
 PIPELINE = "/opt/streamplace/src/pyflink_jobs/task_pipeline.py"
 VENV_PYTHON = "/opt/streamplace/venv/bin/python"
 DEFAULT_JAR = "/opt/streamplace/jars/flink-sql-connector-kafka-5.0.0-2.2.jar"
+#: Seconds one REST poll may take (the JobManager container may still be starting).
+REST_TIMEOUT_S = 5.0
 
 
 def pipeline_args(config, environ=os.environ) -> list[str]:
@@ -56,21 +65,16 @@ def pipeline_args(config, environ=os.environ) -> list[str]:
     return args
 
 
-def _get(url: str):
-    import requests
-    try:
-        response = requests.get(url, timeout=5)
-        response.raise_for_status()
-        return response.json()
-    except (requests.RequestException, ValueError):
-        return None
+def _get(rest_url: str, path: str):
+    """The JSON at ``rest_url + path``, None while the JobManager cannot answer it."""
+    return FlinkRestClient(rest_url, timeout_s=REST_TIMEOUT_S).get_or_none(path)
 
 
 def wait_for_taskmanagers(rest_url: str, expected: set[str], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     registered: set[str] = set()
     while time.monotonic() < deadline:
-        overview = _get(rest_url + "/taskmanagers") or {}
+        overview = _get(rest_url, "/taskmanagers") or {}
         registered = {tm["id"] for tm in overview.get("taskmanagers", [])}
         if expected <= registered:
             print(f"submit-job: TaskManagers registered: {sorted(registered)}", flush=True)
@@ -81,15 +85,15 @@ def wait_for_taskmanagers(rest_url: str, expected: set[str], timeout_s: float) -
 
 
 def running_job(rest_url: str, name: str) -> str | None:
-    for job in (_get(rest_url + "/jobs/overview") or {}).get("jobs", []):
+    for job in (_get(rest_url, "/jobs/overview") or {}).get("jobs", []):
         if job.get("name") == name and job.get("state") in ("RUNNING", "CREATED", "RESTARTING"):
             return job.get("jid")
     return None
 
 
 def main() -> int:
-    from streamplace.cluster_spec import load_cluster_spec
     from streamplace.config import load_config
+    from workload.cluster_spec import load_cluster_spec
     config = load_config()
     rest_url = config.flink.rest_url
     timeout_s = float(os.environ.get("SUBMIT_TIMEOUT_S", "300"))
@@ -116,7 +120,7 @@ def main() -> int:
     deadline = time.monotonic() + timeout_s
     state = "UNKNOWN"
     while time.monotonic() < deadline:
-        state = (_get(f"{rest_url}/jobs/{job_id}") or {}).get("state", "UNKNOWN")
+        state = (_get(rest_url, f"/jobs/{job_id}") or {}).get("state", "UNKNOWN")
         if state == "RUNNING":
             print(f"submit-job: job {job_id} RUNNING (Flink web UI: #/job/running/{job_id})",
                   flush=True)
@@ -125,7 +129,7 @@ def main() -> int:
             break
         time.sleep(1)
     print(f"submit-job: job {job_id} is {state}: "
-          f"{_get(f'{rest_url}/jobs/{job_id}/exceptions')}", file=sys.stderr)
+          f"{_get(rest_url, f'/jobs/{job_id}/exceptions')}", file=sys.stderr)
     return 1
 
 

@@ -57,6 +57,7 @@ from placement.service.metrics import CONTENT_TYPE_LATEST, ServiceMetrics
 from placement.service.settings import ServiceSettings
 from placement.service.store import ModelStore, UnknownVersion
 from workload.estimates import gpu_spec_speed
+from workload.feedback import MAX_AGE_S, MAX_QUEUE_DEPTH
 from workload.model import ClusterSpec, NodeState, Observation, Task
 
 __all__ = ["PlacementService", "create_app", "plan_executors", "Plan", "NodeCapacity",
@@ -185,9 +186,10 @@ class ServingPolicy:
 #: or broken input out of the cost model and the network (huge values overflow float32 features
 #: into inf/NaN scores).
 MAX_INPUT_SIZE = 10**12     # pixels: a terapixel; real inputs are megapixels at most
-MAX_QUEUE_DEPTH = 1_000_000  # tasks at one node
+# MAX_QUEUE_DEPTH (tasks at one node) and MAX_AGE_S (about 116 days) are the bounds the
+# feedback's node states are clamped to (workload.feedback), so a state the service saw in the
+# feedback is always a valid request body too.
 MAX_BACKLOG_S = 1e6         # about 11.6 days of estimated work queued at one node
-MAX_AGE_S = 1e7             # about 116 days: older numbers describe no current node
 MAX_NODES = 1_000           # node states in one /decide body
 MAX_NAME = 256              # characters of a node id
 MAX_VERSION = 10**9         # model versions in paths
@@ -661,9 +663,9 @@ def create_app(service: "PlacementService") -> FastAPI:
 
 # -- the service ---------------------------------------------------------------------------------
 def _load_spec(name: str):
-    # The spec files and their loader belong to streamplace (the launcher); imported here only
-    # when the caller passed no spec, so placement does not depend on streamplace otherwise.
-    from streamplace.cluster_spec import load_cluster_spec
+    # Imported here: only a service built without a spec reads one (pydantic + yaml, which a
+    # caller handing a ClusterSpec never needs).
+    from workload.cluster_spec import load_cluster_spec
     return load_cluster_spec(name)
 
 

@@ -1,12 +1,20 @@
-"""A small client of the Flink JobManager REST API (what the placement service watches).
+"""The one client of the Flink JobManager REST API (what the placement service watches, and what
+the launcher, ``streamplace doctor``, the REST-aware partitioner and the compose stack's job
+submitter talk to).
 
 Standard library only (urllib + json): it also runs where only the router's light dependencies
-are installed. Every call has a timeout; a JobManager that cannot be reached raises
-:class:`FlinkUnreachable`, an HTTP error (unknown job id, ...) :class:`FlinkRestError`, both
-with the URL and the reason.
+are installed (a Flink Python worker, the job submitter of the compose image), and it keeps
+``requests`` off the router's import path. Every call has a timeout (``timeout_s`` of the
+client, or of the call); a JobManager that cannot be reached raises :class:`FlinkUnreachable`,
+an HTTP error (unknown job id, ...) :class:`FlinkRestError`, both with the URL and the reason.
+Callers that only poll (is it up yet? which TaskManagers registered?) use :meth:`get_or_none`,
+which answers None for both.
 
 Endpoints used (Flink 2.2 REST API): ``/overview``, ``/taskmanagers``, ``/jobs/overview``,
-``/jobs/<jid>`` (its vertices), ``/jobs/<jid>/vertices/<vid>`` (subtask -> TaskManager).
+``/jobs/<jid>`` (its vertices), ``/jobs/<jid>/vertices/<vid>`` (subtask -> TaskManager),
+``/jobmanager/config``, ``/jobs/<jid>/checkpoints``, ``/jobs/<jid>/exceptions``,
+``POST /jobs/<jid>/stop`` (stop-with-savepoint), ``/jobs/<jid>/savepoints/<trigger>``,
+``PATCH /jobs/<jid>?mode=cancel``.
 
 Example::
 
@@ -15,60 +23,132 @@ Example::
     job = flink.jobs()[0]["jid"]
     vertex = flink.job_vertices(job)[0]["id"]
     flink.vertex_subtasks(job, vertex)[0]["taskmanager-id"]
+    flink.get_or_none("/overview")                      # None while the JobManager is down
+    flink.cancel(job)
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import math
 import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 
-__all__ = ["FlinkRestClient", "FlinkUnreachable", "FlinkRestError"]
+__all__ = ["FlinkRestClient", "FlinkUnreachable", "FlinkRestError", "DEFAULT_TIMEOUT_S"]
+
+#: Seconds one request may take unless the client or the call says otherwise: the service polls
+#: on its request path, so a JobManager that hangs must cost it about a second, not minutes.
+DEFAULT_TIMEOUT_S = 1.0
+
+#: Bytes of an HTTP error's body kept in the exception message (Flink's errors are short JSON;
+#: a proxy's HTML page must not flood a log line).
+ERROR_DETAIL_BYTES = 300
 
 
 class FlinkUnreachable(ConnectionError):
-    """The JobManager's REST API did not answer (down, wrong address, timeout)."""
+    """The JobManager's REST API did not answer (down, wrong address, timeout); ``reason``:
+    what the connection attempt said (empty when not known)."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason
 
 
 class FlinkRestError(RuntimeError):
-    """The REST API answered with an HTTP error (e.g. 404 for an unknown job)."""
+    """The REST API answered with an HTTP error (e.g. 404 for an unknown job), or with a body
+    that is not JSON (``status`` 200 then)."""
 
     def __init__(self, message: str, status: int):
         super().__init__(message)
         self.status = status
 
 
+def _checked_base_url(base_url: str) -> str:
+    # A URL without scheme or host would fail every request with a confusing urllib error;
+    # the address comes from settings and flags, so say what is wrong once, up front.
+    if not isinstance(base_url, str):
+        raise ValueError(f"Flink REST URL must be a string, got {base_url!r}")
+    parts = urllib.parse.urlsplit(base_url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"Flink REST URL {base_url!r} must look like http://host:port")
+    return base_url.strip().rstrip("/")
+
+
+def _checked_timeout(timeout_s: float) -> float:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+            or not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
+    return float(timeout_s)
+
+
 class FlinkRestClient:
-    """GET-only JSON client of one JobManager; ``timeout_s`` applies to each request."""
+    """JSON client of one JobManager; ``timeout_s`` applies to each request (a call's own
+    ``timeout_s`` overrides it)."""
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8081", timeout_s: float = 1.0):
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
+    def __init__(self, base_url: str = "http://127.0.0.1:8081",
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.base_url = _checked_base_url(base_url)
+        self.timeout_s = _checked_timeout(timeout_s)
 
-    def get(self, path: str):
-        """The decoded JSON body of ``GET base_url + path``."""
+    # -- transport ---------------------------------------------------------------------------
+    def request(self, method: str, path: str, body: dict | None = None,
+                timeout_s: float | None = None):
+        """The decoded JSON body of ``method base_url + path`` (``body`` sent as JSON); None
+        for an empty body (Flink answers some PATCHes with none)."""
         url = f"{self.base_url}/{path.lstrip('/')}"
-        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        timeout = self.timeout_s if timeout_s is None else _checked_timeout(timeout_s)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                body = response.read()
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                raw = response.read()
         except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode("utf-8", "replace")
-            raise FlinkRestError(f"Flink REST {url} answered HTTP {exc.code}: {detail}",
-                                 exc.code) from None
+            detail = exc.read()[:ERROR_DETAIL_BYTES].decode("utf-8", "replace")
+            raise FlinkRestError(f"Flink REST {method} {url} answered HTTP {exc.code}: "
+                                 f"{detail}", exc.code) from None
         except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError,
-                OSError) as exc:
-            reason = getattr(exc, "reason", exc)
+                OSError, http.client.HTTPException) as exc:
+            # HTTPException: something answered on the port, but not HTTP (or hung up mid-way).
+            reason = getattr(exc, "reason", None) or exc
             raise FlinkUnreachable(f"Flink REST API at {self.base_url} is unreachable "
                                    f"({reason}); is the cluster running "
-                                   "(streamplace cluster status)?") from None
+                                   "(streamplace cluster status)?", str(reason)) from None
+        if not raw.strip():
+            return None
         try:
-            return json.loads(body)
+            return json.loads(raw)
         except ValueError:
-            raise FlinkRestError(f"Flink REST {url} did not return JSON: {body[:100]!r}",
+            raise FlinkRestError(f"Flink REST {url} did not return JSON: {raw[:100]!r}",
                                  200) from None
 
+    def get(self, path: str, timeout_s: float | None = None):
+        """The decoded JSON body of ``GET base_url + path``."""
+        return self.request("GET", path, timeout_s=timeout_s)
+
+    def get_or_none(self, path: str, timeout_s: float | None = None):
+        """:meth:`get`, or None when the JobManager is unreachable, answers an HTTP error or
+        no JSON: for polling, where "not (yet) there" is an answer, not a failure."""
+        try:
+            return self.get(path, timeout_s=timeout_s)
+        except (FlinkUnreachable, FlinkRestError):
+            return None
+
+    def post(self, path: str, body: dict, timeout_s: float | None = None):
+        """The decoded JSON answer of ``POST base_url + path`` with ``body`` as JSON."""
+        return self.request("POST", path, body, timeout_s=timeout_s)
+
+    def patch(self, path: str, body: dict | None = None, timeout_s: float | None = None):
+        """The decoded JSON answer (None when empty) of ``PATCH base_url + path``."""
+        return self.request("PATCH", path, body, timeout_s=timeout_s)
+
+    # -- what the service and the launcher read ----------------------------------------------
     def overview(self) -> dict:
         """Cluster overview: taskmanagers, slots-total, slots-available, jobs-running, ..."""
         return self.get("/overview")
@@ -103,3 +183,31 @@ class FlinkRestClient:
         keys = ("subtask", "taskmanager-id", "endpoint", "attempt", "status")
         return [{k: s.get(k) for k in keys}
                 for s in self.get(f"/jobs/{job_id}/vertices/{vertex_id}").get("subtasks", [])]
+
+    def jobmanager_config(self) -> dict[str, str]:
+        """The JobManager's effective configuration as ``{key: value}``."""
+        return {e["key"]: e["value"] for e in self.get("/jobmanager/config")
+                if isinstance(e, dict) and "key" in e and "value" in e}
+
+    # -- job control -------------------------------------------------------------------------
+    def trigger_stop_with_savepoint(self, job_id: str, target_directory: str,
+                                    drain: bool = False, timeout_s: float | None = None) -> str:
+        """Ask Flink to stop ``job_id`` with a savepoint into ``target_directory``; returns the
+        trigger id to poll with :meth:`savepoint_status`."""
+        answer = self.post(f"/jobs/{job_id}/stop",
+                           {"drain": drain, "targetDirectory": target_directory},
+                           timeout_s=timeout_s)
+        trigger = answer.get("request-id") if isinstance(answer, dict) else None
+        if not isinstance(trigger, str) or not trigger:
+            raise FlinkRestError(f"stop-with-savepoint of {job_id}: Flink answered no "
+                                 f"request-id: {str(answer)[:200]}", 200)
+        return trigger
+
+    def savepoint_status(self, job_id: str, trigger: str) -> dict | None:
+        """Flink's status of a savepoint trigger (``{status: {id}, operation: {location |
+        failure-cause}}``), or None when it cannot be read now."""
+        return self.get_or_none(f"/jobs/{job_id}/savepoints/{trigger}")
+
+    def cancel(self, job_id: str, timeout_s: float | None = None) -> None:
+        """Cancel ``job_id`` (Flink answers at once; the job reaches CANCELED later)."""
+        self.patch(f"/jobs/{job_id}?mode=cancel", timeout_s=timeout_s)

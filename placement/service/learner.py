@@ -5,7 +5,9 @@ for the consumer that hands them over):
 
 1. Keeps the node's state: ``NodeState`` from the record's utilisations, with
    ``queue_depth = in_flight + queue_depth`` and link rates as fractions of the node's link,
-   in a short per-node history ordered by ``emitted_at_ms``.
+   by :func:`workload.feedback.node_state_from_feedback` (the routers' rule too: bounded,
+   finite, each field's rule documented there), in a short per-node history ordered by
+   ``emitted_at_ms``.
 2. Turns every completed ``TaskTiming`` into one training example of a *contextual bandit*:
 
    - context (observation): ``Task(task_id, app_id, input_size)`` and the state of every known
@@ -82,10 +84,12 @@ from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
 from placement.speed import ObservedSpeed, timing_sample
 from workload.estimates import CostModel
+from workload.feedback import (DEFAULT_LINK_MBPS, feedback_age_s, feedback_emitted_at_ms,
+                               node_state_from_feedback)
 from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation, Task
 
-__all__ = ["OnlineLearner", "NodeHistory", "node_state_from_feedback", "to_cluster_spec",
-           "learning_settings", "SERVICE_LEARNING_DEFAULTS"]
+__all__ = ["OnlineLearner", "NodeHistory", "to_cluster_spec", "learning_settings",
+           "SERVICE_LEARNING_DEFAULTS"]
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +132,7 @@ def learning_settings(learning: Mapping | None = None, network: str = "node_scor
 def to_cluster_spec(spec, gpu_model: str = "t4") -> ClusterSpec:
     """A ``workload.model.ClusterSpec`` from a local cluster spec (anything with
     ``.taskmanagers`` of ``id, cpu_cores, work_multiplier, slots, gpu_ids`` such as
-    ``streamplace.cluster_spec.LocalClusterSpec``) or a ClusterSpec (returned as is).
+    ``workload.cluster_spec.LocalClusterSpec``) or a ClusterSpec (returned as is).
     ``work_multiplier`` becomes ``cpu_speed = 1 / work_multiplier``."""
     if isinstance(spec, ClusterSpec):
         return spec
@@ -142,24 +146,19 @@ def to_cluster_spec(spec, gpu_model: str = "t4") -> ClusterSpec:
     return ClusterSpec(tuple(nodes), name=getattr(spec, "source", "") or "cluster")
 
 
-def _fraction(value: float) -> float:
-    return min(1.0, max(0.0, float(value)))
+def _feedback_state(record: Mapping, spec: NodeSpec | None = None) -> NodeState:
+    """The ``NodeState`` a NodeFeedback record describes, by the shared rule
+    (:func:`workload.feedback.node_state_from_feedback`), with link rates as fractions of the
+    node's links from ``spec`` (:data:`~workload.feedback.DEFAULT_LINK_MBPS` when unknown);
+    age 0 (:class:`NodeHistory` ages it when asked).
 
+    Example::
 
-def node_state_from_feedback(record: Mapping, spec: NodeSpec | None = None,
-                             age_s: float = 0.0) -> NodeState:
-    """The ``NodeState`` a NodeFeedback record describes (link rates as fractions of the
-    node's links from ``spec``, 1 Gbit/s when unknown)."""
-    up = (spec.uplink_mbps if spec else 1000.0) * 125_000.0     # Mbit/s -> bytes/s
-    down = (spec.downlink_mbps if spec else 1000.0) * 125_000.0
-    return NodeState(
-        record["node_id"], cpu_util=_fraction(record["cpu_util"]),
-        gpu_util=_fraction(record["gpu_util"]), host_mem_util=_fraction(record["host_mem_util"]),
-        gpu_mem_util=_fraction(record["gpu_mem_util"]),
-        uplink_util=_fraction(record["uplink_bytes_per_s"] / up),
-        downlink_util=_fraction(record["downlink_bytes_per_s"] / down),
-        queue_depth=max(0, int(record["in_flight"]) + int(record["queue_depth"])),
-        age_s=max(0.0, age_s))
+        _feedback_state({"node_id": "tm_a", "cpu_util": 2.0}).cpu_util   # 1.0
+    """
+    if spec is None:
+        return node_state_from_feedback(record, DEFAULT_LINK_MBPS, DEFAULT_LINK_MBPS)
+    return node_state_from_feedback(record, spec.uplink_mbps, spec.downlink_mbps)
 
 
 class NodeHistory:
@@ -171,9 +170,11 @@ class NodeHistory:
         self._times: dict[str, list[int]] = {}
         self._states: dict[str, list[NodeState]] = {}
         self._records: dict[str, dict] = {}
+        self._record_at: dict[str, int] = {}  # emission time of each node's newest record
 
     def add(self, record: Mapping, state: NodeState) -> None:
-        node, at = record["node_id"], int(record["emitted_at_ms"])
+        # An unusable emission time reads as the epoch (workload.feedback): oldest, stalest.
+        node, at = record["node_id"], feedback_emitted_at_ms(record)
         times = self._times.setdefault(node, [])
         states = self._states.setdefault(node, [])
         i = bisect.bisect_right(times, at)  # usually the end: reports arrive in order
@@ -181,9 +182,10 @@ class NodeHistory:
         states.insert(i, state)
         if len(times) > self.size:
             del times[0], states[0]
-        newest = self._records.get(node)
-        if newest is None or at >= newest["emitted_at_ms"]:
+        newest_at = self._record_at.get(node)
+        if newest_at is None or at >= newest_at:
             self._records[node] = {k: v for k, v in record.items() if k != "completed"}
+            self._record_at[node] = at
 
     def nodes(self) -> list[str]:
         return list(self._times)
@@ -196,7 +198,7 @@ class NodeHistory:
             i = bisect.bisect_right(times, at_ms) - 1
             if i >= 0:
                 state = self._states[node][i]
-                return _with_age(state, (at_ms - times[i]) / 1000.0)
+                return _with_age(state, feedback_age_s(times[i], at_ms))
         return NodeState(node)
 
     def latest(self, node: str, now_ms: int | None = None) -> NodeState:
@@ -204,7 +206,7 @@ class NodeHistory:
         if not times:
             return NodeState(node)
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        return _with_age(self._states[node][-1], (now_ms - times[-1]) / 1000.0)
+        return _with_age(self._states[node][-1], feedback_age_s(times[-1], now_ms))
 
     def latest_record(self, node: str) -> dict | None:
         """The newest NodeFeedback of ``node`` without its completed list."""
@@ -429,10 +431,10 @@ class OnlineLearner:
         queued = 0
         with self._lock:
             records = [r for r in records if self._accept_node(r.get("node_id"))]
-            for record in records:
-                node = record["node_id"]
-                self.history.add(record, node_state_from_feedback(record, self.specs.get(node)))
-            for record in records:
+            reported = [_feedback_state(r, self.specs.get(r["node_id"])) for r in records]
+            for record, state in zip(records, reported):
+                self.history.add(record, state)
+            for record, state in zip(records, reported):
                 node = record["node_id"]
                 queues = record.get("routed_queue") or []
                 backlogs = record.get("routed_backlog_ms") or []
@@ -470,9 +472,8 @@ class OnlineLearner:
                     rates = self._service_s.setdefault(node, deque(maxlen=_RATE_WINDOW))
                     rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))
                     queued += 1
-                if self.metrics is not None:
-                    self.metrics.queue_depth.labels(node=node).set(
-                        int(record["in_flight"]) + int(record["queue_depth"]))
+                if self.metrics is not None:  # the bounded count the history keeps
+                    self.metrics.queue_depth.labels(node=node).set(state.queue_depth)
             self.records_taken += queued
         if queued:
             self._wake.set()

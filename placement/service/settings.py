@@ -68,7 +68,7 @@ class ServiceSettings(BaseModel):
     flink_rest_url: str = Field("http://127.0.0.1:8081", description="JobManager REST API")
     flink_timeout_s: float = Field(1.0, gt=0, description="timeout of each Flink REST call")
     # -- cluster and models ----------------------------------------------------------------------
-    cluster_spec: str = Field("default", description="cluster spec name (streamplace/specs) or "
+    cluster_spec: str = Field("default", description="cluster spec name (workload/specs) or "
                               "YAML path: node capacities for the plan and the cost model")
     gpu_model: str = Field("t4", description="calibration GPU model assumed for the spec's "
                            "GPUs (local cluster specs list GPU ids, not models)")
@@ -76,7 +76,9 @@ class ServiceSettings(BaseModel):
                                    "<streamplace home>/models")
     max_models: int = Field(20, ge=1, description="versions kept on disk (oldest pruned)")
     initial_model: Path | None = Field(None, description="pre-trained model file (streamplace "
-                                       "pretrain) published as version 1 of an empty store")
+                                       "pretrain), or 'shipped:residual' / "
+                                       "'shipped:size_agnostic' (placement/models), published "
+                                       "as version 1 of an empty store")
     # -- learning --------------------------------------------------------------------------------
     policy: str = Field("ldwp", description="the learned policy (only 'ldwp' today)")
     network: str = Field("node_scoring", description="LDWP network; the service needs the "
@@ -97,6 +99,19 @@ class ServiceSettings(BaseModel):
                                "busy cores)")
     fallback: str = Field("least_loaded", description="placement.policies rule /decide uses "
                           "while no model version exists")
+
+    @field_validator("initial_model", mode="before")
+    @classmethod
+    def _shipped_model(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.startswith("shipped:"):
+            from placement.ldwp.shipped import shipped_model
+            name = value.removeprefix("shipped:")
+            if name == "paper":
+                raise ValueError("the shipped paper network has one output per node of the "
+                                 "paper cluster; the service needs a size-agnostic model "
+                                 "(shipped:residual or shipped:size_agnostic)")
+            return shipped_model(name)
+        return value
 
     @field_validator("policy")
     @classmethod
@@ -141,8 +156,8 @@ class ServiceSettings(BaseModel):
         """``model_dir``, or ``<streamplace home>/models`` when unset."""
         if self.model_dir is not None:
             return Path(self.model_dir).expanduser().resolve()
-        # Imported here: placement sits below streamplace; only this default reaches up.
-        from streamplace.resources import default_home
+        # Imported here: only this default needs the runtime home (workload, below us).
+        from workload.cluster_spec import default_home
         return default_home() / "models"
 
     @property

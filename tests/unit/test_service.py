@@ -370,6 +370,18 @@ def test_initial_model_is_version_one_and_bad_learning_settings_are_named(tmp_pa
         ServiceSettings(learning={"network": "paper"})
 
 
+def test_the_service_starts_from_a_shipped_model_by_name(tmp_path):
+    from placement.ldwp.shipped import shipped_model
+    service = make_service(tmp_path, initial_model="shipped:residual")
+    assert service.store.read_bytes(1) == shipped_model("residual").read_bytes()
+    decision = client_for(service).post("/decide", json={"tasks": PROBE_TASKS[:1]}).json()[0]
+    assert decision["policy"] == "ldwp v1" and decision["node"] in service.learner.cluster.node_ids
+    with pytest.raises(ValueError, match="no shipped model 'nope'"):
+        ServiceSettings(initial_model="shipped:nope")
+    with pytest.raises(ValueError, match="size-agnostic"):
+        ServiceSettings(initial_model="shipped:paper")
+
+
 # -- de-duplication, metrics, model endpoints -----------------------------------------------------
 def test_duplicates_are_dropped_by_sequence_and_task_id(tmp_path):
     service = make_service(tmp_path)

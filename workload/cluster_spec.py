@@ -1,0 +1,180 @@
+"""Cluster spec files: the TaskManagers of a Flink cluster and what makes them unequal.
+
+The one home of the cluster-spec contract (model, loader, shipped files). It sits at the bottom
+of the dependency chain because everything above reads it: the placement service (node
+capacities for its plan and cost model), the hook in ``pyflink_jobs`` (router nodes, task
+limits, executor memory) and ``streamplace`` (the local launcher, ``streamplace cluster``).
+``streamplace.cluster_spec`` re-exports this module for old imports.
+
+Shipped specs (``default``, ``gpu-host``) live in ``workload/specs/`` and are read with
+importlib.resources, so an installed wheel finds them outside a checkout (hatch ships every file
+of the ``workload`` package, as it does ``calibration.yaml`` and the Avro schemas).
+
+Also here, because the service's settings need it and may not import ``streamplace``: where the
+runtime state of a streamplace installation lives (:func:`default_home`).
+
+Example::
+
+    >>> spec = load_cluster_spec("default")
+    >>> [tm.id for tm in spec.taskmanagers]
+    ['tm_a', 'tm_b', 'tm_c']
+    >>> spec.node("tm_a").process_memory_mb == 384 + 384 + JVM_FIXED_OVERHEAD_MB
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecError",
+           "JVM_METASPACE_MB", "JVM_FIXED_OVERHEAD_MB", "SHIPPED_SPEC_NAME",
+           "cluster_spec_dir", "shipped_spec_names", "checkout_root", "default_home"]
+
+#: JVM parts we size explicitly and add to task heap + managed memory: framework heap 128,
+#: framework off-heap 128, network 64, metaspace 512, JVM overhead 192 (MB). Metaspace: every
+#: job a TaskManager runs loads the Kafka connector's classes again; 256 MB ran out
+#: (OutOfMemoryError: Metaspace) after about 25 Python jobs in one test session.
+JVM_METASPACE_MB = 512
+JVM_FIXED_OVERHEAD_MB = 128 + 128 + 64 + JVM_METASPACE_MB + 192
+
+#: What a shipped spec's name may look like: a file stem, never a path (``../x`` must not
+#: reach outside ``workload/specs``).
+SHIPPED_SPEC_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+class SpecError(ValueError):
+    """A cluster spec that cannot be used, with the reason."""
+
+
+class TaskManagerSpec(BaseModel):
+    """One Flink TaskManager = one streamplace node."""
+
+    # Non-finite numbers (``.inf`` in YAML) would pass gt/ge bounds and reach Flink's options
+    # and the cost model.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    id: str = Field(description="taskmanager.resource-id, node id and external resource name")
+    cpu_cores: float = Field(gt=0, description="taskmanager.cpu.cores (what Flink is told)")
+    cpu_affinity: list[int] = Field(default_factory=list,
+                                    description="CPU ids the process is pinned to (taskset)")
+    gpu_ids: list[int] = Field(default_factory=list,
+                               description="GPU indices this node owns (CUDA_VISIBLE_DEVICES)")
+    work_multiplier: float = Field(1.0, ge=1.0, description="repeat each unit of work this many "
+                                   "times, to emulate a slower device")
+    slots: int = Field(2, ge=1, description="amount of the node's external resource")
+    task_heap_mb: int = Field(256, ge=64)
+    managed_mb: int = Field(256, ge=64)
+    threads: int = Field(1, ge=1, description="OMP/MKL/torch threads of its Python workers")
+    labels: list[str] = Field(default_factory=list)
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_a_config_key(cls, value: str) -> str:
+        # It becomes part of Flink option keys (external-resource.<id>.amount).
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", value):
+            raise ValueError(f"node id {value!r} must start with a letter and contain only "
+                             "letters, digits and underscores")
+        return value
+
+    @property
+    def process_memory_mb(self) -> int:
+        """Task heap + managed memory + the JVM's fixed parts (:data:`JVM_FIXED_OVERHEAD_MB`)."""
+        return self.task_heap_mb + self.managed_mb + JVM_FIXED_OVERHEAD_MB
+
+
+class LocalClusterSpec(BaseModel):
+    """The TaskManagers `streamplace cluster start` launches (not the simulator's cluster model,
+    which lives in ``workload.model``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    taskmanagers: list[TaskManagerSpec] = Field(min_length=1)
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "LocalClusterSpec":
+        ids = [tm.id for tm in self.taskmanagers]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"TaskManager ids must be unique, got {ids}")
+        return self
+
+    def node(self, node_id: str) -> TaskManagerSpec:
+        """The TaskManager ``node_id``; KeyError naming the known ids."""
+        for tm in self.taskmanagers:
+            if tm.id == node_id:
+                return tm
+        raise KeyError(f"no TaskManager {node_id!r} in the cluster spec "
+                       f"(known: {[tm.id for tm in self.taskmanagers]})")
+
+    def check_fits_machine(self) -> None:
+        """SpecError when a ``cpu_affinity`` names a CPU this machine does not have."""
+        cpus = os.cpu_count() or 1
+        for tm in self.taskmanagers:
+            bad = [c for c in tm.cpu_affinity if c >= cpus]
+            if bad:
+                raise SpecError(f"{tm.id}: cpu_affinity {bad} does not exist on this machine "
+                                f"({cpus} CPUs)")
+
+
+def cluster_spec_dir() -> Path:
+    """Folder of the shipped cluster spec files (``default.yaml`` and examples)."""
+    return Path(str(resources.files("workload") / "specs"))
+
+
+def shipped_spec_names() -> list[str]:
+    """Names :func:`load_cluster_spec` accepts without a path, sorted."""
+    return sorted(p.stem for p in cluster_spec_dir().glob("*.yaml"))
+
+
+def load_cluster_spec(name_or_path: str | os.PathLike) -> LocalClusterSpec:
+    """A shipped spec by name (``default``, ``gpu-host``) or a YAML file path; SpecError with
+    the reason for anything else (unknown name, missing or unreadable file, invalid YAML or
+    fields)."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        name = str(name_or_path)
+        shipped = cluster_spec_dir() / f"{name}.yaml"
+        if not re.fullmatch(SHIPPED_SPEC_NAME, name) or not shipped.is_file():
+            raise SpecError(f"no shipped cluster spec named {name!r}; choose one of "
+                            f"{shipped_spec_names()} or give a YAML path")
+        path = shipped
+    if not path.is_file():
+        raise SpecError(f"cluster spec {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+        spec = LocalClusterSpec.model_validate(data)
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise SpecError(f"invalid cluster spec {path}:\n{exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cluster spec {path} cannot be read: {exc}") from exc
+    spec.source = str(path)
+    return spec
+
+
+def checkout_root() -> Path | None:
+    """The source checkout these packages run from, or None for an installed wheel (every
+    streamplace package is top level, so this folder's parent is the checkout's root)."""
+    root = _PACKAGE_DIR.parent
+    if (root / "pyproject.toml").is_file() and (root / "kafka" / "pom.xml").is_file():
+        return root
+    return None
+
+
+def default_home() -> Path:
+    """Runtime folder: ``$STREAMPLACE_HOME``, else ``<checkout>/.streamplace`` (git-ignored),
+    else ``~/.streamplace`` for an installed wheel."""
+    env = os.environ.get("STREAMPLACE_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    root = checkout_root()
+    if root is not None:
+        return root / ".streamplace"
+    return Path.home() / ".streamplace"
