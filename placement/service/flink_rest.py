@@ -46,6 +46,9 @@ DEFAULT_TIMEOUT_S = 1.0
 #: Bytes of an HTTP error's body kept in the exception message (Flink's errors are short JSON;
 #: a proxy's HTML page must not flood a log line).
 ERROR_DETAIL_BYTES = 300
+#: the largest answer read (a /jobs/overview of thousands of jobs is a few MB); a larger body
+#: is refused, so a broken or hostile endpoint cannot take the caller's memory
+MAX_RESPONSE_BYTES = 16 << 20
 
 
 class FlinkUnreachable(ConnectionError):
@@ -108,7 +111,7 @@ class FlinkRestClient:
         timeout = self.timeout_s if timeout_s is None else _checked_timeout(timeout_s)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
-                raw = response.read()
+                raw = response.read(MAX_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:ERROR_DETAIL_BYTES].decode("utf-8", "replace")
             raise FlinkRestError(f"Flink REST {method} {url} answered HTTP {exc.code}: "
@@ -120,6 +123,9 @@ class FlinkRestClient:
             raise FlinkUnreachable(f"Flink REST API at {self.base_url} is unreachable "
                                    f"({reason}); is the cluster running "
                                    "(streamplace cluster status)?", str(reason)) from None
+        if len(raw) > MAX_RESPONSE_BYTES:
+            raise FlinkRestError(f"Flink REST {method} {url} answered more than "
+                                 f"{MAX_RESPONSE_BYTES:,} bytes: refused", 200)
         if not raw.strip():
             return None
         try:

@@ -1,0 +1,113 @@
+"""The one Flink REST client against a real local HTTP server that plays a JobManager."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from placement.service import flink_rest
+from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
+
+
+class _JobManager(BaseHTTPRequestHandler):
+    """Answers from ``server.routes[(method, path)] = (status, body bytes)``; records requests."""
+
+    def _answer(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        sent = self.rfile.read(length) if length else b""
+        self.server.seen.append((self.command, self.path, sent))
+        status, body = self.server.routes.get((self.command, self.path), (404, b'{"errors":[]}'))
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PATCH = _answer
+
+    def log_message(self, *args):  # quiet
+        pass
+
+
+@pytest.fixture
+def jobmanager():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _JobManager)
+    server.routes, server.seen = {}, []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _client(server, **kwargs):
+    return FlinkRestClient(f"http://127.0.0.1:{server.server_address[1]}", **kwargs)
+
+
+def test_reads_taskmanagers_jobs_and_subtasks(jobmanager):
+    jobmanager.routes.update({
+        ("GET", "/taskmanagers"): (200, json.dumps({"taskmanagers": [
+            {"id": "tm_a", "slotsNumber": 4, "freeSlots": 1,
+             "totalResource": {"extendedResources": {"tm_a": 4.0}}}]}).encode()),
+        ("GET", "/jobs/overview"): (200, b'{"jobs": [{"jid": "j1", "state": "RUNNING"}]}'),
+        ("GET", "/jobs/j1/vertices/v1"): (200, json.dumps({"subtasks": [
+            {"subtask": 0, "taskmanager-id": "tm_a", "status": "RUNNING", "extra": 1}]}).encode()),
+    })
+    client = _client(jobmanager)
+    tm = client.taskmanagers()[0]
+    assert (tm["id"], tm["slots"], tm["free_slots"], tm["extended_resources"]) == \
+        ("tm_a", 4, 1, {"tm_a": 4.0})
+    assert client.jobs() == [{"jid": "j1", "state": "RUNNING"}]
+    assert client.vertex_subtasks("j1", "v1")[0]["taskmanager-id"] == "tm_a"
+
+
+def test_stop_with_savepoint_posts_json_and_cancel_patches(jobmanager):
+    jobmanager.routes.update({
+        ("POST", "/jobs/j1/stop"): (202, b'{"request-id": "t-1"}'),
+        ("PATCH", "/jobs/j1?mode=cancel"): (202, b""),
+    })
+    client = _client(jobmanager)
+    assert client.trigger_stop_with_savepoint("j1", "/tmp/sp") == "t-1"
+    assert client.cancel("j1") is None   # Flink answers the PATCH with an empty body
+    (method, path, body), (method2, path2, _) = jobmanager.seen
+    assert (method, path) == ("POST", "/jobs/j1/stop")
+    assert json.loads(body) == {"drain": False, "targetDirectory": "/tmp/sp"}
+    assert (method2, path2) == ("PATCH", "/jobs/j1?mode=cancel")
+
+
+@pytest.mark.parametrize("route, error", [
+    ((500, b"boom"), FlinkRestError),                    # an HTTP error, with its detail
+    ((200, b"<html>not json</html>"), FlinkRestError),   # no JSON
+])
+def test_errors_are_named_and_get_or_none_turns_them_into_none(jobmanager, route, error):
+    jobmanager.routes[("GET", "/overview")] = route
+    client = _client(jobmanager)
+    with pytest.raises(error):
+        client.overview()
+    assert client.get_or_none("/overview") is None
+
+
+def test_a_stop_answer_without_a_request_id_is_an_error(jobmanager):
+    jobmanager.routes[("POST", "/jobs/j1/stop")] = (200, b'{"something": "else"}')
+    with pytest.raises(FlinkRestError, match="request-id"):
+        _client(jobmanager).trigger_stop_with_savepoint("j1", "/tmp/sp")
+
+
+def test_an_oversized_answer_is_refused_not_read_whole(jobmanager, monkeypatch):
+    monkeypatch.setattr(flink_rest, "MAX_RESPONSE_BYTES", 1000)
+    jobmanager.routes[("GET", "/jobs/overview")] = (200, b'{"jobs": ["' + b"x" * 5000 + b'"]}')
+    with pytest.raises(FlinkRestError, match="more than 1,000 bytes"):
+        _client(jobmanager).jobs()
+
+
+def test_nothing_listening_is_unreachable_and_bad_settings_are_refused():
+    client = FlinkRestClient("http://127.0.0.1:9", timeout_s=0.5)   # discard port: closed
+    with pytest.raises(FlinkUnreachable, match="unreachable"):
+        client.overview()
+    assert client.get_or_none("/overview") is None
+    with pytest.raises(ValueError):
+        FlinkRestClient("ftp://example.org")
+    with pytest.raises(ValueError):
+        FlinkRestClient("http://127.0.0.1:8081", timeout_s=float("nan"))
