@@ -16,7 +16,10 @@ __all__ = ["main", "build_parser"]
 
 def _config(args):
     from streamplace.config import load_config
-    return load_config(args.config, args.set)
+    # --spec (cluster, up, down) wins over --set; the broker too must see an isolation: host
+    # spec, whose head address it then listens on
+    spec = [f"flink.cluster_spec={args.spec}"] if getattr(args, "spec", None) else []
+    return load_config(args.config, list(args.set or []) + spec)
 
 
 # -- kafka ---------------------------------------------------------------------------------------
@@ -57,15 +60,20 @@ def cmd_kafka(args) -> int:
 # -- cluster -------------------------------------------------------------------------------------
 def cmd_cluster(args) -> int:
     from streamplace.flink_cluster import FlinkCluster
+    from streamplace.flink_hosts import with_host_addresses
     cfg = _config(args)
     if args.spec:
         cfg.flink.cluster_spec = args.spec
+        cfg = with_host_addresses(cfg)  # an isolation: host spec moves the addresses
     cluster = FlinkCluster(cfg)
     if args.action == "start":
+        print(cluster.isolation.describe())  # before the wait: which mode, and why
         print(cluster.start())
     elif args.action == "stop":
         stopped = cluster.stop()
         print(f"flink: stopped {', '.join(stopped)}" if stopped else "flink: nothing was running")
+        if cluster.hosts_note:
+            print(f"flink: {cluster.hosts_note}")
     elif args.action == "status":
         status = cluster.status()
         print(status)

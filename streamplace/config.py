@@ -65,6 +65,25 @@ class FlinkSettings(_Section):
     start_timeout_s: float = Field(120.0, gt=0, description="wait for every TaskManager")
     extra_config: dict[str, str] = Field(
         default_factory=dict, description="more Flink options for every process (flat keys)")
+    hosts_prefix: str = Field("sp", pattern=r"^[a-z][a-z0-9]{0,9}$", description="name prefix "
+                              "of the emulated hosts' namespaces, links and cgroups "
+                              "(isolation: host)")
+    hosts_subnet: str = Field("10.213.0.0/24", description="private subnet of the emulated "
+                              "hosts; its first address is the head host's (isolation: host)")
+
+    @field_validator("hosts_subnet")
+    @classmethod
+    def _private_ipv4_network(cls, value: str) -> str:
+        import ipaddress
+        try:
+            net = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as err:
+            raise ValueError(f"{value!r} is not an IPv4 network such as 10.213.0.0/24 "
+                             f"({err})") from None
+        if not net.is_private or net.prefixlen > 29:
+            raise ValueError(f"{value} must be a private range with room for hosts (/29 or "
+                             "larger)")
+        return value
 
     @property
     def rest_url(self) -> str:
@@ -167,7 +186,10 @@ def load_config(path: str | os.PathLike | None = None,
     except ValidationError as exc:
         raise ConfigError(f"invalid configuration:\n{exc}") from exc
     config.validate_cross_fields()
-    return config
+    # With ``isolation: host`` every client must reach the broker and the JobManager at the
+    # head address (the bridge), from the head host and from inside the hosts alike.
+    from streamplace.flink_hosts import with_host_addresses  # it needs this module's types
+    return with_host_addresses(config)
 
 
 def config_reference() -> str:

@@ -7,6 +7,10 @@ it (for pinning operators through slot sharing groups, with fine-grained resourc
 explicit JVM memory sizes, its CPU affinity (taskset), and in its environment its node id, work
 multiplier, thread limits and CUDA_VISIBLE_DEVICES. Python workers run in process mode with this
 virtualenv's interpreter.
+
+With ``isolation: host`` in the spec (and a machine that can emulate hosts) each TaskManager
+runs in its own emulated host at its own address, the JobManager binds the head address, and
+``stop`` removes the hosts (``streamplace.flink_hosts``); otherwise CPU-set mode, as before.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ import yaml
 
 from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
 from streamplace.config import StreamplaceConfig
+from streamplace.flink_hosts import (HostLauncher, IsolationPlan, plan_isolation,
+                                     taskmanager_address, taskmanager_host_options,
+                                     with_host_addresses)
 from streamplace.processes import LaunchError, ManagedProcess, require_java, tail
 from workload.cluster_spec import (JVM_METASPACE_MB, LocalClusterSpec, TaskManagerSpec,
                                    load_cluster_spec)
@@ -73,6 +80,7 @@ class TaskManagerStatus:
     slots_total: int | None = None
     slots_free: int | None = None
     external_resources: dict | None = None
+    address: str | None = None   # its own host's address (host mode only)
 
 
 @dataclass
@@ -81,10 +89,13 @@ class ClusterStatus:
     rest_url: str
     taskmanagers: list[TaskManagerStatus]
     jobs: list[dict]
+    isolation: str = ""   # IsolationPlan.describe(): the mode in use and why
 
     def __str__(self) -> str:
         lines = [f"flink: JobManager {'running' if self.jobmanager_running else 'stopped'}"
                  + (f", web UI and REST at {self.rest_url}" if self.jobmanager_running else "")]
+        if self.isolation:
+            lines.append(f"  {self.isolation}")
         for tm in self.taskmanagers:
             state = "registered" if tm.registered else ("starting" if tm.running else "stopped")
             extra = ""
@@ -92,7 +103,7 @@ class ClusterStatus:
                 extra = f", slots free {tm.slots_free}/{tm.slots_total}, " \
                         f"resources {tm.external_resources}"
             lines.append(f"  {tm.node_id}: {state}" + (f" (pid {tm.pid})" if tm.pid else "")
-                         + extra)
+                         + (f" at {tm.address}" if tm.address else "") + extra)
         for job in self.jobs:
             lines.append(f"  job {job.get('jid')}: {job.get('name')} {job.get('state')}")
         return "\n".join(lines)
@@ -109,9 +120,16 @@ class FlinkCluster:
         cluster.stop()
     """
 
-    def __init__(self, config: StreamplaceConfig, spec: LocalClusterSpec | None = None):
-        self.config = config
+    def __init__(self, config: StreamplaceConfig, spec: LocalClusterSpec | None = None,
+                 plan: IsolationPlan | None = None):
         self.spec = spec or load_cluster_spec(config.flink.cluster_spec)
+        # ``plan``: tests pass one; else probe the machine (only for an isolation: host spec).
+        self.isolation = plan or plan_isolation(config, self.spec)
+        if self.isolation.emulated:  # no-op when load_config already moved the addresses
+            config = with_host_addresses(config, self.spec, probe=lambda: (True, ""))
+        self.config = config
+        self.hosts = HostLauncher(config, self.spec)
+        self.hosts_note: str | None = None   # what stop() did with the hosts, for the CLI
         self.dir = config.flink_dir
         self.rest_url = config.flink.rest_url
         self.rest = FlinkRestClient(self.rest_url, timeout_s=REST_POLL_TIMEOUT_S)
@@ -196,6 +214,18 @@ class FlinkCluster:
         })
         return env
 
+    def _tm_command(self, tm: TaskManagerSpec, taskset: str | None) -> list[str]:
+        """The TaskManager's command line: Flink's script, pinned with taskset when the spec
+        gives CPUs, and in host mode entered into the node's host (same pid)."""
+        cmd = [str(flink_home() / "bin" / "taskmanager.sh"), "start-foreground",
+               # A list-valued option must come as -D (the yaml list form is read as one name).
+               "-D", f"external-resources={tm.id}"]
+        if tm.cpu_affinity and taskset:
+            cmd = [taskset, "-c", ",".join(map(str, tm.cpu_affinity))] + cmd
+        if self.isolation.emulated:
+            cmd = self.hosts.wrap(tm.id, cmd)
+        return cmd
+
     def _tm_config(self, tm: TaskManagerSpec, common: dict[str, object]) -> dict[str, object]:
         conf = dict(common)
         base = self.dir / tm.id
@@ -215,6 +245,9 @@ class FlinkCluster:
             f"external-resource.{tm.id}.amount": tm.slots,
             "io.tmp.dirs": str(base / "tmp"),
         })
+        if self.isolation.emulated:
+            conf.update(taskmanager_host_options(taskmanager_address(self.isolation, self.spec,
+                                                                     tm.id)))
         conf.pop("taskmanager.memory.process.size", None)
         return conf
 
@@ -224,6 +257,9 @@ class FlinkCluster:
         require_java()  # fail with the install hint before writing any configuration
         self.spec.check_fits_machine()
         common = self._common_config()
+        if self.isolation.emulated:  # the bridge (head address) must exist before any bind
+            busy = any(self._tm_process(tm).is_running() for tm in self.spec.taskmanagers)
+            self.hosts.ensure(busy=busy)
         if not self.jobmanager.is_running():
             self.jobmanager.check_ports_free()
             jm_conf = dict(common)
@@ -238,12 +274,7 @@ class FlinkCluster:
             if proc.is_running():
                 continue
             self._write_conf(tm.id, self._tm_config(tm, common))
-            cmd = [str(flink_home() / "bin" / "taskmanager.sh"), "start-foreground",
-                   # A list-valued option must come as -D (the yaml list form is read as one name).
-                   "-D", f"external-resources={tm.id}"]
-            if tm.cpu_affinity and taskset:
-                cmd = [taskset, "-c", ",".join(map(str, tm.cpu_affinity))] + cmd
-            proc.launch(cmd, env=self._tm_env(tm))
+            proc.launch(self._tm_command(tm, taskset), env=self._tm_env(tm))
         self.jobmanager.wait_ready(self._rest_up, self.config.flink.start_timeout_s,
                                    log_to_show=self._newest_log("jobmanager"))
         deadline = time.monotonic() + self.config.flink.start_timeout_s
@@ -265,14 +296,26 @@ class FlinkCluster:
         return self.status()
 
     def stop(self) -> list[str]:
-        """Stop TaskManagers, then the JobManager; returns the names of what was stopped."""
+        """Stop TaskManagers, then the JobManager, then remove the emulated hosts this home's
+        state file lists (whatever the spec says now; also after a crash) unless the broker
+        still listens on the head address. Returns the names of what was stopped."""
         stopped = []
         for tm in self.spec.taskmanagers:
             if self._tm_process(tm).stop(timeout_s=30):
                 stopped.append(tm.id)
         if self.jobmanager.stop(timeout_s=30):
             stopped.append("jobmanager")
+        self.hosts_note = self.hosts.release(still_needed=self._broker_running)
         return stopped
+
+    def _broker_running(self) -> bool:
+        from streamplace.kafka_broker import KafkaBroker  # it imports this module's config only
+        return KafkaBroker(self.config).process.is_running()
+
+    def processes_running(self) -> bool:
+        """Whether the JobManager or any TaskManager of this home still runs."""
+        return self.jobmanager.is_running() or any(
+            self._tm_process(tm).is_running() for tm in self.spec.taskmanagers)
 
     def kill_taskmanager(self, node_id: str, hard: bool = False) -> bool:
         """Stop one TaskManager (node leaving), or with ``hard`` SIGKILL it and its Python
@@ -289,13 +332,15 @@ class FlinkCluster:
             proc = self._tm_process(tm)
             tms.append(TaskManagerStatus(
                 node_id=tm.id, running=proc.is_running(), registered=info is not None,
-                pid=proc.pid(),
+                pid=proc.pid(), address=(taskmanager_address(self.isolation, self.spec, tm.id)
+                                         if self.isolation.emulated else None),
                 slots_total=info.get("slotsNumber") if info else None,
                 slots_free=info.get("freeSlots") if info else None,
                 external_resources=(info.get("totalResource", {}).get("extendedResources")
                                     if info else None)))
         jobs = (self._get("/jobs/overview") or {}).get("jobs", []) if overview else []
-        return ClusterStatus(self.jobmanager.is_running(), self.rest_url, tms, jobs)
+        return ClusterStatus(self.jobmanager.is_running(), self.rest_url, tms, jobs,
+                             self.isolation.describe())
 
     # REST helpers ------------------------------------------------------------------------------
     def _get(self, path: str) -> dict | None:

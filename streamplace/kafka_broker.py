@@ -1,8 +1,10 @@
 """``streamplace kafka start|stop|status``: a real Apache Kafka 4.1 single-node KRaft broker.
 
 The jars come from Maven Central through ``kafka/pom.xml``; data and logs live under
-``<home>/kafka`` (git-ignored); storage is formatted on first start; the broker binds to
-127.0.0.1 only. Start is idempotent, stop uses the recorded PID.
+``<home>/kafka`` (git-ignored); storage is formatted on first start; the broker binds and
+advertises ``kafka.host`` only (127.0.0.1 by default; with an ``isolation: host`` cluster spec
+the head address of the emulated hosts, which it creates first if the cluster has not, so the
+TaskManagers' namespaces reach it too). Start is idempotent, stop uses the recorded PID.
 
 Restarting the broker (``kafka stop`` then ``kafka start`` at once) is safe:
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamplace.config import StreamplaceConfig
+from streamplace.flink_hosts import HostLauncher, plan_isolation
 from streamplace.jars import kafka_classpath
 from streamplace.processes import (ExitedDuringStartup, LaunchError, ManagedProcess, exit_text,
                                    lock_holder, notice, require_java, tail)
@@ -75,6 +78,7 @@ class KafkaBroker:
 
     def __init__(self, config: StreamplaceConfig):
         self.config = config
+        self.hosts_note: str | None = None   # what stop() did with emulated hosts, for the CLI
         self.dir = config.kafka_dir
         self.data_dir = self.dir / "data"
         self.logs_dir = self.dir / "logs"
@@ -219,6 +223,7 @@ class KafkaBroker:
         if self.process.is_running():
             return self.status()
         java = require_java()
+        self._ensure_head_address()
         attempts = max(1, attempts)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         properties = self._render_properties()
@@ -239,6 +244,34 @@ class KafkaBroker:
                 time.sleep(delay)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
+    def _ensure_head_address(self) -> None:
+        """With an ``isolation: host`` spec in use the listener is the bridge's address: make
+        the hosts (bridge included) now if ``cluster start`` has not yet."""
+        from workload.cluster_spec import SpecError, load_cluster_spec
+        try:
+            spec = load_cluster_spec(self.config.flink.cluster_spec)
+        except SpecError:
+            return  # the cluster reports a bad spec; the broker does not need one
+        if spec.isolation != "host" or not plan_isolation(self.config, spec).emulated:
+            return
+        from streamplace.flink_cluster import FlinkCluster  # imports this module lazily too
+        cluster = FlinkCluster(self.config, spec)
+        cluster.hosts.ensure(busy=cluster.processes_running())
+
     def stop(self) -> bool:
-        """Stop the recorded broker; returns once the JVM has exited and its ports are free."""
-        return self.process.stop(timeout_s=30)
+        """Stop the recorded broker; returns once the JVM has exited and its ports are free.
+        Removes the emulated hosts too when no cluster process of this home needs them."""
+        stopped = self.process.stop(timeout_s=30)
+        self.hosts_note = HostLauncher(self.config).release(still_needed=self._cluster_running)
+        return stopped
+
+    def _cluster_running(self) -> bool:
+        from streamplace.flink_cluster import FlinkCluster
+        try:
+            return FlinkCluster(self.config).processes_running()
+        except Exception:  # noqa: BLE001 - an unreadable spec: judge by the JobManager alone
+            from streamplace.processes import ManagedProcess
+            jm = self.config.flink_dir / "jobmanager"
+            return ManagedProcess(name="Flink JobManager", pid_file=jm / "process.pid",
+                                  log_file=jm / "log" / "console.out",
+                                  marker=str(jm / "conf")).is_running()

@@ -24,17 +24,21 @@ Example::
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 __all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecError",
            "JVM_METASPACE_MB", "JVM_FIXED_OVERHEAD_MB", "SHIPPED_SPEC_NAME",
-           "cluster_spec_dir", "shipped_spec_names", "checkout_root", "default_home"]
+           "cluster_spec_dir", "shipped_spec_names", "checkout_root", "default_home",
+           "ISOLATION_MODES", "MEMORY_LIMIT_MARGIN_MB", "MAX_LINK_MBPS", "MAX_CPU_QUOTA",
+           "MIN_CPU_QUOTA", "DEFAULT_LINK_MBPS"]
 
 #: JVM parts we size explicitly and add to task heap + managed memory: framework heap 128,
 #: framework off-heap 128, network 64, metaspace 512, JVM overhead 192 (MB). Metaspace: every
@@ -46,6 +50,24 @@ JVM_FIXED_OVERHEAD_MB = 128 + 128 + 64 + JVM_METASPACE_MB + 192
 #: What a shipped spec's name may look like: a file stem, never a path (``../x`` must not
 #: reach outside ``workload/specs``).
 SHIPPED_SPEC_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
+
+#: How a TaskManager is kept apart from the others: ``cpuset`` pins it with taskset on the one
+#: shared network (today's launcher); ``host`` gives it an emulated host of its own (network
+#: namespace, address, shaped link, CPU quota, memory limit; ``streamplace.hosts``).
+ISOLATION_MODES = ("cpuset", "host")
+#: Memory a host gets above the TaskManager's JVM process size when ``memory_limit_mb`` is
+#: unset: its Python workers (process mode) live in the same cgroup and are not part of the JVM
+#: size; one worker with numpy and the executor takes about 300-500 MiB.
+MEMORY_LIMIT_MARGIN_MB = 1536
+#: Link rate of a host whose spec gives none: 10 Gbit/s, i.e. no bottleneck the policy could see.
+DEFAULT_LINK_MBPS = 10_000.0
+#: 100 Gbit/s: the fastest link a spec may ask for (a bigger figure is a unit mistake, e.g.
+#: bit/s for Mbit/s). Same bound as ``streamplace.hosts.spec.MAX_LINK_MBPS``.
+MAX_LINK_MBPS = 100_000.0
+#: CPU quota bounds, cores: below 0.01 the kernel refuses the cfs quota (1 ms of 100 ms); above
+#: 4096 it is a typo.
+MIN_CPU_QUOTA = 0.01
+MAX_CPU_QUOTA = 4096.0
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -74,6 +96,17 @@ class TaskManagerSpec(BaseModel):
     managed_mb: int = Field(256, ge=64)
     threads: int = Field(1, ge=1, description="OMP/MKL/torch threads of its Python workers")
     labels: list[str] = Field(default_factory=list)
+    # Emulated host (``isolation: host`` only; ignored in cpuset mode). They say what the host
+    # *is*, never which task suits it: a policy has to measure that.
+    uplink_mbps: float | None = Field(None, gt=0, le=MAX_LINK_MBPS, description="node -> "
+                                      "network bandwidth, Mbit/s (default DEFAULT_LINK_MBPS)")
+    downlink_mbps: float | None = Field(None, gt=0, le=MAX_LINK_MBPS, description="network -> "
+                                        "node bandwidth, Mbit/s (default DEFAULT_LINK_MBPS)")
+    cpu_quota: float | None = Field(None, ge=MIN_CPU_QUOTA, le=MAX_CPU_QUOTA,
+                                    description="cores the host may use (cfs quota; default "
+                                    "cpu_cores)")
+    memory_limit_mb: int | None = Field(None, description="memory limit of the host's cgroup "
+                                        "(default process memory + MEMORY_LIMIT_MARGIN_MB)")
 
     @field_validator("id")
     @classmethod
@@ -84,10 +117,45 @@ class TaskManagerSpec(BaseModel):
                              "letters, digits and underscores")
         return value
 
+    @model_validator(mode="after")
+    def _memory_limit_holds_the_jvm(self) -> "TaskManagerSpec":
+        # A limit below the JVM's own size gets the TaskManager OOM-killed at start-up.
+        limit = self.memory_limit_mb
+        if limit is not None and not self.process_memory_mb <= limit <= 1_048_576:
+            raise ValueError(f"{self.id}: memory_limit_mb {limit} must be at least the "
+                             f"TaskManager's process memory ({self.process_memory_mb} MiB) and "
+                             "at most 1 TiB")
+        return self
+
     @property
     def process_memory_mb(self) -> int:
         """Task heap + managed memory + the JVM's fixed parts (:data:`JVM_FIXED_OVERHEAD_MB`)."""
         return self.task_heap_mb + self.managed_mb + JVM_FIXED_OVERHEAD_MB
+
+    def host_limits(self) -> dict[str, float | int]:
+        """The emulated host of this node with every default filled in.
+
+        Example::
+
+            >>> tm = TaskManagerSpec(id="tm_x", cpu_cores=1, uplink_mbps=8)
+            >>> tm.host_limits()["uplink_mbps"], tm.host_limits()["cpu_quota"]
+            (8.0, 1.0)
+        """
+        limits = {
+            "uplink_mbps": self.uplink_mbps if self.uplink_mbps is not None else DEFAULT_LINK_MBPS,
+            "downlink_mbps": (self.downlink_mbps if self.downlink_mbps is not None
+                              else DEFAULT_LINK_MBPS),
+            "cpu_quota": self.cpu_quota if self.cpu_quota is not None else float(self.cpu_cores),
+            "memory_mb": (self.memory_limit_mb if self.memory_limit_mb is not None
+                          else self.process_memory_mb + MEMORY_LIMIT_MARGIN_MB),
+        }
+        for key, value in limits.items():  # cpu_cores has no upper bound of its own
+            if not math.isfinite(value) or value <= 0:
+                raise SpecError(f"{self.id}: {key} {value!r} is not a finite positive number")
+        if not MIN_CPU_QUOTA <= limits["cpu_quota"] <= MAX_CPU_QUOTA:
+            raise SpecError(f"{self.id}: cpu_quota {limits['cpu_quota']} (from cpu_cores) is not "
+                            f"in [{MIN_CPU_QUOTA}, {MAX_CPU_QUOTA}]; set cpu_quota")
+        return limits
 
 
 class LocalClusterSpec(BaseModel):
@@ -96,6 +164,9 @@ class LocalClusterSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    isolation: Literal["cpuset", "host"] = Field(
+        "cpuset", description="cpuset: taskset pinning on one shared network; host: an "
+        "emulated host per TaskManager (falls back to cpuset where it cannot run)")
     taskmanagers: list[TaskManagerSpec] = Field(min_length=1)
     source: str = ""
 
