@@ -12,10 +12,10 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 QUICK ?=
 
-.PHONY: install jars compose-cli demo test faults unit integration up down clean lock help
+.PHONY: install jars compose-cli demo test faults models unit integration up down clean lock help
 
 help:
-	@echo "make demo | make test | make faults | make install | make jars | make up | make down | make clean"
+	@echo "make demo | make test | make faults | make models | make install | make jars | make up | make down | make clean"
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ faults: jars
 	OMP_NUM_THREADS=1 $(PY) -m pytest tests/faults -q -s $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make faults: pytest collected no tests -- failing on purpose" >&2; exit 1; fi; \
 	exit $$rc
+
+# Re-train every model file that ships in placement/models (and interference/models) with the
+# command, seeds and training-data hash recorded in each; about 40 minutes on 2 cores.
+models: install
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks.ship_models
 
 up: jars
 	$(SP) up

@@ -85,8 +85,11 @@ def _agent(variant: str, cluster, costs, seed: int = 0, **overrides):
 
 
 def train_variant(job: tuple) -> dict:
-    """Pre-train (or not) and train one variant online; save it; return its curves."""
-    variant, pretrained, episodes, tasks, out_dir = job
+    """Pre-train (or not) and train one variant online; save it; return its curves.
+
+    ``job``: (variant, pretrained, episodes, tasks, out_dir[, extra metadata for the file])."""
+    variant, pretrained, episodes, tasks, out_dir = job[:5]
+    extra = job[5] if len(job) > 5 else {}
     if variant == "residual":
         return train_residual(job)
     from interference.schedulers import make_node_scheduler
@@ -121,7 +124,7 @@ def train_variant(job: tuple) -> dict:
                          "epsilon": agent.epsilon(), "updates": agent.updates,
                          "wall_s": time.perf_counter() - started})
     path = Path(out_dir) / f"{variant}-{'pre' if pretrained else 'scratch'}.spm"
-    agent.save(path, pretraining_data=data_hash, training_seeds=[10, 10 + episodes])
+    agent.save(path, pretraining_data=data_hash, training_seeds=[10, 10 + episodes], **extra)
     return {"variant": variant, "pretrained": pretrained, "pretraining_loss": curve_pre,
             "learning": learning, "model": str(path)}
 
@@ -142,7 +145,8 @@ def _saturated_throughput(agent, scheduler_name, seeds, tasks) -> float:
 def train_residual(job: tuple) -> dict:
     """The residual variant: starts as MCT, learns online on saturated TRAINING seeds, and
     keeps the checkpoint with the best mean saturated throughput on TUNING_SEEDS."""
-    variant, pretrained, episodes, tasks, out_dir = job
+    variant, pretrained, episodes, tasks, out_dir = job[:5]
+    extra = job[5] if len(job) > 5 else {}
     import copy
 
     from interference.schedulers import make_node_scheduler
@@ -173,7 +177,7 @@ def train_residual(job: tuple) -> dict:
     agent._numpy_layers = None
     path = Path(out_dir) / f"{variant}-pre.spm"
     agent.save(path, pretraining_data="none (prior: MCT)", training_seeds=[10, 10 + episodes],
-               checkpoint_episode=best[1], tuning_seeds=list(TUNING_SEEDS))
+               checkpoint_episode=best[1], tuning_seeds=list(TUNING_SEEDS), **extra)
     return {"variant": variant, "pretrained": True, "pretraining_loss": [],
             "learning": learning, "checkpoints": checks, "chosen_episode": best[1],
             "model": str(path)}

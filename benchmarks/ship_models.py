@@ -1,15 +1,33 @@
-"""Train the LDWP model that ships with streamplace (``placement/models/``), reproducibly.
+"""Train the model files that ship with streamplace (``placement/models/``), reproducibly.
 
-    python -m benchmarks.ship_models            # about 15 minutes on 2 cores
+    python -m benchmarks.ship_models                       # every shipped model (~40 min, 2 cores)
+    python -m benchmarks.ship_models --models residual     # one of them
+    make models                                            # the same as the first line
 
-The residual LDWP variant of ``benchmarks/ldwp.py`` (starts as MCT, learns online on saturated
-TRAINING seeds of the paper cluster with the HEFT node scheduler, keeps the checkpoint with the
-best saturated throughput on the TUNING seeds; never the evaluation seeds). Same seeds, same
-code, same file: the model file's metadata records the command, the seeds and the checkpoint.
-``benchmarks/zoo.py`` and users of the simulator start from this file::
+Each model is trained by the same code as ``benchmarks/ldwp.py`` on the paper cluster with
+TRAINING seeds only (checkpoints, where chosen, on the TUNING seeds; never the evaluation
+seeds), with ``torch`` on one thread, so the same code gives the same file bit for bit. Its
+metadata records the command that rebuilds it, the seeds, and ``training_data_sha256``: the
+SHA-256 of what it learned from (the calibration file, the co-location table the simulator
+used, the cluster and every training workload), so a file trained on generated data (no
+``STREAMPLACE_DATA_DIR``) is told apart from one trained on the real traces.
+
+- ``residual``: the residual LDWP (MCT prior plus a learned, evidence-weighted correction),
+  8 saturated episodes (``benchmarks/ldwp.py`` trains it for 10), the best checkpoint on the
+  tuning seeds (a checkpoint every 2 episodes).
+- ``size_agnostic``: the node-scoring network (one score per node row, so it runs on any
+  cluster), pre-trained on MCT's decisions, then 8 online episodes.
+- ``paper``: the paper's network (one output per node of the paper cluster), pre-trained the
+  same way; it moves to another cluster only through ``placement.ldwp.transfer``.
+- ``ncf``: the interference models in ``interference/models/`` (see
+  ``interference.ncf.shipped``): matrix factorisation and the paper's NCF per GPU type, fitted
+  (seed 0) on every feasible entry of Gavel's co-location matrix; seconds.
+
+Users start from them::
 
     from placement.ldwp.agent import LDWPPolicy
-    agent = LDWPPolicy.from_file(SHIPPED_RESIDUAL, cluster, costs)
+    from placement.ldwp.shipped import shipped_model
+    agent = LDWPPolicy.from_file(shipped_model("residual"), cluster, costs)
 """
 
 from __future__ import annotations
@@ -25,26 +43,131 @@ from placement.ldwp.shipped import SHIPPED_MODELS
 
 MODELS = Path(__file__).resolve().parent.parent / "placement" / "models"
 SHIPPED_RESIDUAL = MODELS / SHIPPED_MODELS["residual"]
-#: As benchmarks/ldwp.py: 8 saturated training episodes of 1,500 tasks.
-EPISODES, TASKS = 8, 1500
+#: training episodes of every shipped model
+EPISODES = 8
+#: tasks per training episode, as benchmarks/ldwp.py
+TASKS = 1500
+#: shipped name -> (benchmarks.ldwp variant, pre-trained on MCT's decisions)
+TRAINED_AS = {"residual": ("residual", True), "size_agnostic": ("node_scoring", True),
+              "paper": ("paper", True)}
+
+
+def training_data_hash(variant: str, episodes: int, tasks: int) -> str:
+    """SHA-256 over everything the model learns from (see the module docstring)."""
+    from benchmarks.ldwp import TRAINING_SEEDS, TUNING_SEEDS
+    from simulator.scenarios import paper_cluster, paper_workload, saturated_workload
+    from workload.traces.gavel import load_or_generate_colocation
+    digest = hashlib.sha256()
+    digest.update((Path(__file__).resolve().parent.parent / "workload" /
+                   "calibration.yaml").read_bytes())
+    digest.update(repr(load_or_generate_colocation()).encode())
+    digest.update(repr(paper_cluster()).encode())
+    seeds = [(TRAINING_SEEDS[10 + e], variant == "residual" or e % 2 == 0)
+             for e in range(episodes)]
+    seeds += [(s, True) for s in TUNING_SEEDS] if variant == "residual" else []
+    for seed, saturated in seeds:
+        workload = (saturated_workload(tasks, seed=seed) if saturated
+                    else paper_workload(60, tasks, seed=seed))
+        for task in workload:
+            digest.update(repr(task).encode())
+    return digest.hexdigest()
+
+
+def ship(name: str, episodes: int | None = None, out: Path | None = None) -> dict:
+    """Train one shipped model and write it to ``out`` (default: its place in the package)."""
+    from benchmarks.ldwp import train_variant
+    variant, pretrained = TRAINED_AS[name]
+    episodes = episodes or EPISODES
+    out = out or MODELS / SHIPPED_MODELS[name]
+    command = f"python -m benchmarks.ship_models --models {name}" + (
+        "" if episodes == EPISODES else f" --episodes {episodes}")
+    extra = {"command": command, "shipped_as": name,
+             "training_data_sha256": training_data_hash(variant, episodes, TASKS)}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ship-models-") as tmp:
+        trained = train_variant((variant, pretrained, episodes, TASKS, tmp, extra))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(trained["model"], out)
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    report = {"name": name, "file": str(out), "bytes": out.stat().st_size, "sha256": digest,
+              "wall_s": time.perf_counter() - started, "episodes": episodes}
+    if "checkpoints" in trained:
+        report["chosen_episode"] = trained["chosen_episode"]
+        report["tuning_throughput_per_min"] = [c["tuning_throughput_per_min"]
+                                               for c in trained["checkpoints"]]
+    return report
+
+
+NCF_SEED = 0
+
+
+def ship_ncf() -> list[dict]:
+    """Fit and write every shipped interference model (``interference.ncf.shipped``)."""
+    import numpy as np
+    import torch
+
+    from benchmarks.ncf import gavel_matrix
+    from interference.ncf import make_completion_model
+    from interference.ncf.modelfile import save_completion_model
+    from interference.ncf.shipped import SHIPPED_GPU_TYPES, SHIPPED_NCF_MODELS
+    from workload.traces.gavel import load_or_generate_colocation
+    torch.set_num_threads(1)
+    table = load_or_generate_colocation()
+    source = str(getattr(table, "source", "gavel"))
+    # the file's name, not this machine's path to it (the generator's note is kept whole)
+    source = source if source.startswith("generated") else "/".join(Path(source).parts[-2:])
+    folder = MODELS.parent.parent / "interference" / "models"
+    folder.mkdir(parents=True, exist_ok=True)
+    reports = []
+    for gpu in SHIPPED_GPU_TYPES:
+        jobs, throughput, feasible = gavel_matrix(table, gpu)
+        data = hashlib.sha256(np.ascontiguousarray(throughput, "<f8").tobytes()
+                              + np.ascontiguousarray(feasible, "u1").tobytes()
+                              + "\n".join(jobs).encode()).hexdigest()
+        for name in SHIPPED_NCF_MODELS:
+            started = time.perf_counter()
+            model = make_completion_model(name).fit(np.where(feasible, throughput, np.nan),
+                                                    feasible, seed=NCF_SEED)
+            out = folder / f"{name}_{gpu}.spncf"
+            save_completion_model(out, model, {
+                "command": "python -m benchmarks.ship_models --models ncf", "seed": NCF_SEED,
+                "gpu_type": gpu, "jobs": jobs, "source": source,
+                "training_data_sha256": data,
+                "fitted_on": "every feasible entry (job, partner) of the scale-1 jobs"})
+            reports.append({"name": f"{name}_{gpu}", "file": str(out),
+                            "bytes": out.stat().st_size,
+                            "sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+                            "wall_s": time.perf_counter() - started})
+    return reports
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--episodes", type=int, default=EPISODES)
-    parser.add_argument("--out", type=Path, default=SHIPPED_RESIDUAL)
+    parser.add_argument("--models", default=",".join((*TRAINED_AS, "ncf")),
+                        help=f"comma-separated, from {', '.join(TRAINED_AS)}, ncf")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="training episodes (default: each model's own)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output file (only with a single --models name)")
     args = parser.parse_args(argv)
-    from benchmarks.ldwp import train_residual
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="ship-models-") as tmp:
-        trained = train_residual(("residual", True, args.episodes, TASKS, tmp))
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(trained["model"], args.out)
-    digest = hashlib.sha256(args.out.read_bytes()).hexdigest()
-    print(f"wrote {args.out} ({args.out.stat().st_size} bytes, sha256 {digest[:16]}) in "
-          f"{time.perf_counter() - started:.0f} s; checkpoint episode "
-          f"{trained['chosen_episode']}, tuning throughput "
-          f"{[c['tuning_throughput_per_min'] for c in trained['checkpoints']]}")
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TRAINED_AS and n != "ncf"]
+    if unknown or not names:
+        parser.error(f"unknown model(s) {unknown}; shipped: {', '.join(TRAINED_AS)}, ncf")
+    if args.out and (len(names) != 1 or names == ["ncf"]):
+        parser.error("--out needs exactly one --models name (not ncf)")
+    if "ncf" in names:
+        for report in ship_ncf():
+            print(f"wrote {report['file']} ({report['bytes']} bytes, sha256 "
+                  f"{report['sha256'][:16]}) in {report['wall_s']:.1f} s")
+        names.remove("ncf")
+    for name in names:
+        report = ship(name, args.episodes, args.out)
+        print(f"wrote {report['file']} ({report['bytes']} bytes, sha256 "
+              f"{report['sha256'][:16]}) in {report['wall_s']:.0f} s"
+              + (f"; checkpoint episode {report['chosen_episode']}, tuning throughput "
+                 f"{[round(v, 1) for v in report['tuning_throughput_per_min']]}"
+                 if "chosen_episode" in report else ""))
 
 
 if __name__ == "__main__":

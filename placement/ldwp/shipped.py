@@ -4,11 +4,16 @@ Each one is rebuilt bit-for-bit by the command in its row (same code, same seeds
 metadata records the training and tuning seeds and the checkpoint chosen. Found through
 ``importlib.resources``, so an installed wheel has them too.
 
-========== =============================== ===========================================
-name       file                            rebuilt by
-========== =============================== ===========================================
-residual   ``ldwp_residual_paper.spm``     ``python -m benchmarks.ship_models``
-========== =============================== ===========================================
+============= ================================== ====================================================
+name          file                               rebuilt by
+============= ================================== ====================================================
+residual      ``ldwp_residual_paper.spm``        ``python -m benchmarks.ship_models --models residual``
+size_agnostic ``ldwp_size_agnostic_paper.spm``   ``... --models size_agnostic``
+paper         ``ldwp_paper_network_paper.spm``   ``... --models paper`` (11 output rows: the paper
+                                                 cluster's nodes; other clusters via transfer)
+============= ================================== ====================================================
+
+``make models`` rebuilds every one.
 
 Example::
 
@@ -24,7 +29,9 @@ from pathlib import Path
 __all__ = ["SHIPPED_MODELS", "shipped_model"]
 
 #: name -> file in ``placement/models/``
-SHIPPED_MODELS = {"residual": "ldwp_residual_paper.spm"}
+SHIPPED_MODELS = {"residual": "ldwp_residual_paper.spm",
+                  "size_agnostic": "ldwp_size_agnostic_paper.spm",
+                  "paper": "ldwp_paper_network_paper.spm"}
 
 
 def shipped_model(name: str = "residual") -> Path:
@@ -34,5 +41,5 @@ def shipped_model(name: str = "residual") -> Path:
     path = Path(str(resources.files("placement") / "models" / SHIPPED_MODELS[name]))
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: rebuild it with "
-                                f"`python -m benchmarks.ship_models`")
+                                f"`python -m benchmarks.ship_models --models {name}`")
     return path

@@ -118,7 +118,7 @@ def test_settings_are_validated():
 
 
 def test_paper_transfer_keeps_what_still_means_the_same(costs):
-    from placement.ldwp.transfer import transfer_paper_agent
+    from placement.ldwp.transfer import most_similar_node, transfer_paper_agent
     old_cluster = _cluster(3)
     agent = LDWPPolicy(old_cluster, costs, LDWPSettings(network="paper", seed=2))
     grown = ClusterSpec(old_cluster.nodes + (NodeSpec("n9", 4, 16),))
@@ -129,9 +129,28 @@ def test_paper_transfer_keeps_what_still_means_the_same(costs):
     assert new[0].weight.shape[1] == old[0].weight.shape[1] + 6  # six inputs per new node
     assert torch.equal(new[0].weight[:, :22], old[0].weight)    # task + the 3 old nodes
     assert torch.equal(new[-1].weight[:3], old[-1].weight)      # their Q rows
-    assert torch.allclose(new[-1].weight[3], old[-1].weight.mean(dim=0))
+    # the new node starts as the old node most like it (not an average node)
+    twin = most_similar_node(grown.nodes[3], old_cluster)
+    assert twin == 2  # n2: the same 4 cores, 16 GB, no GPU
+    assert torch.equal(new[-1].weight[3], old[-1].weight[twin])
+    assert torch.equal(new[0].weight[:, 22:28], old[0].weight[:, 4 + 6 * twin:10 + 6 * twin])
     moved.training = False
     assert moved.decide(_observation(4, 0)).node in grown.node_ids
+
+
+@pytest.mark.parametrize("new_node, twin", [
+    (NodeSpec("x", 8, 32, gpus=(GpuSpec("p4", 8),) * 4), "p4x4"),
+    (NodeSpec("x", 8, 32, gpus=(GpuSpec("k80", 12),) * 2), "k80x2"),
+    (NodeSpec("x", 16, 64), "cpu16"),
+    (NodeSpec("x", 16, 64, cpu_speed=3.0), "cpu16"),
+    (NodeSpec("x", 8, 32, gpus=(GpuSpec("a100", 40, 8.0),)), "p4x4"),  # the faster GPUs
+])
+def test_a_new_node_starts_as_the_old_node_most_like_it(new_node, twin):
+    from placement.ldwp.transfer import most_similar_node
+    old = ClusterSpec((NodeSpec("p4x4", 8, 32, gpus=(GpuSpec("p4", 8),) * 4),
+                       NodeSpec("k80x2", 8, 32, gpus=(GpuSpec("k80", 12),) * 2),
+                       NodeSpec("cpu16", 16, 64)))
+    assert old.node_ids[most_similar_node(new_node, old)] == twin
 
 
 def test_pretraining_makes_the_agent_reproduce_its_teacher(costs):

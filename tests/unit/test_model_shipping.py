@@ -1,0 +1,107 @@
+"""The shipped model files and the benchmarks that judge them: hand-written run tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.generalisation import make_cluster, verdicts
+from benchmarks.paper_setting import gains
+
+
+def _run(cluster, policy, seed, throughput):
+    return {"cluster": cluster, "policy": policy, "seed": seed, "throughput_per_min": throughput}
+
+
+def _row(cluster, policy, mean, low):
+    return {"cluster": cluster, "policy": policy, "throughput_per_min": {"mean": mean,
+                                                                         "ci95": [low, 0.0]}}
+
+
+def test_paper_setting_gain_is_per_seed_over_the_mean_of_the_three_paper_baselines():
+    runs = []
+    for seed, (random, etc, pats, ours) in {1: (50, 70, 90, 84), 2: (40, 80, 60, 72)}.items():
+        for system, value in (("Random", random), ("ETC", etc), ("PATS", pats),
+                              ("LDWP+HEFT", ours)):
+            runs.append({"system": system, "seed": seed, "throughput_per_min": value})
+    g = gains(runs, "LDWP+HEFT", "throughput_per_min")
+    assert g["per_seed"] == pytest.approx([84 / 70 - 1, 72 / 60 - 1])
+    assert g["mean"] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("cluster, ldwp, mct, goal", [
+    ("alibaba_17", [(100, 95)], [(98, 97)], False),          # interval's low end below MCT
+    ("alibaba_17", [(100, 99)], [(98, 97)], True),
+    ("paper_training", [(81, 70)], [(77, 75)], True),        # the training cluster: mean above
+    ("paper_training", [(76, 75)], [(77, 75)], False),
+])
+def test_the_goal_is_the_interval_against_mct_on_unseen_clusters_and_the_mean_on_training(
+        cluster, ldwp, mct, goal):
+    rows = [_row(cluster, "ldwp", *ldwp[0]), _row(cluster, "mct", *mct[0])]
+    runs = [_run(cluster, "ldwp", 1, 10.0), _run(cluster, "mct", 1, 8.0),
+            _run(cluster, "ldwp", 2, 9.0), _run(cluster, "mct", 2, 10.0)]
+    v = verdicts(rows, runs)[cluster]["ldwp"]
+    assert v["goal_met"] is goal
+    assert v["paired_change"]["mean"] == pytest.approx((10 / 8 + 9 / 10) / 2 - 1)
+
+
+def test_verdicts_cover_every_learned_model_but_only_judge_the_residual_one():
+    rows = [_row("x", p, 10.0, 9.0) for p in ("ldwp", "mct", "size_agnostic", "random")]
+    runs = [_run("x", p, 1, 10.0) for p in ("ldwp", "mct", "size_agnostic")]
+    v = verdicts(rows, runs)["x"]
+    assert set(v) == {"ldwp", "size_agnostic"} and "goal_met" not in v["size_agnostic"]
+
+
+def test_generalisation_clusters_are_the_ones_the_issue_names():
+    assert [n.cpu_speed for n in make_cluster("two_cpu_3x").nodes] == [1.0, 3.0]
+    assert len(make_cluster("alibaba_17").nodes) == 17
+    assert len(make_cluster("alibaba_100").nodes) == 100
+    five = make_cluster("five_mixed_unseen_gpu")
+    assert {g.model for n in five.nodes for g in n.gpus} == {"k80", "p4", "v100", "a100"}
+    with pytest.raises(ValueError, match="unknown cluster"):
+        make_cluster("nope")
+
+
+def test_training_data_hash_is_reproducible_and_tells_models_apart():
+    from benchmarks.ship_models import training_data_hash
+    first = training_data_hash("residual", 2, 50)
+    assert first == training_data_hash("residual", 2, 50)
+    assert first != training_data_hash("residual", 3, 50)
+    assert first != training_data_hash("paper", 2, 50)  # other workloads (unsaturated episodes)
+    assert len(first) == 64 and int(first, 16) >= 0
+
+
+@pytest.mark.parametrize("model", ["matrix_factorization", "paper_ncf"])
+@pytest.mark.parametrize("gpu", ["k80", "p100", "v100"])
+def test_every_shipped_interference_model_loads_with_its_provenance(model, gpu):
+    import numpy as np
+
+    from interference.ncf.shipped import load_shipped_ncf
+    fitted, meta = load_shipped_ncf(model, gpu)
+    completed = fitted.complete()
+    assert completed.shape == (len(meta["jobs"]), len(meta["jobs"]))
+    assert np.isfinite(completed).all() and completed.min() > -0.5 and completed.max() < 1.5
+    assert meta["command"] == "python -m benchmarks.ship_models --models ncf"
+    assert meta["gpu_type"] == gpu and len(meta["training_data_sha256"]) == 64
+    assert "/work/" not in meta["source"]  # no machine's path in a shipped file
+
+
+def test_an_unknown_shipped_interference_model_names_what_ships():
+    from interference.ncf.shipped import shipped_ncf_model
+    with pytest.raises(ValueError, match="paper_ncf"):
+        shipped_ncf_model("paper_ncf", "h100")
+
+
+@pytest.mark.parametrize("name", ["residual", "size_agnostic", "paper"])
+def test_every_shipped_ldwp_model_loads_and_names_how_to_rebuild_it(name):
+    from placement.ldwp.agent import LDWPPolicy
+    from placement.ldwp.modelfile import load_model
+    from placement.ldwp.shipped import shipped_model
+    from simulator.scenarios import paper_cluster, paper_costs
+    path = shipped_model(name)
+    _, meta = load_model(path)
+    assert meta["command"] == f"python -m benchmarks.ship_models --models {name}"
+    assert meta["shipped_as"] == name and len(meta["training_data_sha256"]) == 64
+    assert meta["training_seeds"] == [10, 18]
+    assert path.stat().st_size < 512 * 1024   # small enough to ship in the wheel
+    agent = LDWPPolicy.from_file(path, paper_cluster(), paper_costs())
+    assert agent.settings.network == ("paper" if name == "paper" else "node_scoring")
