@@ -243,12 +243,30 @@ def cluster_task_limits(cluster_spec: str = "",
 
 
 def nodes_from_cluster_spec(name_or_path: str) -> list[RouterNode]:
-    """RouterNodes from a streamplace cluster spec (``workload/specs/<name>.yaml`` or a path)."""
+    """RouterNodes from a streamplace cluster spec (``workload/specs/<name>.yaml`` or a path).
+
+    With ``isolation: host`` each node's ``link_mbps`` / ``uplink_mbps`` are its emulated
+    host's shaped downlink and uplink (``TaskManagerSpec.host_limits()``, defaults filled in),
+    so the router reads a node's feedback byte rates as fractions of the links it really has;
+    in cpuset mode links are not shaped and RouterNode's default stays.
+
+    Example::
+
+        >>> [(n.link_mbps, n.uplink_mbps) for n in nodes_from_cluster_spec("hosts")]
+        [(8.0, 8.0), (1000.0, 1000.0), (80.0, 40.0)]
+    """
     from workload.cluster_spec import load_cluster_spec
     spec = load_cluster_spec(name_or_path)
-    return [RouterNode(tm.id, cpu_cores=max(1, int(round(tm.cpu_cores))),
-                       work_multiplier=tm.work_multiplier, instances=1, gpus=len(tm.gpu_ids))
-            for tm in spec.taskmanagers]
+    shaped = spec.isolation == "host"
+    nodes = []
+    for tm in spec.taskmanagers:
+        limits = tm.host_limits() if shaped else {}
+        link = {"link_mbps": float(limits["downlink_mbps"]),
+                "uplink_mbps": float(limits["uplink_mbps"])} if shaped else {}
+        nodes.append(RouterNode(tm.id, cpu_cores=max(1, int(round(tm.cpu_cores))),
+                                work_multiplier=tm.work_multiplier, instances=1,
+                                gpus=len(tm.gpu_ids), **link))
+    return nodes
 
 
 class StreamplaceHook:

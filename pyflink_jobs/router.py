@@ -60,8 +60,9 @@ class RouterNode:
     work_multiplier: float = 1.0
     instances: int = 1            # executor instances the plan gives it
     gpus: int = 0
-    link_mbps: float = 1000.0     # to express feedback byte rates as link utilisation (both
-    #                               directions; workload.feedback's rule)
+    link_mbps: float = 1000.0     # to express feedback byte rates as link utilisation: the
+    #                               downlink (and the uplink unless uplink_mbps says otherwise)
+    uplink_mbps: float | None = None
 
     def spec(self) -> NodeSpec:
         return NodeSpec(self.node_id, max(1, int(self.cpu_cores)), 16.0,
@@ -166,9 +167,10 @@ class Router:
                 sample = timing_sample(timing)  # (type, size, work s); None when implausible
                 if sample is not None:
                     self.speeds.observe(node_id, *sample)
-            link = self._nodes[node_id].link_mbps
+            node = self._nodes[node_id]
             # The age is the observation's business (decision time), not the report's.
-            self._states[node_id] = node_state_from_feedback(feedback, link, link)
+            self._states[node_id] = node_state_from_feedback(
+                feedback, node.uplink_mbps or node.link_mbps, node.link_mbps)
             self._feedback_at_ms[node_id] = feedback_emitted_at_ms(feedback)
 
     def reported_state(self, node_id: str) -> NodeState:

@@ -35,7 +35,7 @@ from interference.executor.memory import MemoryBudget
 from interference.executor.results import (RecordOutcome, StageRun, describe_failure,
                                            format_traceback)
 from interference.executor.settings import OperatorExecutorSettings
-from interference.executor.telemetry import NodeTelemetry
+from interference.executor.telemetry import NodeTelemetry, feedback_numbers
 from workload.limits import BYTES_PER_RECORD_BYTE
 from workload.operators import StagedOperator, as_operator, chain_cpu_stages
 
@@ -158,9 +158,7 @@ class DirectExecutor:
         sample = self.telemetry.sample()
         with self._lock:
             counts = dict(self._counts)
-        return {"node_id": self.settings.node_id, **counts,
-                "cpu_util": sample["cpu_util"], "host_mem_util": sample["host_mem_util"],
-                "gpu_util": sample["gpu_util"], "gpu_mem_util": sample["gpu_mem_util"]}
+        return {"node_id": self.settings.node_id, **counts, **feedback_numbers(sample)}
 
     def batch_report(self) -> dict:
         with self._lock:

@@ -45,7 +45,7 @@ from interference.executor.corun import AloneBaseline, CoRunLearner
 from interference.executor.devices import discover_units
 from interference.executor.lanes import UnitLanes
 from interference.executor.memory import MemoryBudget, limit_address_space
-from interference.executor.telemetry import NodeTelemetry
+from interference.executor.telemetry import NodeTelemetry, feedback_numbers
 from interference.schedulers import validate_assignments
 from interference.schedulers.fcfs import FcfsScheduler
 from workload.model import Assignment, ComputingUnit, NodeScheduler, Stage
@@ -110,9 +110,7 @@ class ExecutorCore:
             counts = {"in_flight": self._executing, "queue_depth": self._queued,
                       "completed": self._completed, "failed": self._failed,
                       "stages_run": self._stages_run}
-        return {"node_id": self.settings.node_id, **counts,
-                "cpu_util": sample["cpu_util"], "host_mem_util": sample["host_mem_util"],
-                "gpu_util": sample["gpu_util"], "gpu_mem_util": sample["gpu_mem_util"]}
+        return {"node_id": self.settings.node_id, **counts, **feedback_numbers(sample)}
 
     def learned_slowdowns(self) -> dict:
         """Measured co-execution: ``{(stage, partner types, unit kind): {"mean_rate",

@@ -11,6 +11,18 @@
   node's GPUs (those in ``CUDA_VISIBLE_DEVICES``, by index or UUID; all when unset). NVML's
   numbers are per device: TaskManagers sharing a GPU all see its whole load.
 
+Inside a host with a CPU quota (an emulated host of ``streamplace.hosts``, or a container) the
+host's own accounting replaces the process view (:mod:`interference.executor.host_stats`):
+
+- ``cpu_util``: the cgroup's CPU seconds over ``quota x elapsed`` (1.0 = the host's whole share);
+- ``host_mem_util``: the memory cgroup's use over its limit (over the machine's memory when it
+  has none);
+- ``uplink_bytes_per_s`` / ``downlink_bytes_per_s``: bytes the namespace's interfaces sent /
+  received over the elapsed time (these two keys appear only in this mode).
+
+``source`` says which view ``cpu_util`` came from ("cgroup" or "process"); a number the host
+view cannot read keeps the process view's value for that sample.
+
 Without a GPU or NVML library the GPU numbers are 0.0 and ``gpus`` is empty (``nvmlInit``
 raises ``NVMLError_LibraryNotFound``, a subclass of ``pynvml.NVMLError``, which is caught).
 Samples are cached for ``min_interval_s`` (0.5 s), so calling :meth:`NodeTelemetry.sample` on
@@ -28,6 +40,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -36,10 +49,55 @@ from collections.abc import Iterable
 import psutil
 
 from interference.executor.devices import cpu_count
+from interference.executor.host_stats import HostCounters, HostStats
 
-__all__ = ["NodeTelemetry", "visible_gpu_selectors"]
+__all__ = ["NodeTelemetry", "feedback_numbers", "visible_gpu_selectors", "host_utilisation",
+           "MAX_LINK_BYTES_PER_S", "SOURCE_CGROUP", "SOURCE_PROCESS"]
 
 log = logging.getLogger(__name__)
+
+#: Highest link rate believed (400 Gbit/s, the fastest NIC one host has): a larger delta is a
+#: counter glitch, and the feedback rule clamps to the node's own link capacity anyway.
+MAX_LINK_BYTES_PER_S = 400e9 / 8
+SOURCE_CGROUP, SOURCE_PROCESS = "cgroup", "process"
+
+
+def host_utilisation(earlier: HostCounters, later: HostCounters,
+                     total_memory_bytes: float) -> dict:
+    """The host's numbers between two :class:`HostCounters` of the same host: ``cpu_util``
+    (only with a CPU quota), ``host_mem_util`` (use over the limit, else over
+    ``total_memory_bytes``), ``uplink_bytes_per_s`` / ``downlink_bytes_per_s``; each key only
+    when it could be measured. Utilisations are clamped to [0, 1], rates to
+    [0, :data:`MAX_LINK_BYTES_PER_S`]; a counter that went backwards (reset) reads 0.
+
+    Example::
+
+        >>> from interference.executor.host_stats import NetCounters
+        >>> a = HostCounters(10.0, 4.0, 0.5, 1 << 20, 4 << 20, NetCounters(0, 0, ("eth0",)))
+        >>> b = HostCounters(12.0, 4.5, 0.5, 2 << 20, 4 << 20, NetCounters(300, 1000, ("eth0",)))
+        >>> n = host_utilisation(a, b, 8 << 20)
+        >>> n["cpu_util"], n["host_mem_util"], n["uplink_bytes_per_s"], n["downlink_bytes_per_s"]
+        (0.5, 0.5, 500.0, 150.0)
+    """
+    out: dict = {}
+    elapsed = later.time_s - earlier.time_s
+    timed = math.isfinite(elapsed) and elapsed > 0
+    if timed and later.cpu_quota and earlier.cpu_seconds is not None \
+            and later.cpu_seconds is not None:
+        out["cpu_util"] = _clip((later.cpu_seconds - earlier.cpu_seconds)
+                                / (later.cpu_quota * elapsed))
+    if later.memory_bytes is not None:
+        limit = later.memory_limit_bytes or total_memory_bytes
+        if limit and limit > 0:
+            out["host_mem_util"] = _clip(later.memory_bytes / limit)
+    if timed and earlier.net is not None and later.net is not None:
+        for key, before, after in (("uplink_bytes_per_s", earlier.net.tx_bytes,
+                                    later.net.tx_bytes),
+                                   ("downlink_bytes_per_s", earlier.net.rx_bytes,
+                                    later.net.rx_bytes)):
+            rate = (after - before) / elapsed
+            out[key] = min(MAX_LINK_BYTES_PER_S, max(0.0, rate)) if math.isfinite(rate) else 0.0
+    return out
 
 
 def visible_gpu_selectors(environ=None) -> list[str] | None:
@@ -64,18 +122,26 @@ def visible_gpu_selectors(environ=None) -> list[str] | None:
 
 
 def _clip(value: float) -> float:
-    return min(1.0, max(0.0, float(value)))
+    value = float(value)
+    return min(1.0, max(0.0, value)) if math.isfinite(value) else 0.0
 
 
 class NodeTelemetry:
     """psutil + NVML sampler for one node's processes and GPUs.
 
     ``pids``: more processes to count with this one (a process that exits is dropped);
-    ``min_interval_s``: how long a sample is reused.
+    ``min_interval_s``: how long a sample is reused; ``host_stats``: the reader of this
+    process's host (default :class:`HostStats` of ``/``; tests give one over a fake tree).
     """
 
-    def __init__(self, pids: Iterable[int] | None = None, min_interval_s: float = 0.5) -> None:
+    def __init__(self, pids: Iterable[int] | None = None, min_interval_s: float = 0.5,
+                 host_stats: HostStats | None = None) -> None:
         self.min_interval_s = float(min_interval_s)
+        if not math.isfinite(self.min_interval_s) or self.min_interval_s < 0:
+            raise ValueError(f"min_interval_s must be a finite number >= 0, got {min_interval_s!r}")
+        self.host_stats = host_stats or HostStats()
+        # Baseline of the host's counters: the first sample's rates cover construction -> then.
+        self._host_last = self.host_stats.sample()
         self._cpus = cpu_count()
         self._total_memory = psutil.virtual_memory().total
         self._processes: list[psutil.Process] = [psutil.Process()]
@@ -157,7 +223,8 @@ class NodeTelemetry:
     # ------------------------------------------------------------------ sampling
     def sample(self) -> dict:
         """``{"cpu_util", "host_mem_util", "rss_mb", "gpu_util", "gpu_mem_util", "gpus",
-        "sampled_at"}``; utilisations in [0, 1]; reused for ``min_interval_s``."""
+        "sampled_at", "source"}`` (plus ``uplink_bytes_per_s`` / ``downlink_bytes_per_s`` in a
+        host with a CPU quota); utilisations in [0, 1]; reused for ``min_interval_s``."""
         now = time.monotonic()
         with self._lock:
             if self._last is not None and now - self._last_at < self.min_interval_s:
@@ -182,9 +249,23 @@ class NodeTelemetry:
                 "gpu_mem_util": sum(g["mem_util"] for g in gpus) / len(gpus) if gpus else 0.0,
                 "gpus": gpus,
                 "sampled_at": time.time(),
+                "source": SOURCE_PROCESS,
             }
+            self._last.update(self._host_sample())
             self._last_at = now
             return dict(self._last)
+
+    def _host_sample(self) -> dict:
+        # Only a host with a CPU quota is a host of its own: without one this process shares
+        # the machine (or its root group) and the process view is the right one.
+        later = self.host_stats.sample()
+        earlier, self._host_last = self._host_last, later
+        if not later.cpu_quota:
+            return {}
+        numbers = host_utilisation(earlier, later, self._total_memory)
+        if "cpu_util" in numbers:
+            numbers["source"] = SOURCE_CGROUP
+        return numbers
 
     def close(self) -> None:
         """Release NVML (reference-counted by the library, so other users keep theirs)."""
@@ -201,3 +282,15 @@ class NodeTelemetry:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+#: the sample's keys a node's feedback carries (link rates only where measured: see sample())
+FEEDBACK_KEYS = ("cpu_util", "host_mem_util", "gpu_util", "gpu_mem_util",
+                 "uplink_bytes_per_s", "downlink_bytes_per_s")
+
+
+def feedback_numbers(sample: dict) -> dict:
+    """What of a :meth:`NodeTelemetry.sample` goes into the node's feedback snapshot: the four
+    utilisations, and the interface byte rates when the host measured them (an emulated host
+    or a container; elsewhere the feedback publisher counts the records' own bytes)."""
+    return {k: sample[k] for k in FEEDBACK_KEYS if k in sample}

@@ -6,7 +6,9 @@ host's own capacity (its CPU quota, memory limit and shaped bandwidth).
 The counters are read on the head host's end of the node's veth pair, so no command has to
 enter the namespace: what the head end receives is what the node sent (its uplink), what it
 transmits is what the node received (its downlink). Bytes the node's own link dropped were
-never delivered, so they do not count.
+never delivered, so they do not count. The same numbers, read from inside the host by the
+executor itself, come from :mod:`interference.executor.host_stats`, whose file names and counter
+parser this module shares (one rule for what a count is, on both sides).
 
 Example::
 
@@ -30,8 +32,6 @@ from streamplace.hosts.emulated import EmulatedHosts
 from streamplace.hosts.spec import HostHandle, HostsError
 
 __all__ = ["HostSample", "HostRates", "HostTelemetry", "rates"]
-
-_NS_PER_S = 1e9
 
 
 @dataclass(frozen=True)
@@ -113,14 +113,18 @@ class HostTelemetry:
 
     def sample(self, node_id: str) -> HostSample:
         """The host's counters now; HostsError when one cannot be read or is not a count."""
+        # Imported here: importing any module of interference.executor runs that package's
+        # __init__ (the executors, ~0.2 s), which `cluster start` / `stop` never need.
+        from interference.executor.host_stats import (CPUACCT_USAGE, MEMORY_LIMIT,
+                                                      MEMORY_USAGE, NS_PER_S)
         handle = self._handle(node_id)
         time_s = self.system.clock()
-        cpu_ns = self._count(f"{handle.cgroups['cpuacct']}/cpuacct.usage")
-        memory = self._count(f"{handle.cgroups['memory']}/memory.usage_in_bytes")
-        limit = self._count(f"{handle.cgroups['memory']}/memory.limit_in_bytes")
+        cpu_ns = self._count(f"{handle.cgroups['cpuacct']}/{CPUACCT_USAGE}")
+        memory = self._count(f"{handle.cgroups['memory']}/{MEMORY_USAGE}")
+        limit = self._count(f"{handle.cgroups['memory']}/{MEMORY_LIMIT}")
         stats = self.system.net_root / handle.host_veth / "statistics"
         spec = handle.spec
-        return HostSample(node_id=node_id, time_s=time_s, cpu_seconds=cpu_ns / _NS_PER_S,
+        return HostSample(node_id=node_id, time_s=time_s, cpu_seconds=cpu_ns / NS_PER_S,
                           memory_bytes=memory, memory_limit_bytes=limit,
                           tx_bytes=self._count(str(stats / "rx_bytes")),
                           rx_bytes=self._count(str(stats / "tx_bytes")),
@@ -132,10 +136,12 @@ class HostTelemetry:
         return {node_id: self.sample(node_id) for node_id in sorted(self._handles)}
 
     def _count(self, path: str) -> int:
+        from interference.executor.host_stats import parse_count
         try:
             text = self.system.cgroups.read(path).strip()
         except OSError as err:
             raise HostsError(f"cannot read {path}: {err} (was the host removed?)") from err
-        if not text.isdigit():
+        count = parse_count(text)
+        if count is None:
             raise HostsError(f"{path} holds {text[:40]!r}, not a byte / nanosecond count")
-        return int(text)
+        return count

@@ -373,6 +373,27 @@ def routed(event_, node, at_ms, context=DecisionContext()):
                         context, event_)
 
 
+def test_a_hosts_measured_link_rates_win_over_the_records_own_bytes():
+    clock = FakeClock(100.0)
+    snap = {"cpu_util": 0.5, "uplink_bytes_per_s": 4.5e6, "downlink_bytes_per_s": 30_000.0}
+    publisher = FeedbackPublisher("tm_c", lambda: snap, producer=None, clock=clock, instance=1)
+    publisher.task_finished(finished(event(1), Outcome(3.0, 40.0, 100_000)),
+                            routed(event(1), "tm_c", 99_900), bytes_in=100, bytes_out=50)
+    clock.now = 102.0
+    record = publisher.build_record()
+    assert (record["uplink_bytes_per_s"], record["downlink_bytes_per_s"]) == (4.5e6, 30_000.0)
+
+
+def test_uneven_links_are_read_against_their_own_capacities():
+    router = Router(RouterSettings(nodes=[RouterNode("tm_c", cpu_cores=1, link_mbps=80.0,
+                                                     uplink_mbps=40.0)]))
+    # 2.5 MB/s each way: 50% of a 40 Mbit/s uplink, 25% of an 80 Mbit/s downlink
+    router.on_feedback({"node_id": "tm_c", "emitted_at_ms": 1, "uplink_bytes_per_s": 2.5e6,
+                        "downlink_bytes_per_s": 2.5e6, "completed": []})
+    state = router.reported_state("tm_c")
+    assert (state.uplink_util, state.downlink_util) == pytest.approx((0.5, 0.25))
+
+
 def test_feedback_publisher_reports_each_finished_task_once_with_rates():
     clock = FakeClock(100.0)
     snap = {"cpu_util": 0.5, "host_mem_util": 0.2, "in_flight": 3, "queue_depth": 1}
