@@ -211,30 +211,45 @@ def main(argv=None) -> None:
     parser.add_argument("--only", default=None,
                         help="comma-separated policies to re-run; the others' runs are kept "
                              "from the existing result file (same tasks and seeds)")
+    parser.add_argument("--reuse", default=None,
+                        help="comma-separated result files whose runs (same tasks and seeds) "
+                             "are kept instead of re-run; with --only the default is the "
+                             "result file itself")
+    parser.add_argument("--name", default=None, help="result file name (default: "
+                        "generalisation, or generalisation-quick)")
     args = parser.parse_args(argv)
     from tqdm import tqdm
 
     from placement.ldwp.shipped import shipped_model
     model = args.model or shipped_model()
     tasks, seeds = (300, EVALUATION_SEEDS[:2]) if args.quick else (1500, EVALUATION_SEEDS)
-    name = "generalisation-quick" if args.quick else "generalisation"
+    name = args.name or ("generalisation-quick" if args.quick else "generalisation")
     policies, kept, previous = list(POLICIES), [], {}
     if args.only:
         policies = [p.strip() for p in args.only.split(",") if p.strip()]
         if not policies or set(policies) - set(POLICIES):
             parser.error(f"--only takes policies from {', '.join(POLICIES)}")
-        previous = json.loads((RESULTS / f"{name}.json").read_text())
+    reuse = ([Path(f) for f in args.reuse.split(",") if f and f != "none"] if args.reuse
+             else [RESULTS / f"{name}.json"] if args.only else [])
+    for source in reuse:
+        previous = json.loads(source.read_text())
         if previous["tasks"] != tasks or previous["seeds"] != list(seeds):
-            parser.error(f"{name}.json has other tasks or seeds; run without --only")
-        kept = [r for r in previous["runs"] if r["policy"] not in policies]
+            parser.error(f"{source} has other tasks or seeds than this run")
+        done = {(r["cluster"], r["policy"], r["seed"]) for r in kept}
+        kept += [r for r in previous["runs"] if (r["cluster"], r["policy"], r["seed"]) not in done
+                 and (args.reuse or r["policy"] not in policies)]
+    done = {(r["cluster"], r["policy"], r["seed"]) for r in kept}
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool, \
             tempfile.TemporaryDirectory(prefix="generalisation-") as tmp:
+        todo = [(cluster, policy, seed) for cluster in CLUSTERS for policy in policies
+                for seed in seeds if (cluster, policy, seed) not in done]
         tuned = ({c: (path, wall) for c, path, wall in pool.map(
-            fine_tune, [(c, tmp) for c in CLUSTERS])} if "paper_transferred" in policies else {})
+            fine_tune, [(c, tmp) for c in CLUSTERS])}
+            if any(p == "paper_transferred" for _, p, _ in todo) else {})
         jobs = [(cluster, policy, seed, tasks,
                  tuned[cluster][0] if policy == "paper_transferred" else str(model))
-                for cluster in CLUSTERS for policy in policies for seed in seeds]
+                for cluster, policy, seed in todo]
         runs = kept + list(tqdm(pool.map(run_one, jobs), total=len(jobs),
                                 desc="generalisation", unit="run", disable=None))
     runs.sort(key=lambda r: (CLUSTERS.index(r["cluster"]), POLICIES.index(r["policy"]),
@@ -249,8 +264,8 @@ def main(argv=None) -> None:
         "fine_tune": {"tasks": FINE_TUNE_TASKS, "seed": FINE_TUNE_SEED,
                       "wall_s": fine_tune_wall},
         "wall_s": time.perf_counter() - started,
-        "rerun": {"policies": policies, "kept_from_git_commit": previous.get("git_commit")}
-        if args.only else None,
+        "reused": {"files": [str(f.name) for f in reuse], "runs": len(kept),
+                   "last_git_commit": previous.get("git_commit")} if reuse else None,
         "verdicts": checks, "summary": rows,
         "runs": runs})
     plot(rows, RESULTS / f"{name}.png")
