@@ -182,7 +182,8 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     clusters = list(dict.fromkeys(r["cluster"] for r in rows))
-    fig, axes = plt.subplots(1, len(clusters), figsize=(4 * len(clusters), 4))
+    fig, axes = plt.subplots(1, len(clusters), figsize=(4 * len(clusters), 4), squeeze=False)
+    axes = axes[0]
     colours = {"ldwp": "tab:red", "mct": "tab:blue", "least_loaded": "tab:gray",
                "random": "tab:olive", "size_agnostic": "tab:orange",
                "paper_transferred": "tab:purple"}
@@ -215,6 +216,8 @@ def main(argv=None) -> None:
                         help="comma-separated result files whose runs (same tasks and seeds) "
                              "are kept instead of re-run; with --only the default is the "
                              "result file itself")
+    parser.add_argument("--clusters", default=",".join(CLUSTERS),
+                        help=f"comma-separated, from {', '.join(CLUSTERS)}")
     parser.add_argument("--name", default=None, help="result file name (default: "
                         "generalisation, or generalisation-quick)")
     args = parser.parse_args(argv)
@@ -229,6 +232,9 @@ def main(argv=None) -> None:
         policies = [p.strip() for p in args.only.split(",") if p.strip()]
         if not policies or set(policies) - set(POLICIES):
             parser.error(f"--only takes policies from {', '.join(POLICIES)}")
+    clusters = [c.strip() for c in args.clusters.split(",") if c.strip()]
+    if not clusters or set(clusters) - set(CLUSTERS):
+        parser.error(f"--clusters takes clusters from {', '.join(CLUSTERS)}")
     reuse = ([Path(f) for f in args.reuse.split(",") if f and f != "none"] if args.reuse
              else [RESULTS / f"{name}.json"] if args.only else [])
     for source in reuse:
@@ -242,10 +248,10 @@ def main(argv=None) -> None:
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool, \
             tempfile.TemporaryDirectory(prefix="generalisation-") as tmp:
-        todo = [(cluster, policy, seed) for cluster in CLUSTERS for policy in policies
+        todo = [(cluster, policy, seed) for cluster in clusters for policy in policies
                 for seed in seeds if (cluster, policy, seed) not in done]
         tuned = ({c: (path, wall) for c, path, wall in pool.map(
-            fine_tune, [(c, tmp) for c in CLUSTERS])}
+            fine_tune, [(c, tmp) for c in clusters])}
             if any(p == "paper_transferred" for _, p, _ in todo) else {})
         jobs = [(cluster, policy, seed, tasks,
                  tuned[cluster][0] if policy == "paper_transferred" else str(model))
