@@ -269,7 +269,7 @@ def test_only_fitted_registered_models_are_saved(tmp_path):
 
 
 def test_importing_the_package_still_leaves_torch_alone():
-    code = ("import sys, interference.ncf as n; assert n.save_completion_model; "
+    code = ("import sys, interference.ncf.modelfile as m; assert m.save_completion_model; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
