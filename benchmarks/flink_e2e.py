@@ -41,7 +41,8 @@ LDWP variant lets the service publish its first model (reported, not measured). 
 the hook's own overhead with light records (trivial checksum work) against rebalance, and the
 router's decision latency inside the running job (its Flink gauge).
 
-Writes benchmarks/results/flink_e2e.json and flink_e2e.png; another spec adds its name
+Writes benchmarks/results/flink_e2e.json and flink_e2e.png (and the online learner's learning
+curve, :mod:`benchmarks.learning_curve`, as flink_e2e-learning.png); another spec adds its name
 (``flink_e2e_hosts.json``) and ``--quick`` adds ``-quick``, so committed results stay untouched.
 """
 
@@ -56,6 +57,8 @@ from pathlib import Path
 import requests
 
 from benchmarks._common import RESULTS, write_result
+from benchmarks.learning_curve import learning_curve, placement_drift
+from benchmarks.learning_curve import plot as plot_learning
 
 __all__ = ["main", "Bench", "bench_config", "simulate", "spec_record", "VARIANTS",
            "SIM_POLICIES", "DEFAULT_SPEC"]
@@ -217,6 +220,7 @@ class Bench:
         # read an earlier invocation's feedback (its nodes' speeds, its schema version)
         self.feedback_topic = f"bench-feedback-{time.time_ns()}"
         self.token: str | None = None  # the service's token in host mode
+        self.model_dir: Path | None = None  # the service's model store (its learning curve)
         self.nodes = tuple(tm.id for tm in load_spec(spec).taskmanagers)
 
     def ensure(self, mode: str):
@@ -240,11 +244,12 @@ class Bench:
             topics.job.topic_feedback = self.feedback_topic
             ensure_topics(topics)  # before the service subscribes to it
             from placement.service import PlacementService, ServiceSettings
+            self.model_dir = cfg.home / "bench-models" / str(time.time_ns())
             self.service = PlacementService(ServiceSettings(
                 port=0, bootstrap_servers=cfg.kafka.bootstrap_servers,
                 feedback_topic=self.feedback_topic, group_id=f"bench-service-{time.time_ns()}",
                 flink_rest_url=cfg.flink.rest_url, cluster_spec=cfg.flink.cluster_spec,
-                model_dir=str(cfg.home / "bench-models" / str(time.time_ns())),
+                model_dir=str(self.model_dir),
                 **self.service_binding()))
             self.service.start()
         return cfg
@@ -705,6 +710,8 @@ def main(argv=None) -> None:
         print("(--only: a check, nothing written)")
         return
     verdict = verdict_of(summary)
+    curve = learning_curve(bench.model_dir) if bench.model_dir else []
+    drift = placement_drift(rows)
     if len(overhead) == 2:
         rebalance, hook = overhead
         verdict["hook_overhead_light_records"] = 1 - (hook["throughput_per_s"]["mean"] /
@@ -730,8 +737,11 @@ def main(argv=None) -> None:
         "wall_s": time.time() - started, "real_engine_wall_s": real_wall,
         "training_run": training, "summary": summary,
         "overhead": overhead, "verdict": verdict, "runs": rows, "overhead_runs": overhead_rows,
+        "learning_curve": curve, "placement_drift": drift,
         **({"simulator": simulated} if simulated else {})})
     plot(summary, rows, overhead, RESULTS / f"{name}.png", nodes=nodes, simulator=simulated)
+    if curve:
+        plot_learning(curve, drift, RESULTS / f"{name}-learning.png")
     (RESULTS / f"{name}.partial.json").unlink(missing_ok=True)
     print(f"wrote {path} (real engine {real_wall:.0f} s)")
     print_summary(summary, "real engine:")
