@@ -2,12 +2,15 @@
 
     python -m benchmarks.flink_e2e [--quick] [--runs 3] [--tasks 1200] [--spec hosts]
     python -m benchmarks.flink_e2e --spec hosts --simulate   # the simulator part only
+    python -m benchmarks.flink_e2e --spec hosts --payloads   # records carry their real clips
 
 ``--spec NAME`` (a shipped spec of ``workload/specs`` or a YAML path) starts the cluster from
 that spec instead of ``default``; with ``isolation: host`` (``hosts.yaml``) every TaskManager runs
 in its own emulated host (namespace, shaped link, CPU quota; docs/hosts.md) and the broker, the
 JobManager, the placement service and the job use the head address. The JSON records the spec,
 the isolation mode actually in use (host, or the CPU-set fallback and why) and each host's limits.
+Records are light (a 62-byte TaskEvent; the executor makes the frames) unless ``--payloads``: then
+every task carries its real clip (4-47 KB), so a task's size costs transfer time on shaped links.
 
 Every ``--spec`` run also runs the same policies in the simulator on that spec
 (:func:`simulator.from_spec.cluster_from_spec`) with the same task mix and sizes, 5 seeds, 95%
@@ -137,9 +140,16 @@ def bench_config(cluster_mode: str, spec: str = DEFAULT_SPEC):
     return cfg
 
 
-def events_for(count: int, seed: int, prefix: str) -> list[dict]:
+#: Bytes a task's record moves, as the simulator's (bytes_per_unit, fixed_bytes): a light
+#: TaskEvent is 62 bytes Avro-encoded (mean of 200 synthetic events); one with its real clip
+#: (``--payloads``: JPEG frames) 4,020 + 0.271 per pixel (a least-squares line over 60 events,
+#: 4.5-47 KB). Both measured with ``workload.codec.encode``.
+RECORD_BYTES = {"light": (0.0, 62.0), "payload": (0.271, 4020.0)}
+
+
+def events_for(count: int, seed: int, prefix: str, payloads: bool = False) -> list[dict]:
     from streamplace.kafka_io import synthetic_task_events
-    events = list(synthetic_task_events(count, seed=seed, prefix=prefix))
+    events = list(synthetic_task_events(count, seed=seed, prefix=prefix, payloads=payloads))
     for event in events:
         event["input_size"] = min(event["input_size"], MAX_INPUT)
     return events
@@ -211,8 +221,9 @@ def summarise_run(results: list[dict], sent_at: float, nodes=NODES) -> dict:
 class Bench:
     """Owns the broker, the cluster (restarted when the cluster mode changes) and the service."""
 
-    def __init__(self, spec: str = DEFAULT_SPEC):
+    def __init__(self, spec: str = DEFAULT_SPEC, payloads: bool = False):
         self.spec = spec
+        self.payloads = payloads  # every task carries its real clip (RECORD_BYTES["payload"])
         self.mode = None
         self.cfg = None
         self.broker = self.cluster = self.service = None
@@ -301,10 +312,11 @@ class Bench:
                                       executor_timeout_s=600, **extra)
         try:
             self.cluster.wait_job_state(job_id, {"RUNNING"}, timeout_s=180)
-            warm = events_for(warmup, seed=seed + 1000, prefix=f"{tag}-warm")
+            warm = events_for(warmup, seed=seed + 1000, prefix=f"{tag}-warm",
+                              payloads=self.payloads)
             produce_task_events(cfg, warm)
             collect_results(cfg, cfg.job.topic_results, {e["task_id"] for e in warm}, 300)
-            measured = events_for(tasks, seed=seed, prefix=f"{tag}-run")
+            measured = events_for(tasks, seed=seed, prefix=f"{tag}-run", payloads=self.payloads)
             sent_at = time.time()
             report = produce_task_events(cfg, measured)
             if report.errors:
@@ -362,11 +374,12 @@ def sim_tasks(count: int, seed: int) -> list:
 
 
 def simulate(spec: str, isolation: str | None, tasks: int, seeds=SIM_SEEDS,
-             link_view: str = "truth") -> dict:
+             link_view: str = "truth", records: str = "light") -> dict:
     """The real variants' policies in the simulator on ``spec`` (mode ``isolation``, as the
     real cluster ran; None: the spec's own): per variant the mean and 95% CI over ``seeds``.
-    ``link_view="told"`` runs the same truth with unshaped links (a sensitivity check: the real
-    benchmark's records are ~100 bytes, the simulator moves ``input_size`` bytes per task)."""
+    Each task moves the bytes its real record has (``records``: :data:`RECORD_BYTES`) and the
+    spec's hidden per-type slowdowns hold (``task_type_multipliers``). ``link_view="told"``
+    runs the same truth with unshaped links (a sensitivity check)."""
     import dataclasses
 
     import torch
@@ -375,8 +388,8 @@ def simulate(spec: str, isolation: str | None, tasks: int, seeds=SIM_SEEDS,
     from placement.ldwp.agent import LDWPPolicy
     from placement.ldwp.shipped import shipped_model
     from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.from_spec import cluster_from_spec
+    from simulator import SimulationConfig, Simulator
+    from simulator.from_spec import cluster_from_spec, hidden_task_type_factors
     from workload.estimates import CostModel
     torch.set_num_threads(1)  # 2 shared cores; the network is tiny
     loaded = load_spec(spec)
@@ -389,7 +402,10 @@ def simulate(spec: str, isolation: str | None, tasks: int, seeds=SIM_SEEDS,
             dataclasses.replace(n, uplink_mbps=told_links[n.node_id].uplink_mbps,
                                 downlink_mbps=told_links[n.node_id].downlink_mbps)
             for n in truth.nodes))
-    simulator = Simulator(costs)
+    bytes_per_unit, fixed_bytes = RECORD_BYTES[records]
+    simulator = Simulator(costs, SimulationConfig(
+        bytes_per_unit=bytes_per_unit, fixed_bytes=fixed_bytes,
+        hidden_task_type_factors=hidden_task_type_factors(loaded)))
     rows = []
     for k in seeds:
         workload = sim_tasks(tasks, seed=100 + k)
@@ -407,6 +423,9 @@ def simulate(spec: str, isolation: str | None, tasks: int, seeds=SIM_SEEDS,
     nodes = tuple(n.node_id for n in truth.nodes)
     summary = summarise(rows, nodes)
     return {"spec": spec, "isolation": isolation or loaded.isolation, "link_view": link_view,
+            "records": records, "bytes_per_task": {"per_unit": bytes_per_unit,
+                                                   "fixed": fixed_bytes},
+            "hidden_task_type_factors": hidden_task_type_factors(loaded),
             "cluster": [dataclasses.asdict(n) for n in truth.nodes],
             "told": [dataclasses.asdict(n) for n in views["told"].nodes],
             "policies": {label: {"policy": name, "view": view}
@@ -568,16 +587,20 @@ def previous_layout() -> dict | None:
             "verdict": document.get("verdict")}
 
 
-def output_name(spec: str, quick: bool) -> str:
-    """``flink_e2e`` + ``_<spec>`` for a non-default spec + ``-quick`` for a quick run.
+def output_name(spec: str, quick: bool, payloads: bool = False) -> str:
+    """``flink_e2e`` + ``_<spec>`` for a non-default spec + ``-payload`` when the tasks carry
+    their clips + ``-quick`` for a quick run.
 
     Example::
 
         >>> output_name("hosts", True), output_name("default", False)
         ('flink_e2e_hosts-quick', 'flink_e2e')
+        >>> output_name("hosts", False, payloads=True)
+        'flink_e2e_hosts-payload'
     """
     stem = Path(spec).stem if Path(spec).suffix else spec
-    return "flink_e2e" + (f"_{stem}" if spec != DEFAULT_SPEC else "") + ("-quick" if quick else "")
+    return ("flink_e2e" + (f"_{stem}" if spec != DEFAULT_SPEC else "")
+            + ("-payload" if payloads else "") + ("-quick" if quick else ""))
 
 
 def print_summary(summary: list[dict], title: str) -> None:
@@ -597,10 +620,12 @@ def run_simulator_only(args, name: str) -> None:
     isolation = (document.get("isolation") or {}).get("mode")
     mode = {"emulated-hosts": "host", "cpu-set": "cpuset"}.get(isolation)
     started = time.time()
-    sim = simulate(args.spec, mode, args.tasks)
+    records = "payload" if args.payloads else "light"
+    sim = simulate(args.spec, mode, args.tasks, records=records)
     sim["wall_s"] = time.time() - started
     if args.sim_unshaped:
-        sim["unshaped_links"] = simulate(args.spec, mode, args.tasks, link_view="told")
+        sim["unshaped_links"] = simulate(args.spec, mode, args.tasks, link_view="told",
+                                         records=records)
     document = {k: v for k, v in document.items()
                 if k not in ("benchmark", "command", "git_commit", "machine")}
     document.setdefault("cluster_spec", spec_record(args.spec))
@@ -629,6 +654,9 @@ def main(argv=None) -> None:
                         "--spec, merged into that spec's JSON")
     parser.add_argument("--sim-unshaped", action="store_true", help="with the simulator part, "
                         "also run it with unshaped links (sensitivity: real records are light)")
+    parser.add_argument("--payloads", action="store_true", help="every task carries its real "
+                        "clip (JPEG frames, 4-47 KB), so its size costs transfer time on the "
+                        "shaped links; results named -payload")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=1200)
     parser.add_argument("--warmup", type=int, default=90)
@@ -650,7 +678,7 @@ def main(argv=None) -> None:
         from benchmarks import flink_e2e_examples
         return flink_e2e_examples.main(["--example", args.workload, "--runs", str(args.runs)]
                                        + (["--quick"] if args.quick else []))
-    name = output_name(args.spec, args.quick)
+    name = output_name(args.spec, args.quick, args.payloads)
     if args.replot:
         import json
         document = json.loads((RESULTS / f"{name}.json").read_text())
@@ -662,7 +690,7 @@ def main(argv=None) -> None:
     from tqdm import tqdm
     runs, tasks = (1, 300) if args.quick else (args.runs, args.tasks)
     light_tasks = 3000 if args.quick else args.light_tasks
-    bench = Bench(args.spec)
+    bench = Bench(args.spec, payloads=args.payloads)
     rows, overhead_rows, training, isolation = [], [], None, None
     started = time.time()
     try:
@@ -720,10 +748,12 @@ def main(argv=None) -> None:
     if args.spec != DEFAULT_SPEC:  # after the real runs: it would take their CPU otherwise
         mode = "host" if isolation and isolation["emulated"] else "cpuset"
         sim_started = time.time()
-        simulated = simulate(args.spec, mode, args.tasks)
+        records = "payload" if args.payloads else "light"
+        simulated = simulate(args.spec, mode, args.tasks, records=records)
         simulated["wall_s"] = time.time() - sim_started
         if args.sim_unshaped:
-            simulated["unshaped_links"] = simulate(args.spec, mode, args.tasks, link_view="told")
+            simulated["unshaped_links"] = simulate(args.spec, mode, args.tasks, link_view="told",
+                                                   records=records)
     default_spec = args.spec == DEFAULT_SPEC
     path = write_result(name, {
         "plan": plan_for(nodes),
@@ -732,6 +762,7 @@ def main(argv=None) -> None:
         "isolation": isolation,
         "previous_layout": previous_layout() if default_spec and not args.quick else None,
         "tasks_per_run": tasks, "rounds": runs, "warmup_tasks": args.warmup,
+        "records": "payload" if args.payloads else "light",
         "light_tasks_per_run": light_tasks, "max_input_size": MAX_INPUT,
         "executor_capacity": EXECUTOR_CAPACITY, "checkpoint_interval_ms": 1000,
         "wall_s": time.time() - started, "real_engine_wall_s": real_wall,

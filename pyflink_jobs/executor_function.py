@@ -243,27 +243,29 @@ class NodeExecutorFunction(ExecutorFunctionBase):
 
 class ChecksumExecutor(AsyncFunction):
     """Trivial work: a SHA-256 checksum over a deterministic buffer of the task's
-    ``input_size`` bytes (capped), done ``STREAMPLACE_WORK_MULTIPLIER`` times, in a thread so
+    ``input_size`` bytes (capped), done ``NodeSettings.repeats_for(app_id)`` times (the
+    TaskManager's work multipliers), in a thread so
     several tasks are in flight at once (hashlib releases the GIL on large buffers)."""
 
     MAX_BYTES = 1 << 20
 
     def __init__(self):
         self.node_id = "unknown"
-        self.multiplier = 1.0
+        self.settings = None   # NodeSettings from the TaskManager's environment (open)
 
     def open(self, runtime_context):
         from workload.codec import encode
         self._encode = encode
         self.node_id = os.environ.get("STREAMPLACE_NODE_ID", "unknown")
-        self.multiplier = float(os.environ.get("STREAMPLACE_WORK_MULTIPLIER", "1"))
+        from interference.executor.settings import NodeSettings
+        self.settings = NodeSettings.from_env()
 
     def _work(self, event: dict) -> str:
         size = max(1, min(int(event.get("input_size") or 1), self.MAX_BYTES))
         seed = event["task_id"].encode()
         block = (seed * (size // max(1, len(seed)) + 1))[:size]
         digest = b""
-        repeats = max(1, round(self.multiplier))
+        repeats = self.settings.repeats_for(event.get("app_id"))
         for _ in range(repeats):
             digest = hashlib.sha256(block + digest).digest()
         return digest.hex()[:16]

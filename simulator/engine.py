@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import deque
@@ -57,6 +58,25 @@ class SimulationConfig:
     record_samples: bool = True        # per-node utilisation time series (one row per sample)
     service_noise_sigma: float | None = None  # hidden per-task variation (None: calibration)
     locality: LocalityConfig | None = None  # model cold-start costs (simulator.locality); off
+    # Bytes a task moves over the node's downlink: fixed_bytes + bytes_per_unit x input_size
+    # (the paper's frames: 1 byte per unit; a real engine's record without a payload: a fixed
+    # size, ``bytes_per_unit=0``). The result moves result_fraction of that over the uplink.
+    bytes_per_unit: float = 1.0
+    fixed_bytes: float = 0.0
+    # Hidden truth, never in a NodeSpec (what policies see): (node id, task type, factor)
+    # triples; that type's stages take factor x as long on that node (a node slow for one
+    # application only, ``task_type_multipliers`` of a local cluster spec).
+    hidden_task_type_factors: tuple[tuple[str, str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("bytes_per_unit", "fixed_bytes"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        for node, task_type, factor in self.hidden_task_type_factors:
+            if not (math.isfinite(factor) and factor > 0):
+                raise ValueError(f"hidden factor of {task_type!r} on {node!r} must be a "
+                                 f"finite positive number, got {factor!r}")
 
 
 @dataclass(frozen=True)
@@ -156,17 +176,17 @@ class Simulator:
         self.costs = costs or CostModel()
         cal = self.costs.calibration.simulation
         base = config or SimulationConfig()
-        self.config = SimulationConfig(
+        # replace, not a new config: every field not filled from the calibration is kept
+        self.config = dataclasses.replace(
+            base,
             feedback_interval_s=base.feedback_interval_s if base.feedback_interval_s is not None
             else float(cal["feedback_interval_s"]),
             gpu_max_corun=base.gpu_max_corun if base.gpu_max_corun is not None
             else int(cal["gpu_max_corun"]),
             oom_retry_s=base.oom_retry_s if base.oom_retry_s is not None
             else float(cal["oom_retry_s"]),
-            result_fraction=base.result_fraction, reward_window_s=base.reward_window_s,
-            record_events=base.record_events, record_samples=base.record_samples,
             service_noise_sigma=base.service_noise_sigma if base.service_noise_sigma is not None
-            else float(cal["service_noise_sigma"]), locality=base.locality)
+            else float(cal["service_noise_sigma"]))
         self._colocation = colocation
 
     # ------------------------------------------------------------------------------------------
@@ -244,6 +264,7 @@ class _Execution:
         self.truth = GroundTruth(self.costs, seed, sim._colocation,
                                  noise_sigma=self.cfg.service_noise_sigma)
         self.seed = seed
+        self.type_factor = {(n, t): float(f) for n, t, f in self.cfg.hidden_task_type_factors}
         self.tasks = sorted(tasks, key=lambda t: (t.arrival_s, t.task_id))
         if len({t.task_id for t in self.tasks}) != len(self.tasks):
             raise ValueError("task ids must be unique")
@@ -407,7 +428,7 @@ class _Execution:
         node.true_left_s += state.true_left_s
         node.tasks[task.task_id] = state
         node.host_bytes += task.input_size
-        self._start_link(node, node.down, ("down", task.task_id), float(task.input_size))
+        self._start_link(node, node.down, ("down", task.task_id), self._task_bytes(task))
 
     def _finish_learning(self) -> None:
         if self.pending_transition is not None:
@@ -416,10 +437,15 @@ class _Execution:
                                          self._window_throughput() - prev_throughput, None,
                                          done=True))
 
+    def _task_bytes(self, task: Task) -> float:
+        """What the task moves over the downlink (SimulationConfig.bytes_per_unit)."""
+        return self.cfg.fixed_bytes + self.cfg.bytes_per_unit * float(task.input_size)
+
     def true_best_s(self, node: _Node, task: Task, stage: str) -> float:
         """True seconds of a stage on the node's best unit, alone (hidden noise included)."""
         return (self.costs.stage_best_ms(stage, task.input_size, node.spec) / 1000.0
-                * self.truth.noise(task.task_id, stage))
+                * self.truth.noise(task.task_id, stage)
+                * self.type_factor.get((node.spec.node_id, task.app_id), 1.0))
 
     # -- links (processor sharing) ---------------------------------------------------------
     def _advance(self, runs: list[_Run], since: float) -> None:
@@ -551,7 +577,8 @@ class _Execution:
         if state.first_start_s is None:
             state.first_start_s = self.now
         est_ms = self.costs.unit_ms(stage.stage, stage.input_size, unit.view)
-        true_s = est_ms / 1000.0 * self.truth.noise(stage.task_id, stage.stage)
+        true_s = (est_ms / 1000.0 * self.truth.noise(stage.task_id, stage.stage)
+                  * self.type_factor.get((node.spec.node_id, stage.app_id), 1.0))
         memory = self.costs.gpu_memory_mb(stage.stage, stage.input_size) if unit.is_gpu else 0.0
         if unit.is_gpu and self._oom(unit, stage.stage, memory):
             self.oom += 1
@@ -637,7 +664,7 @@ class _Execution:
                 if state.waiting_deps[stage.name] == 0:
                     self._make_ready(node, state, stage)
         if len(state.done) == len(app.stages):
-            result_bytes = max(1.0, state.task.input_size * self.cfg.result_fraction)
+            result_bytes = max(1.0, self._task_bytes(state.task) * self.cfg.result_fraction)
             self._start_link(node, node.up, ("up", task_id), result_bytes)
         self._schedule_node(node_id)
         return 0

@@ -13,6 +13,9 @@ the simulator and the real engines can be compared on the same cluster:
 - **links.** Host mode: the shaped uplink / downlink (Mbit/s). CPU-set mode shapes nothing:
   :data:`workload.cluster_spec.DEFAULT_LINK_MBPS` both ways.
 - **memory.** Host mode: the host's memory limit; CPU-set mode: the TaskManager's process size.
+- **slow for one task type.** ``task_type_multipliers`` is hidden truth, not a node property a
+  policy sees: :func:`hidden_task_type_factors` gives the triples for
+  ``SimulationConfig.hidden_task_type_factors``.
 - **GPUs.** One ``gpu_model`` GPU (default :data:`DEFAULT_GPU_MODEL`, as the placement service
   assumes) per ``gpu_ids`` entry, at the model's calibrated speed and memory.
 
@@ -42,7 +45,8 @@ from workload.cluster_spec import (DEFAULT_LINK_MBPS, ISOLATION_MODES, LocalClus
 from workload.estimates import Calibration, load_calibration
 from workload.model import ClusterSpec, GpuSpec, NodeSpec
 
-__all__ = ["cluster_from_spec", "node_from_taskmanager", "DEFAULT_GPU_MODEL", "VIEWS"]
+__all__ = ["cluster_from_spec", "node_from_taskmanager", "hidden_task_type_factors",
+           "DEFAULT_GPU_MODEL", "VIEWS"]
 
 #: GPU model assumed for a spec's ``gpu_ids`` (local specs list device ids, not models); the
 #: placement service's ``ServiceSettings.gpu_model`` default, so both price GPUs alike.
@@ -117,3 +121,18 @@ def cluster_from_spec(spec: LocalClusterSpec, isolation: str | None = None,
                   for tm in spec.taskmanagers)
     stem = spec.source.rsplit("/", 1)[-1].removesuffix(".yaml") if spec.source else "spec"
     return ClusterSpec(nodes, name=f"{stem}/{mode}/{view}")
+
+
+def hidden_task_type_factors(spec: LocalClusterSpec) -> tuple[tuple[str, str, float], ...]:
+    """``(node id, task type, factor)`` for every TaskManager's ``task_type_multipliers``, in
+    spec order: the simulator's hidden per-type slowdowns (never part of a NodeSpec).
+
+    Example::
+
+        >>> spec = LocalClusterSpec.model_validate({"taskmanagers": [
+        ...     {"id": "tm_x", "cpu_cores": 1, "task_type_multipliers": {"ocr": 3}}]})
+        >>> hidden_task_type_factors(spec)
+        (('tm_x', 'ocr', 3.0),)
+    """
+    return tuple((tm.id, task_type, float(factor)) for tm in spec.taskmanagers
+                 for task_type, factor in sorted(tm.task_type_multipliers.items()))

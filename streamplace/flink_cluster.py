@@ -16,6 +16,7 @@ runs in its own emulated host at its own address, the JobManager binds the head 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -206,6 +207,7 @@ class FlinkCluster:
         env.update({
             "STREAMPLACE_NODE_ID": tm.id,
             "STREAMPLACE_WORK_MULTIPLIER": str(tm.work_multiplier),
+            "STREAMPLACE_TASK_TYPE_MULTIPLIERS": json.dumps(tm.task_type_multipliers),
             "STREAMPLACE_NODE_LABELS": ",".join(tm.labels),
             "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
             "OPENBLAS_NUM_THREADS": threads, "STREAMPLACE_TORCH_THREADS": threads,

@@ -38,6 +38,7 @@ __all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecErro
            "JVM_METASPACE_MB", "JVM_FIXED_OVERHEAD_MB", "SHIPPED_SPEC_NAME",
            "cluster_spec_dir", "shipped_spec_names", "checkout_root", "default_home",
            "ISOLATION_MODES", "MEMORY_LIMIT_MARGIN_MB", "MAX_LINK_MBPS", "MAX_CPU_QUOTA",
+           "MAX_TASK_TYPE_MULTIPLIERS", "MAX_TASK_TYPE_MULTIPLIER",
            "MIN_CPU_QUOTA", "DEFAULT_LINK_MBPS"]
 
 #: JVM parts we size explicitly and add to task heap + managed memory: framework heap 128,
@@ -68,6 +69,9 @@ MAX_LINK_MBPS = 100_000.0
 #: 4096 it is a typo.
 MIN_CPU_QUOTA = 0.01
 MAX_CPU_QUOTA = 4096.0
+#: Bounds of ``task_type_multipliers``: how many types one node lists, and the largest factor.
+MAX_TASK_TYPE_MULTIPLIERS = 64
+MAX_TASK_TYPE_MULTIPLIER = 100.0
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -107,6 +111,12 @@ class TaskManagerSpec(BaseModel):
                                     "cpu_cores)")
     memory_limit_mb: int | None = Field(None, description="memory limit of the host's cgroup "
                                         "(default process memory + MEMORY_LIMIT_MARGIN_MB)")
+    # Emulation only, like the quota: a node slow for some task types and not others (an
+    # accelerator one application cannot use, a library built without one instruction set).
+    # The executor repeats these types' work; nothing that places work reads it.
+    task_type_multipliers: dict[str, float] = Field(
+        default_factory=dict, description="task type -> extra repeats of its work on this node "
+        "(on top of work_multiplier); emulation ground truth, never read by a policy")
 
     @field_validator("id")
     @classmethod
@@ -115,6 +125,20 @@ class TaskManagerSpec(BaseModel):
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", value):
             raise ValueError(f"node id {value!r} must start with a letter and contain only "
                              "letters, digits and underscores")
+        return value
+
+    @field_validator("task_type_multipliers")
+    @classmethod
+    def _bounded_multipliers(cls, value: dict[str, float]) -> dict[str, float]:
+        if len(value) > MAX_TASK_TYPE_MULTIPLIERS:
+            raise ValueError(f"at most {MAX_TASK_TYPE_MULTIPLIERS} task_type_multipliers, got "
+                             f"{len(value)}")
+        for task_type, factor in value.items():
+            if not 0 < len(task_type) <= 128:
+                raise ValueError(f"task type {task_type[:40]!r}: 1 to 128 characters")
+            if not (math.isfinite(factor) and 1.0 <= factor <= MAX_TASK_TYPE_MULTIPLIER):
+                raise ValueError(f"task type {task_type!r}: multiplier {factor!r} must be in "
+                                 f"[1, {MAX_TASK_TYPE_MULTIPLIER:g}]")
         return value
 
     @model_validator(mode="after")

@@ -272,7 +272,7 @@ class NodeExecutor(ExecutorCore):
 
         call = self.lanes.call(unit.unit_id, stream, stage.stage, prepare,
                                lambda prepared: run_stage(stage.stage, *prepared),
-                               self.settings.repeats, cancel=task.cancel)
+                               self.settings.repeats_for(task.app.app_id), cancel=task.cancel)
         digest = None
         if call.error is None and stage.stage in _sinks(task.app):
             try:

@@ -118,9 +118,12 @@ class OperatorExecutor(ExecutorCore):
         self.operator = as_operator(operator)
         if settings.chain_cpu_stages:
             self.operator = chain_cpu_stages(self.operator)
+        # every record of this operator is one task type, the operator's name (the router's
+        # default task_type): a node slow for that type repeats every stage call
+        self._repeats = settings.repeats_for(self.operator.name)
         costs = MeasuredStageCosts({s.name: s.device for s in self.operator.stages},
                                    settings.default_stage_ms, settings.gpu_speedup_prior,
-                                   settings.repeats)
+                                   self._repeats)
         scheduler = _scheduler(settings, scheduler, costs)
         # No GPU-capable stage: no GPU units, and no torch import just to look for them.
         units = discover_units(settings if self.operator.uses_gpu or settings.use_gpu == "always"
@@ -252,7 +255,7 @@ class OperatorExecutor(ExecutorCore):
         inputs = [item.value for item in batch.items]
         call = self.lanes.call(unit.unit_id, stream, batch.stage, lambda: None, lambda _: _call(
             self.operator.stage(batch.stage), inputs, self.lanes.device(unit.unit_id)),
-            self.settings.repeats, cancel=AllSet(item.record.cancel for item in batch.items))
+            self._repeats, cancel=AllSet(item.record.cancel for item in batch.items))
         self._inbox.put(("done", _BatchDone(batch, stage, unit, lane, call)))
 
     # ------------------------------------------------------------------ completion

@@ -16,19 +16,61 @@ Example::
 
 from __future__ import annotations
 
+import json
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from workload.limits import MEMORY_FRACTION
 
 __all__ = ["NodeSettings", "ExecutorSettings", "OperatorExecutorSettings", "ENV_NODE_ID",
-           "ENV_WORK_MULTIPLIER"]
+           "ENV_WORK_MULTIPLIER", "ENV_TASK_TYPE_MULTIPLIERS", "parse_task_type_multipliers"]
 
 #: Environment variables read by :meth:`NodeSettings.from_env` (a TaskManager exports them
 #: before it starts, and its Python workers inherit them).
 ENV_NODE_ID = "STREAMPLACE_NODE_ID"
 ENV_WORK_MULTIPLIER = "STREAMPLACE_WORK_MULTIPLIER"
+#: JSON object {task type: factor}: the cluster spec's ``task_type_multipliers`` of this node
+ENV_TASK_TYPE_MULTIPLIERS = "STREAMPLACE_TASK_TYPE_MULTIPLIERS"
+#: bounds on what that variable may hold (the spec's own bounds; the variable is re-checked
+#: because anything may have set it)
+MAX_TASK_TYPES = 64
+MAX_FACTOR = 100.0
+MAX_ENV_CHARS = 16_384
+
+
+def parse_task_type_multipliers(text: str) -> dict[str, float]:
+    """``{task type: factor}`` from :data:`ENV_TASK_TYPE_MULTIPLIERS`'s JSON, bounded: at most
+    MAX_TASK_TYPES entries, each factor finite in [1, MAX_FACTOR]; anything else is a
+    ValueError that names the problem.
+
+    >>> parse_task_type_multipliers('{"text_inference": 3}')
+    {'text_inference': 3.0}
+    >>> parse_task_type_multipliers('{"a": "NaN"}')
+    Traceback (most recent call last):
+    ...
+    ValueError: STREAMPLACE_TASK_TYPE_MULTIPLIERS: 'a' -> 'NaN' is not a number in [1, 100]
+    """
+    if len(text) > MAX_ENV_CHARS:
+        raise ValueError(f"{ENV_TASK_TYPE_MULTIPLIERS}: {len(text)} characters, at most "
+                         f"{MAX_ENV_CHARS}")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ValueError(f"{ENV_TASK_TYPE_MULTIPLIERS} is not JSON: {text[:80]!r}") from None
+    if not isinstance(data, dict) or len(data) > MAX_TASK_TYPES:
+        raise ValueError(f"{ENV_TASK_TYPE_MULTIPLIERS} must be an object of at most "
+                         f"{MAX_TASK_TYPES} task types")
+    factors = {}
+    for task_type, factor in data.items():
+        ok = (isinstance(factor, (int, float)) and not isinstance(factor, bool)
+              and math.isfinite(factor) and 1.0 <= factor <= MAX_FACTOR)
+        if not ok:
+            raise ValueError(f"{ENV_TASK_TYPE_MULTIPLIERS}: {task_type[:40]!r} -> "
+                             f"{str(factor)[:40]!r} is not a number in [1, {MAX_FACTOR:g}]")
+        factors[task_type] = float(factor)
+    return factors
 
 
 @dataclass
@@ -43,6 +85,9 @@ class NodeSettings:
     gpu_streams_per_device: stages that may co-run on one GPU (one CUDA stream each).
     work_multiplier: each stage call runs ``max(1, round(m))`` times: a slower node made real on
         one host (the work is done, never slept).
+    task_type_multipliers: {task type: factor}: that type's stage calls run
+        ``max(1, round(work_multiplier x factor))`` times (a node slow for one application
+        only; the cluster spec's emulation field, never read by a policy).
     max_attempts: tries per stage (exception, CUDA OOM) before its task fails.
     max_in_flight: tasks accepted at once; further submits wait for a slot.
     node_memory_bytes: the node's memory for the per-task budget; 0 = what this process can
@@ -61,6 +106,7 @@ class NodeSettings:
     use_gpu: str = "auto"
     gpu_streams_per_device: int = 2
     work_multiplier: float = 1.0
+    task_type_multipliers: dict = field(default_factory=dict)
     max_attempts: int = 2
     max_in_flight: int = 64
     node_memory_bytes: int = 0
@@ -76,6 +122,8 @@ class NodeSettings:
             raise ValueError("gpu_streams_per_device must be at least 1")
         if not self.work_multiplier > 0:
             raise ValueError(f"work_multiplier must be positive, got {self.work_multiplier}")
+        self.task_type_multipliers = parse_task_type_multipliers(
+            json.dumps(dict(self.task_type_multipliers)))
         if self.max_attempts < 1 or self.max_in_flight < 1:
             raise ValueError("max_attempts and max_in_flight must be at least 1")
         if self.node_memory_bytes < 0:
@@ -90,9 +138,22 @@ class NodeSettings:
         """How many times each stage call really runs."""
         return max(1, round(self.work_multiplier))
 
+    def repeats_for(self, task_type) -> int:
+        """How many times each stage call of a ``task_type`` task really runs.
+
+        >>> NodeSettings(task_type_multipliers={"ocr": 3}).repeats_for("ocr")
+        3
+        >>> NodeSettings(task_type_multipliers={"ocr": 3}).repeats_for("other")
+        1
+        """
+        factor = self.task_type_multipliers.get(task_type, 1.0) if isinstance(task_type, str) \
+            else 1.0
+        return max(1, round(self.work_multiplier * factor))
+
     @classmethod
     def from_env(cls, **overrides):
-        """Defaults, then ``STREAMPLACE_NODE_ID`` / ``STREAMPLACE_WORK_MULTIPLIER`` from the
+        """Defaults, then ``STREAMPLACE_NODE_ID`` / ``STREAMPLACE_WORK_MULTIPLIER`` /
+        ``STREAMPLACE_TASK_TYPE_MULTIPLIERS`` from the
         environment (a TaskManager's Python worker inherits them), then ``overrides``."""
         values: dict[str, Any] = {}
         if os.environ.get(ENV_NODE_ID):
@@ -103,6 +164,9 @@ class NodeSettings:
             except ValueError:
                 raise ValueError(f"{ENV_WORK_MULTIPLIER} must be a number, got "
                                  f"{os.environ[ENV_WORK_MULTIPLIER]!r}") from None
+        if os.environ.get(ENV_TASK_TYPE_MULTIPLIERS):
+            values["task_type_multipliers"] = parse_task_type_multipliers(
+                os.environ[ENV_TASK_TYPE_MULTIPLIERS])
         values.update(overrides)
         return cls(**values)
 
