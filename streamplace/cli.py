@@ -129,10 +129,29 @@ def cmd_job(args) -> int:
     return 0
 
 
+def _service_token(cfg, service_url: str) -> str:
+    """The token a hook sends to ``service_url``: ``$STREAMPLACE_SERVICE_TOKEN``, the config's
+    ``service.token``, else the one ``streamplace serve`` wrote under the home (none: "")."""
+    import os
+
+    from streamplace.config import ConfigError
+    from streamplace.service_token import TokenFileError, read_token
+    if not service_url:
+        return ""
+    token = os.environ.get("STREAMPLACE_SERVICE_TOKEN") or cfg.service.token
+    if token:
+        return token
+    try:
+        return read_token(cfg.home) or ""
+    except TokenFileError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _hook_settings(cfg, args, plan: dict | None = None, retired: dict | None = None) -> dict:
     plan_text = ",".join(f"{k}={v}" for k, v in plan.items()) if plan is not None else args.plan
     return {"placement": "hook", "executor": "iawp", "policy": args.policy,
             "service_url": args.service_url or "", "plan": plan_text or "",
+            "service_token": _service_token(cfg, args.service_url or ""),
             "retired": ",".join(f"{k}={v}" for k, v in (retired or {}).items()),
             "topic_feedback": cfg.job.topic_feedback, "node_scheduler": args.scheduler,
             "rest_url": cfg.flink.rest_url}
@@ -275,12 +294,20 @@ def service_settings(cfg, host=None, port=None, token=None):
     """The service's settings: the ``service`` section, with what it leaves unset taken from the
     rest of the configuration (broker, feedback topic, Flink REST, cluster spec, home/models),
     then the command-line flags, then ``$STREAMPLACE_SERVICE_TOKEN`` for a token (a token on
-    the command line is visible to every user in ``ps``)."""
+    the command line is visible to every user in ``ps``).
+
+    Where the JobManager is not on loopback (``isolation: host`` moved it to the head address,
+    or a real multi-host cluster set ``flink.host``), the TaskManagers' hooks cannot reach a
+    loopback service: unless a host is set, the service binds the JobManager's address, with
+    the configured token or else one from ``<home>/service.token`` (made if missing,
+    :mod:`streamplace.service_token`), which ``job submit`` hands to the hooks."""
     import os
 
     from pydantic import ValidationError
 
+    from placement.service.settings import is_loopback
     from streamplace.config import ConfigError, ServiceSettings
+    from streamplace.service_token import TokenFileError, ensure_token
     given = cfg.service.model_fields_set
     data = cfg.service.model_dump()
     inherited = {"bootstrap_servers": cfg.kafka.bootstrap_servers,
@@ -291,6 +318,14 @@ def service_settings(cfg, host=None, port=None, token=None):
              "token": token or (None if "token" in given
                                 else os.environ.get("STREAMPLACE_SERVICE_TOKEN"))}
     data.update({k: v for k, v in flags.items() if v is not None})
+    if host is None and "host" not in given and not is_loopback(cfg.flink.host):
+        data["host"] = cfg.flink.host
+        if not data.get("token"):
+            try:
+                data["token"] = ensure_token(cfg.home)
+            except (TokenFileError, OSError) as exc:
+                raise ConfigError(f"the service binds {cfg.flink.host} and needs a token: {exc}"
+                                  ) from None
     try:
         settings = ServiceSettings.model_validate(data)
         settings.check_security()
