@@ -77,6 +77,9 @@ def test_shipped_hosts_spec_fits_two_cores_and_hides_which_host_suits_what():
     fastest_cpu = max(spec.taskmanagers, key=lambda tm: tm.cpu_quota)
     fastest_link = max(spec.taskmanagers, key=lambda tm: tm.uplink_mbps)
     assert fastest_cpu.id != fastest_link.id  # a speed factor that ranks hosts differently
+    # and one host slow for one application only (hidden from every policy, like the quota)
+    slow_for_one = [tm for tm in spec.taskmanagers if tm.task_type_multipliers]
+    assert len(slow_for_one) == 1 and len(slow_for_one[0].task_type_multipliers) == 1
     assert [s.address_index for s in host_specs(spec)] == [2, 3, 4]
 
 
