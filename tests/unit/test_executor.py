@@ -146,19 +146,9 @@ def test_a_transient_failure_succeeds_on_the_second_attempt(node, monkeypatch):
     assert by_stage(outcome)["tube_stitching"].attempts == 1
 
 
-def test_work_multiplier_really_runs_each_operator_that_many_times(monkeypatch):
-    counts: dict[str, int] = {}
-
-    def counting(name):
-        real = OPERATORS[name]
-
-        def wrapper(frames, inputs, **options):
-            counts[name] = counts.get(name, 0) + 1
-            return real(frames, inputs, **options)
-        return wrapper
-
-    for name in [s.name for s in APPLICATIONS["face_recognition"].stages]:
-        monkeypatch.setitem(OPERATORS, name, counting(name))
+def test_work_multiplier_really_runs_each_operator_that_many_times(monkeypatch,
+                                                                   count_stage_calls):
+    counts = count_stage_calls("face_recognition")
     monkeypatch.setenv("STREAMPLACE_WORK_MULTIPLIER", "2")
     monkeypatch.setenv("STREAMPLACE_NODE_ID", "tm_slow")
     config = ExecutorSettings.from_env(cpu_workers=1, use_gpu="never")

@@ -15,7 +15,6 @@ from interference.executor.settings import (ENV_TASK_TYPE_MULTIPLIERS, NodeSetti
                                             parse_task_type_multipliers)
 from streamplace.config import load_config
 from streamplace.flink_cluster import FlinkCluster
-from workload.apps.registry import OPERATORS
 from workload.catalog import APPLICATIONS
 from workload.cluster_spec import LocalClusterSpec, load_cluster_spec
 from workload.operators import StagedOperator, stage
@@ -108,21 +107,9 @@ def test_the_shipped_specs_parse_with_the_field():
 
 
 # -- the executors ----------------------------------------------------------------------------
-def test_the_node_executor_repeats_only_the_listed_application(monkeypatch):
-    counts: dict[str, int] = {}
-
-    def counting(name):
-        real = OPERATORS[name]
-
-        def wrapper(frames, inputs, **options):
-            counts[name] = counts.get(name, 0) + 1
-            return real(frames, inputs, **options)
-        return wrapper
-
+def test_the_node_executor_repeats_only_the_listed_application(count_stage_calls):
     slow, fast = "face_recognition", "video_synopsis"
-    for app in (slow, fast):
-        for name in [s.name for s in APPLICATIONS[app].stages]:
-            monkeypatch.setitem(OPERATORS, name, counting(name))
+    counts = count_stage_calls(slow, fast)
     config = ExecutorSettings(cpu_workers=1, use_gpu="never", task_type_multipliers={slow: 2})
     with NodeExecutor(config) as executor:
         for app in (slow, fast):
