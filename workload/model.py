@@ -34,13 +34,21 @@ __all__ = ["Task", "GpuSpec", "NodeSpec", "ClusterSpec", "NodeState", "Observati
 
 @dataclass(frozen=True)
 class Task:
-    """One streaming task: the paper's (TID, TSize), plus when it arrived."""
+    """One streaming task: the paper's (TID, TSize), plus when it arrived.
+
+    The three trailing fields are the multi-tenant / deadline axis (issue 17), all off by
+    default so every existing caller and result is unchanged; ``workload.task_attributes``
+    reads and checks them from a TaskEvent's ``attributes`` and ``simulator.slo`` scores them.
+    """
 
     task_id: str
     app_id: str
     input_size: int
     arrival_s: float = 0.0
     expected_work_ms: float | None = None
+    tenant: str = ""                 # who submitted it; "" = no tenant (one shared tenant)
+    deadline_s: float | None = None  # relative latency target: complete by arrival + this
+    priority: int = 0                # larger = more important; 0 = none (nothing uses it yet)
 
     @property
     def type_index(self) -> int:

@@ -27,6 +27,8 @@ gpu_share         fractional GPU requests, best-fit packing of GPU fractions
 opportunistic     fewest GPUs under a memory bound and a predicted-slowdown bound
 comm_aware        slowdown- and communication-aware GPU mapping
 dual_agent_order  dual-agent RL: a bandit over stage-ordering rules
+edf_dvfs          EDF order; lowest-energy unit and DVFS level that meets the deadline
+vgpu_fair         tenants' credit-based fair shares of the GPUs (virtual channels)
 ================  ===================================================================
 
 Example::
@@ -44,6 +46,7 @@ from __future__ import annotations
 from interference.schedulers._checks import validate_assignments
 from interference.schedulers.comm_aware import CommAwareScheduler
 from interference.schedulers.dual_agent_order import DualAgentOrderScheduler
+from interference.schedulers.edf_dvfs import EdfDvfsScheduler
 from interference.schedulers.fcfs import FcfsScheduler
 from interference.schedulers.gpu_share import GpuShareScheduler
 from interference.schedulers.heft import HeftScheduler
@@ -55,6 +58,7 @@ from interference.schedulers.pats import PatsScheduler
 from interference.schedulers.schedtune import SchedTuneScheduler
 from interference.schedulers.sjf_bsbf import SjfBsbfScheduler
 from interference.schedulers.vapor import VaporScheduler
+from interference.schedulers.vgpu_fair import VgpuFairScheduler
 from workload.estimates import CostModel
 from workload.model import NodeScheduler
 
@@ -62,7 +66,7 @@ __all__ = ["NODE_SCHEDULERS", "make_node_scheduler", "validate_assignments", "Fc
            "MctUnitScheduler", "PatsScheduler", "HeftScheduler", "MysticScheduler",
            "IawpScheduler", "VaporScheduler", "SjfBsbfScheduler", "SchedTuneScheduler",
            "GpuShareScheduler", "OpportunisticScheduler", "CommAwareScheduler",
-           "DualAgentOrderScheduler"]
+           "DualAgentOrderScheduler", "EdfDvfsScheduler", "VgpuFairScheduler"]
 
 #: Registry name -> scheduler class (the name is also the class's ``name``).
 NODE_SCHEDULERS: dict[str, type[NodeScheduler]] = {
@@ -70,7 +74,7 @@ NODE_SCHEDULERS: dict[str, type[NodeScheduler]] = {
     for cls in (FcfsScheduler, MctUnitScheduler, PatsScheduler, HeftScheduler, MysticScheduler,
                 IawpScheduler, VaporScheduler, SjfBsbfScheduler, SchedTuneScheduler,
                 GpuShareScheduler, OpportunisticScheduler, CommAwareScheduler,
-                DualAgentOrderScheduler)
+                DualAgentOrderScheduler, EdfDvfsScheduler, VgpuFairScheduler)
 }
 
 

@@ -28,6 +28,10 @@ the adaptation and its parameters; ``benchmarks/zoo.py`` compares them all):
 ``delay_locality``            network-sensitive delay scheduling by locality level
 ``dual_agent``                dual-agent RL: placement agent with online machine speeds
 ``least_similar``             interference-aware parallelisation: least-similar node
+``powerflow``                 PowerFlow: seconds gained per joule under an energy budget
+``greenflow``                 GreenFlow: PowerFlow's walk in grams CO2 under a carbon budget
+``hived``                     HiveD: tenants' virtual clusters of buddy cells, guarantees
+``gai``                       GAI: smallest fitting subtree of racks/nodes, priorities
 ============================  ==============================================================
 
 Example::
@@ -48,6 +52,9 @@ from placement.policies.delay_locality import DelayLocalityPolicy
 from placement.policies.dual_agent import DualAgentPolicy
 from placement.policies.flink_slot_filling import FlinkSlotFillingPolicy
 from placement.policies.flink_tasks_balance import FlinkTasksBalancePolicy
+from placement.policies.gai import GaiPolicy
+from placement.policies.greenflow import GreenFlowPolicy
+from placement.policies.hived import HiveDPolicy
 from placement.policies.kubernetes import KubernetesPolicy
 from placement.policies.least_loaded import LeastLoadedPolicy
 from placement.policies.least_outstanding import LeastOutstandingPolicy
@@ -56,6 +63,7 @@ from placement.policies.liquid import LiquidPolicy
 from placement.policies.mct import MinimumCompletionTimePolicy
 from placement.policies.met import MinimumExecutionTimePolicy
 from placement.policies.placement_aware import PlacementAwarePolicy
+from placement.policies.powerflow import PowerFlowPolicy
 from placement.policies.random_policy import RandomPolicy
 from placement.policies.round_robin import RoundRobinPolicy
 from placement.policies.weighted_round_robin import WeightedRoundRobinPolicy
@@ -67,14 +75,15 @@ __all__ = ["POLICIES", "ALIASES", "make_policy", "ClusterPolicy", "EstimatingPol
            "LeastOutstandingPolicy", "MinimumExecutionTimePolicy", "MinimumCompletionTimePolicy",
            "FlinkSlotFillingPolicy", "FlinkTasksBalancePolicy", "KubernetesPolicy",
            "LiquidPolicy", "PlacementAwarePolicy", "DelayLocalityPolicy", "DualAgentPolicy",
-           "LeastSimilarPolicy"]
+           "LeastSimilarPolicy", "PowerFlowPolicy", "GreenFlowPolicy", "HiveDPolicy", "GaiPolicy"]
 
 #: Registry: policy name -> class (the key is the class's ``name``).
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
     RandomPolicy, RoundRobinPolicy, WeightedRoundRobinPolicy, LeastLoadedPolicy,
     LeastOutstandingPolicy, MinimumExecutionTimePolicy, MinimumCompletionTimePolicy,
     FlinkSlotFillingPolicy, FlinkTasksBalancePolicy, KubernetesPolicy,
-    LiquidPolicy, PlacementAwarePolicy, DelayLocalityPolicy, DualAgentPolicy, LeastSimilarPolicy)}
+    LiquidPolicy, PlacementAwarePolicy, DelayLocalityPolicy, DualAgentPolicy, LeastSimilarPolicy,
+    PowerFlowPolicy, GreenFlowPolicy, HiveDPolicy, GaiPolicy)}
 
 #: Other names people use for the same rules.
 ALIASES: dict[str, str] = {"etc": "mct"}
