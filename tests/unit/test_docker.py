@@ -41,7 +41,10 @@ TASKMANAGER_PACKAGES = ("pyflink_jobs", "interference")
 #: Variables TaskManager-side code may read but that the stack need not set there.
 OPTIONAL_ON_TASKMANAGERS = {"STREAMPLACE_CONFIG", "STREAMPLACE_HOME", "STREAMPLACE_DATA_DIR",
                             "STREAMPLACE_SERVICE_TOKEN", "STREAMPLACE_PROCESS",
-                            "STREAMPLACE_HOOK_"}  # hook settings, read where a job is built
+                            "STREAMPLACE_HOOK_",  # hook settings, read where a job is built
+                            # emulation only (a node slow for one task type): a real GPU host
+                            # is as slow as it is
+                            "STREAMPLACE_TASK_TYPE_MULTIPLIERS"}
 REQUIRED = {"STREAMPLACE_SERVICE_TOKEN": "unit-test-token-0123456789",
             "GRAFANA_ADMIN_PASSWORD": "unit-test-password"}
 COMPOSE_SCHEMA = Path("/usr/lib/python3/dist-packages/compose/config/compose_spec.json")
