@@ -6,7 +6,10 @@
    Gavel table and the slowdown model hold);
 2. the executor (``NodeExecutor``, GPUs and all CPU cores) on a mixed task stream, FCFS vs IAWP
    (paper rules) vs IAWP slowdown-aware, in alternating order: tasks/s, p50/p99 latency, where
-   the stages ran, NVML GPU utilisation sampled every 0.1 s, and the co-run slowdowns learned;
+   the stages ran, NVML GPU utilisation and node power sampled every 0.1 s, energy per task
+   from the product's feedback path (the executor's snapshot -> ``FeedbackPublisher`` every
+   0.5 s -> each record's ``completed_energy_j``, one entry per completed task), and the
+   co-run slowdowns learned;
 3. a user's operator, example (b) (``examples/text_inference``: tokenize -> torch classifier on
    the GPU -> label) in the ``OperatorExecutor`` with dynamic batching on and off
    (``benchmarks.operator_batching``): records/s, p99, mean model batch, NVML GPU utilisation.
@@ -111,11 +114,46 @@ def pairwise(size: int, seconds: float, progress) -> dict:
             "alone_ops_per_s": alone, "normalised_throughput": matrix, "failures": failures}
 
 
+def _num(value) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def _feedback_task(feedback, task: tuple, future) -> None:
+    """Report one finished task to the feedback publisher, as the Flink executor function does
+    (routed here, at its start: only routed tasks are reported)."""
+    from pyflink_jobs.feedback import FinishedTask
+    from pyflink_jobs.routed import DecisionContext, RoutedRecord
+    if future.exception() is not None:
+        return
+    outcome = future.result()
+    event = {"task_id": task[0], "app_id": task[1], "input_size": task[2]}
+    feedback.task_finished(FinishedTask.from_task_outcome(event, outcome), RoutedRecord(
+        task[0], task[1], task[2], "gpu-check", outcome.started_at_ms, DecisionContext(), event),
+        bytes_in=0, bytes_out=0)
+
+
+def _energy(reports: list[dict], samples: list[tuple], refused: int) -> dict:
+    """Node power (telemetry samples) and energy per task (the feedback records) of one run."""
+    # completed_energy_j: one entry per completed task, same order (-1: not reported)
+    energies = [j for r in reports if len(r["completed_energy_j"]) == len(r["completed"])
+                for j in r["completed_energy_j"] if j >= 0]
+    watts = [s[2] for s in samples if s[2] >= 0]
+    return {"power_w_mean": statistics.fmean(watts) if watts else None,
+            "power_w_max": max(watts, default=None),
+            "power_sources": sorted({r["power_source"] for r in reports}),
+            "gpu_power_readings_refused": refused,
+            "tasks_with_energy": len(energies),
+            "tasks_reported": sum(len(r["completed"]) for r in reports),
+            "energy_j_per_task_mean": statistics.fmean(energies) if energies else None,
+            "energy_j_total": sum(energies)}
+
+
 def executor_runs(tasks: int, repeats: int, max_in_flight: int, budget_s: float,
                   progress) -> dict:
     from benchmarks.executor import make_stream, percentile
     from interference.executor import ExecutorSettings, NodeExecutor, NodeTelemetry
     from interference.schedulers import make_node_scheduler
+    from pyflink_jobs.feedback import FeedbackPublisher
     from workload.estimates import CostModel
     costs = CostModel()
     stream = make_stream(tasks)
@@ -133,11 +171,17 @@ def executor_runs(tasks: int, repeats: int, max_in_flight: int, budget_s: float,
                 for i, app in enumerate(sorted({a for _, a, _ in stream}) * 2):  # warm-up
                     node.submit(f"warm-{i}", app, 36_864).result()
                 samples, stop = [], threading.Event()
+                feedback = FeedbackPublisher("gpu-check", node.snapshot)
+                reports = [feedback.build_record()]  # the first power reading
 
                 def sample():
+                    ticks = 0
                     while not stop.wait(0.1):
                         s = telemetry.sample()
-                        samples.append((s["gpu_util"], s["gpu_mem_util"]))
+                        samples.append((s["gpu_util"], s["gpu_mem_util"], s["power_w"]))
+                        ticks += 1
+                        if ticks % 5 == 0:  # FeedbackPublisher's default interval, 0.5 s
+                            reports.append(feedback.build_record())
 
                 sampler = threading.Thread(target=sample)
                 sampler.start()
@@ -145,10 +189,15 @@ def executor_runs(tasks: int, repeats: int, max_in_flight: int, budget_s: float,
                 futures = []
                 for task in stream:
                     futures.append(node.submit(*task))
+                    futures[-1].add_done_callback(
+                        lambda f, t=task: _feedback_task(feedback, t, f))
                 outcomes = [f.result() for f in futures]
                 wall = time.perf_counter() - t0
                 stop.set()
                 sampler.join()
+                reports.append(feedback.build_record())
+                energy = _energy(reports, samples,
+                                 node.telemetry.power_ignored + telemetry.power_ignored)
                 for key, value in node.learned_slowdowns().items():
                     if key[2] == "gpu":
                         total = learned.setdefault(f"{key[0]} | {'+'.join(key[1])}", [0.0, 0])
@@ -170,15 +219,17 @@ def executor_runs(tasks: int, repeats: int, max_in_flight: int, budget_s: float,
                          "latency_p99_ms": percentile(latencies, 99) if ok else None,
                          "gpu_util_mean": statistics.fmean(s[0] for s in samples) if samples else 0,
                          "gpu_mem_util_max": max((s[1] for s in samples), default=0.0),
-                         "stages_per_unit_kind": units, "corun_observations": observed})
+                         "stages_per_unit_kind": units, "corun_observations": observed,
+                         **energy})
             progress.update()
     summary = []
     for label, _, _ in VARIANTS:
         group = [r for r in runs if r["scheduler"] == label and "skipped" not in r]
         if group:
             summary.append({"scheduler": label, "runs": len(group), **{
-                m: statistics.fmean(r[m] for r in group if r[m] is not None)
-                for m in ("tasks_per_s", "latency_p50_ms", "latency_p99_ms", "gpu_util_mean")}})
+                m: statistics.fmean(v) if (v := [r[m] for r in group if r[m] is not None])
+                else None for m in ("tasks_per_s", "latency_p50_ms", "latency_p99_ms",
+                                    "gpu_util_mean", "power_w_mean", "energy_j_per_task_mean")}})
     gpu_learned = sorted(({"pair": k, "mean_rate": t / n, "count": n}
                           for k, (t, n) in learned.items()), key=lambda r: -r["count"])
     return {"tasks": tasks, "repeats": repeats, "max_in_flight": max_in_flight,
@@ -275,7 +326,13 @@ def main(argv=None) -> int:
     for s in summary:
         print(f"{s['scheduler']:28s} tasks/s {s['tasks_per_s']:.1f}  p50 "
               f"{s['latency_p50_ms']:.0f} ms  p99 {s['latency_p99_ms']:.0f} ms  GPU util "
-              f"{s['gpu_util_mean']:.2f}")
+              f"{s['gpu_util_mean']:.2f}  node power {_num(s['power_w_mean'])} W  "
+              f"energy/task {_num(s['energy_j_per_task_mean'])} J")
+    for r in execution["runs"]:
+        if "skipped" not in r:
+            print(f"  {r['scheduler']} run {r['repeat']}: power from {r['power_sources']}, "
+                  f"{r['tasks_with_energy']}/{r['tasks_reported']} tasks with energy, "
+                  f"{r['gpu_power_readings_refused']} GPU power readings refused")
     for r in execution["runs"]:
         if r.get("failed"):
             print(f"  {r['scheduler']} run {r['repeat']}: {r['failed']} failed: {r['first_error']}")

@@ -1,8 +1,11 @@
 """The zoo: every placement system, old and new, on the same simulated work.
 
 Every cluster policy and node scheduler streamplace has (the generic baselines, the paper's
-Random / ETC / PATS, ten related GPU-cluster systems adapted to streaming stages, and our
-LDWP + IAWP from the shipped model file) runs on identical tasks for each seed:
+Random / ETC / PATS, ten related GPU-cluster systems adapted to streaming stages (part 1), six
+more on energy, carbon, tenants and deadlines (part 2: PowerFlow, GreenFlow, HiveD, GAI,
+EDF-DVFS, vGPU fair), and our LDWP + IAWP from the shipped model file) runs on identical tasks
+for each seed, each task with a tenant, a priority and a deadline (``benchmarks.zoo_metrics``;
+systems that do not read them run exactly as before):
 
 - the paper's setting (11 workers of the paper's node types, the three applications in equal mix,
   1,500 tasks): saturated, and Poisson arrivals over a sweep of rates;
@@ -10,14 +13,17 @@ LDWP + IAWP from the shipped model file) runs on identical tasks for each seed:
   GenAI arrival process, time-compressed to 60 and 120 tasks/min.
 
 Five evaluation seeds (never used to train or tune anything), mean and 95% Student-t interval:
-throughput, p99 latency, GPU utilisation, useful GPU work per busy GPU-second, OOMs. Two checks
-of the comparison itself are recorded: no system above the upper bound, and one repeated run per
-system giving identical metrics (determinism per seed). Every cluster rule is also timed inside the
-Flink router object (11 nodes, 5,000 decisions, completions fed back): p50 / p99 per decision.
+throughput, p99 latency, GPU utilisation, useful GPU work per busy GPU-second, OOMs, and
+(part 2, ``benchmarks/zoo_metrics.py`` says how each is computed) energy per completed task
+(J), grams CO2 per task, Jain's fairness across tenants (of slowdown) and the deadline miss rate.
+Two checks of the comparison itself are recorded: no system above the upper bound, and one
+repeated run per system giving identical metrics (determinism per seed). Every cluster rule is
+also timed inside the Flink router object (11 nodes, 5,000 decisions, completions fed back):
+p50 / p99 per decision.
 
-    python -m benchmarks.zoo               # default sweep (about 20 minutes on 2 cores)
+    python -m benchmarks.zoo               # default sweep (about 2 hours on 2 cores)
     python -m benchmarks.zoo --full        # the paper's whole arrival sweep (10-60 tasks/min)
-    python -m benchmarks.zoo --quick       # 300 tasks, 2 seeds: a smoke run
+    python -m benchmarks.zoo --quick       # 300 tasks, 2 seeds: a smoke run (still ~30 min)
 
 Writes benchmarks/results/zoo.json (zoo-quick.json with --quick), a PNG beside it, and prints the
 README table.
@@ -33,7 +39,8 @@ from pathlib import Path
 
 from benchmarks._common import RESULTS, git_commit, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, PAIRS
-from benchmarks.baselines import summarise as summarise_runs
+from benchmarks.zoo_metrics import (PART2_METRICS, describe_part2, same_value,
+                                     summarise_metric)
 
 #: (label, cluster policy, node scheduler, family). Node-level systems run under MCT (as the
 #: paper runs PATS); cluster-level ones with FCFS on the node (as the other cluster baselines),
@@ -50,15 +57,33 @@ RELATED = (
     ("DualAgent", "dual_agent", "dual_agent_order", "related"),
     ("LeastSimilar+CommAware", "least_similar", "comm_aware", "related"),
 )
+#: Part 2 (issue 17), the same pairing rule: cluster-level systems with FCFS on the node,
+#: node-level ones under MCT. Budgets, quotas and task lists: ``benchmarks.zoo_metrics``.
+RELATED_2 = (
+    ("PowerFlow+FCFS", "powerflow", "fcfs", "related2"),
+    ("GreenFlow+FCFS", "greenflow", "fcfs", "related2"),
+    ("HiveD+FCFS", "hived", "fcfs", "related2"),
+    ("GAI+FCFS", "gai", "fcfs", "related2"),
+    ("EDF-DVFS", "mct", "edf_dvfs", "related2"),
+    ("vGPU fair", "mct", "vgpu_fair", "related2"),
+)
 OURS = (
     ("LDWP+IAWP (ours)", "ldwp", "iawp", "ours"),
     ("LDWP+HEFT (ours)", "ldwp", "heft", "ours"),
 )
 SYSTEMS = tuple((label, policy, scheduler, "oracle" if policy == "oracle" else "baseline")
-                for label, policy, scheduler in PAIRS) + RELATED + OURS
+                for label, policy, scheduler in PAIRS) + RELATED + RELATED_2 + OURS
 METRICS = ("throughput_per_min", "latency_p99_s", "gpu_utilisation",
            "useful_gpu_work_per_gpu_second", "oom_failures", "upper_bound_per_min")
 DEFAULT_SWEEP = (10, 30, 50)
+#: The setting whose part-2 metrics the README table shows (all settings are in the JSON): a
+#: Poisson rate under capacity, since in the saturated setting every task arrives in the first
+#: minutes and nearly every deadline is missed by every system.
+PART2_TABLE_SETTING = ("paper", 30)
+#: Headers of the part-2 columns of the README table.
+PART2_COLUMNS = (("energy_per_task_j", "J/task", 0), ("g_co2_per_task", "g CO2/task", 3),
+                 ("jain_fairness", "Jain (slowdown)", 3),
+                 ("deadline_miss_rate", "deadline miss rate", 3))
 
 
 def _scenario(name: str, rate, tasks: int, seed: int):
@@ -74,26 +99,47 @@ def _scenario(name: str, rate, tasks: int, seed: int):
 
 
 def run_one(job: tuple) -> dict:
-    """One (scenario, rate, system, seed) run; module level so worker processes can run it."""
+    """One (scenario, rate, system, seed) run; module level so worker processes can run it.
+
+    The workload gets tenants, priorities and deadlines (``zoo_metrics.with_slo``, from the seed)
+    and part 2's systems their settings from it; the part-1 metrics, then the part-2 ones
+    (``zoo_metrics.run_metrics``). A power-based system on a cluster with a GPU model that has
+    no power entry is skipped: every metric None, ``skipped`` says why."""
     scenario, rate, label, policy_name, scheduler_name, seed, tasks, model = job
     import torch
     torch.set_num_threads(1)
+    from benchmarks import zoo_metrics as part2
     from interference.schedulers import make_node_scheduler
     from placement.policies import make_policy
-    from simulator import GreedyOracle, Simulator
+    from simulator import GreedyOracle, SimulationConfig, Simulator
     costs, cluster, workload = _scenario(scenario, rate, tasks, seed)
+    workload = part2.with_slo(workload, costs, seed)
+    power, power_why = part2.power_model(costs)
+    problem = part2.power_problem(cluster, power, power_why)
+    row = {"scenario": scenario, "rate": rate, "system": label, "seed": seed}
+    if problem and (policy_name in part2.POWER_POLICIES
+                    or scheduler_name in part2.POWER_SCHEDULERS):
+        return {**row, "wall_s": 0.0, **dict.fromkeys(METRICS + PART2_METRICS),
+                "skipped": f"{label} needs power figures: {problem}", "part2_notes": problem}
+    settings = {}
     if policy_name == "oracle":
         policy = GreedyOracle()
     elif policy_name == "ldwp":
         from placement.ldwp.agent import LDWPPolicy
         policy = LDWPPolicy.from_file(model, cluster, costs)
     else:
-        policy = make_policy(policy_name, cluster, costs, seed=seed)
-    scheduler = make_node_scheduler(scheduler_name, costs, seed=seed)
+        settings = part2.policy_settings(policy_name, cluster, costs, workload, power)
+        policy = make_policy(policy_name, cluster, costs, seed=seed, **settings)
+    scheduler = make_node_scheduler(scheduler_name, costs, seed=seed,
+                                    **part2.scheduler_settings(scheduler_name, workload, power))
     started = time.perf_counter()
-    m = Simulator(costs).run(policy, scheduler, cluster, workload, seed=seed).metrics
-    return {"scenario": scenario, "rate": rate, "system": label, "seed": seed,
-            "wall_s": time.perf_counter() - started, **{k: getattr(m, k) for k in METRICS}}
+    result = Simulator(costs, SimulationConfig(record_events=True)).run(
+        policy, scheduler, cluster, workload, seed=seed)
+    wall = time.perf_counter() - started
+    m = result.metrics
+    budget = {k: v for k, v in settings.items() if k in ("energy_budget_j", "carbon_budget_g")}
+    return {**row, "wall_s": wall, **{k: getattr(m, k) for k in METRICS},
+            **part2.run_metrics(result, cluster, costs, workload, power, power_why), **budget}
 
 
 def router_latency(policy_name: str, decisions: int = 5000, nodes: int = 11) -> dict:
@@ -127,79 +173,121 @@ def router_latency(policy_name: str, decisions: int = 5000, nodes: int = 11) -> 
 
 
 def summarise(runs: list[dict]) -> list[dict]:
-    """Mean and 95% interval per (scenario, rate, system) over the seeds."""
-    return summarise_runs(runs, key="system", metrics=METRICS)
+    """Mean and 95% interval per (scenario, rate, system) over the seeds, for the part-1 and
+    part-2 metrics; a metric None in some runs (skipped, or undefined) is summarised over the
+    others (``n`` says how many), mean None when none has it."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault((run["scenario"], run["rate"], run["system"]), []).append(run)
+    rows = []
+    for (scenario, rate, system), group in groups.items():
+        row = {"scenario": scenario, "rate": rate, "system": system, "seeds": len(group)}
+        for metric in METRICS + PART2_METRICS:
+            row[metric] = summarise_metric([g.get(metric) for g in group])
+        rows.append(row)
+    return rows
 
 
 def compass(runs: list[dict], repeats: list[dict]) -> dict:
     """The comparison's own checks: nothing above the upper bound (1% slack for the bound's
-    rounding of stage times), and repeated runs identical."""
+    rounding of stage times), and repeated runs identical (part-2 metrics too)."""
     above = [f"{r['system']} {r['scenario']} rate {r['rate']} seed {r['seed']}: "
              f"{r['throughput_per_min']:.1f} > {r['upper_bound_per_min']:.1f}"
-             for r in runs if r["throughput_per_min"] > 1.01 * r["upper_bound_per_min"]]
+             for r in runs if r["throughput_per_min"] is not None
+             and r["throughput_per_min"] > 1.01 * r["upper_bound_per_min"]]
     first = {(r["scenario"], r["rate"], r["system"], r["seed"]): r for r in runs}
     differing = [f"{r['system']} seed {r['seed']}" for r in repeats
-                 if any(r[m] != first[(r["scenario"], r["rate"], r["system"], r["seed"])][m]
-                        for m in METRICS)]
+                 if any(not same_value(r.get(m), first[(r["scenario"], r["rate"], r["system"],
+                                                          r["seed"])].get(m))
+                        for m in METRICS + PART2_METRICS)]
     return {"above_upper_bound": above, "repeated_runs": len(repeats),
             "not_deterministic": differing}
 
 
-def readme_table(rows: list[dict], settings: list[tuple]) -> str:
-    """Markdown: throughput (tasks/min, mean and CI) per system and setting, the best bold."""
+def _cell(summary: dict | None, digits: int) -> str:
+    if summary is None or summary.get("mean") is None:
+        return "-"
+    low, high = summary["ci95"]
+    return f"{summary['mean']:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def readme_table(rows: list[dict], settings: list[tuple],
+                 part2_setting: tuple = PART2_TABLE_SETTING) -> str:
+    """Markdown: throughput (tasks/min, mean and CI) per system and setting, the best bold; then
+    the part-2 metrics (energy, carbon, fairness, deadline misses) in ``part2_setting``
+    ((scenario, rate); the first setting when it is not among ``settings``)."""
     systems = [s[0] for s in SYSTEMS]
-    header = "| system | " + " | ".join(name for name, _, _ in settings) + " |"
-    lines = [header, "|---" * (len(settings) + 1) + "|"]
+    if not any((scenario, rate) == tuple(part2_setting) for _, scenario, rate in settings):
+        part2_setting = (settings[0][1], settings[0][2]) if settings else part2_setting
+    where = next((name for name, scenario, rate in settings
+                  if (scenario, rate) == tuple(part2_setting)), "")
+    header = ("| system | " + " | ".join(name for name, _, _ in settings) + " | "
+              + " | ".join(f"{title}, {where}" for _, title, _ in PART2_COLUMNS) + " |")
+    lines = [header, "|---" * (len(settings) + len(PART2_COLUMNS) + 1) + "|"]
     by = {(r["scenario"], r["rate"], r["system"]): r for r in rows}
     best = {}
     for _, scenario, rate in settings:
         cells = [by[(scenario, rate, s)]["throughput_per_min"]["mean"] for s in systems
                  if (scenario, rate, s) in by and not s.startswith("Oracle")]
+        cells = [c for c in cells if c is not None]
         best[(scenario, rate)] = max(cells) if cells else None
     for system in systems:
         cells = []
         for _, scenario, rate in settings:
             row = by.get((scenario, rate, system))
-            if row is None:
-                cells.append("-")
-                continue
-            t = row["throughput_per_min"]
-            text = f"{t['mean']:.1f} [{t['ci95'][0]:.1f}, {t['ci95'][1]:.1f}]"
-            cells.append(f"**{text}**" if t["mean"] == best[(scenario, rate)] else text)
+            text = _cell(row and row["throughput_per_min"], 1)
+            mean = row["throughput_per_min"]["mean"] if row else None
+            bold = mean is not None and mean == best[(scenario, rate)]
+            cells.append(f"**{text}**" if bold else text)
+        row = by.get((*part2_setting, system))
+        cells += [_cell(row and row.get(metric), digits) for metric, _, digits in PART2_COLUMNS]
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def _bars(ax, rows: list[dict], metric: str, title: str, colours: dict, family: dict) -> None:
+    chosen = sorted((r for r in rows if r.get(metric, {}).get("mean") is not None),
+                    key=lambda r: r[metric]["mean"])
+    means = [r[metric]["mean"] for r in chosen]
+    errors = [[m - r[metric]["ci95"][0] for m, r in zip(means, chosen)],
+              [r[metric]["ci95"][1] - m for m, r in zip(means, chosen)]]
+    ax.barh([r["system"] for r in chosen], means, xerr=errors,
+            color=[colours[family.get(r["system"], "baseline")] for r in chosen])
+    if metric == "throughput_per_min" and chosen:
+        ax.axvline(chosen[0]["upper_bound_per_min"]["mean"], color="k", alpha=0.3,
+                   linewidth=3, label="upper bound")
+        ax.legend(fontsize=7)
+    ax.set_title(title + " (95% CI)", fontsize=9)
+    ax.tick_params(axis="y", labelsize=7)
+
+
+def plot(rows: list[dict], path: Path, part2_setting: tuple = PART2_TABLE_SETTING) -> None:
+    """Top row: the part-1 panels; bottom row: the part-2 metrics in ``part2_setting``."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"baseline": "tab:gray", "related": "tab:blue", "ours": "tab:red",
-               "oracle": "tab:green"}
+    colours = {"baseline": "tab:gray", "related": "tab:blue", "related2": "tab:purple",
+               "ours": "tab:red", "oracle": "tab:green"}
     family = {s[0]: s[3] for s in SYSTEMS}
+    scenario2, rate2 = part2_setting
+    where = f"{'Paper setting' if scenario2 == 'paper' else 'Alibaba cluster'}, " + (
+        "saturated" if rate2 is None else f"{rate2}/min")
     panels = [("paper", None, "throughput_per_min", "Paper setting, saturated: tasks/min"),
               ("paper", None, "gpu_utilisation", "Paper setting, saturated: GPU utilisation"),
               ("paper", None, "latency_p99_s", "Paper setting, saturated: p99 latency (s)"),
-              ("alibaba", 120, "throughput_per_min", "Alibaba cluster, 120/min: tasks/min")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(24, 9))
-    for ax, (scenario, rate, metric, title) in zip(axes, panels):
-        chosen = sorted((r for r in rows if r["scenario"] == scenario and r["rate"] == rate),
-                        key=lambda r: r[metric]["mean"])
-        means = [r[metric]["mean"] for r in chosen]
-        errors = [[m - r[metric]["ci95"][0] for m, r in zip(means, chosen)],
-                  [r[metric]["ci95"][1] - m for m, r in zip(means, chosen)]]
-        ax.barh([r["system"] for r in chosen], means, xerr=errors,
-                color=[colours[family[r["system"]]] for r in chosen])
-        if metric == "throughput_per_min" and chosen:
-            ax.axvline(chosen[0]["upper_bound_per_min"]["mean"], color="k", alpha=0.3,
-                       linewidth=3, label="upper bound")
-            ax.legend(fontsize=7)
-        ax.set_title(title + " (95% CI)", fontsize=9)
-        ax.tick_params(axis="y", labelsize=7)
-    fig.suptitle("grey: generic baselines, blue: related systems, red: LDWP + IAWP, "
-                 "green: greedy oracle", fontsize=9)
-    fig.tight_layout()
+              ("alibaba", 120, "throughput_per_min", "Alibaba cluster, 120/min: tasks/min"),
+              (scenario2, rate2, "energy_per_task_j", f"{where}: energy per task (J)"),
+              (scenario2, rate2, "g_co2_per_task", f"{where}: g CO2 per task"),
+              (scenario2, rate2, "jain_fairness", f"{where}: Jain's index of tenant slowdowns"),
+              (scenario2, rate2, "deadline_miss_rate", f"{where}: deadline miss rate")]
+    fig, axes = plt.subplots(2, 4, figsize=(24, 18))
+    for ax, (scenario, rate, metric, title) in zip(axes.flat, panels):
+        _bars(ax, [r for r in rows if r["scenario"] == scenario and r["rate"] == rate],
+              metric, title, colours, family)
+    fig.suptitle("grey: generic baselines, blue: related systems (part 1), purple: related "
+                 "systems (part 2), red: LDWP + IAWP, green: greedy oracle", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.98))  # room for the suptitle
     fig.savefig(path, dpi=100)
 
 
@@ -266,8 +354,8 @@ def main(argv=None) -> None:
         "systems": [list(s) for s in SYSTEMS], "seeds": list(seeds), "tasks": tasks,
         "settings": [list(s) for s in settings], "ldwp_model": str(model.name),
         "wall_s": wall, "compass": checks, "router_latency": latency, "reruns": reruns,
-        "summary": rows, "runs": runs, "repeats": repeats,
-        "readme_table": table})
+        "part2": describe_part2(PART2_TABLE_SETTING), "summary": rows, "runs": runs,
+        "repeats": repeats, "readme_table": table})
     plot(rows, RESULTS / f"{name}.png")
     print(f"{len(runs)} runs in {wall:.0f} s; wrote {path}")
     print(f"compass: {len(checks['above_upper_bound'])} above the upper bound, "

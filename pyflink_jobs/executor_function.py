@@ -6,6 +6,9 @@ Flink's async operator keeps in-flight tasks in its checkpoints (results stay ex
 
 - :class:`NodeExecutorFunction`: streamplace-native TaskEvents through the built-in
   video-analytics executor (:class:`interference.executor.NodeExecutor`) -> TaskResult bytes.
+  A TaskEvent's ``attributes`` give the task's deadline and priority
+  (:func:`workload.task_attributes.task_slo_from_attributes`), which the executor's queues
+  honour; invalid ones make the task's result ``FAILED`` with the reason, as bad sizes do.
 - :class:`ChecksumExecutor`: trivial work (a checksum), to measure the hook's own overhead.
 - The user's own operator runs in :class:`pyflink_jobs.operator_function.OperatorExecutorFunction`,
   built on :class:`ExecutorFunctionBase` here.
@@ -43,6 +46,7 @@ from pyflink_jobs.feedback import FeedbackPublisher, FinishedTask
 from pyflink_jobs.flink_ops import CountGauges
 from pyflink_jobs.routed import RoutedRecord
 from workload.limits import MEMORY_FRACTION
+from workload.task_attributes import task_slo_from_attributes
 
 __all__ = ["ExecutorFunctionSettings", "ExecutorFeedback", "ExecutorFunctionBase",
            "NodeExecutorFunction",
@@ -214,10 +218,17 @@ class NodeExecutorFunction(ExecutorFunctionBase):
     async def async_invoke(self, value):
         routed, event = unwrap(value)
         self._check_routed(routed)
-        outcome = await self.in_flight().run(
-            self.call_key(value, event["task_id"]),
-            self.executor.run_task(event["task_id"], event["app_id"], int(event["input_size"]),
-                                   payload=event.get("payload")))
+        try:
+            slo = task_slo_from_attributes(event.get("attributes"))
+        except ValueError as exc:  # a bad record is this task's FAILED result, not a crash
+            outcome = self.executor.refuse(event["task_id"], event["app_id"],
+                                           f"invalid task attributes: {exc}").result()
+        else:
+            outcome = await self.in_flight().run(
+                self.call_key(value, event["task_id"]),
+                self.executor.run_task(event["task_id"], event["app_id"],
+                                       int(event["input_size"]), payload=event.get("payload"),
+                                       slo=slo))
         self._count(outcome.status == "OK")
         encoded = self._encode("TaskResult", result_record(
             event, outcome, self.node_id, routed.node if routed else ""))

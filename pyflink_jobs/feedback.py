@@ -9,6 +9,23 @@ visible when a checkpoint completes; and routing it through another operator wou
 hop to every result. Feedback is at-least-once (a re-executed task reports again); every reader
 de-duplicates by task id.
 
+Power and energy (issue 17, :mod:`interference.executor.power` has the rules): every record
+carries the node's ``power_w`` and ``power_source`` from the executor's telemetry (NVML GPU
+readings plus a stated CPU estimate; -1 and "" when not reported), and ``completed_energy_j``
+one entry per completed task, in the order of ``completed`` (like ``routed_queue``): the task's
+stages' busy time on each unit x that unit's power share, with the unit's power the mean of the
+telemetry's readings at the start and end of the report interval (a GPU without a valid
+reading: its calibration busy watts; a CPU unit: one busy core's calibrated watts). A task
+without stage times (a FinishedTask built without ``stages``) or on a unit of unknown power
+reports -1. Every number is bounded and finite before it is published.
+
+Why a top-level array and not a field of TaskTiming: Avro binary has no field delimiters, so a
+reader still on the previous schema (``workload/schemas/history/node_feedback.v2.avsc``: a
+router or placement service not yet upgraded) skips bytes appended at the END of the record
+but misreads everything after a field added INSIDE a nested record; the energy array is
+appended after ``power_source``, so such a reader decodes every record and leaves the power
+fields unread (docs/avro.md, "Evolution rules").
+
 Example::
 
     >>> publisher = FeedbackPublisher("tm_a", lambda: {"cpu_util": 0.5})
@@ -25,6 +42,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from interference.executor import power
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
 
 __all__ = ["FeedbackPublisher", "FinishedTask", "stage_batches", "MAX_STAGE_BATCHES"]
@@ -59,7 +77,9 @@ class FinishedTask:
     """One finished task's timing as the executor measured it (a NodeFeedback TaskTiming).
 
     work_ms: the time its stages really occupied the node's units (its share of each batch),
-    what node speed is measured by (``placement.speed``); -1 when unknown."""
+    what node speed is measured by (``placement.speed``); -1 when unknown. stages:
+    ``(unit, started_at_ms, finished_at_ms)`` of each stage, what its energy is computed from
+    (empty: energy not reported)."""
 
     task_id: str
     task_type: str
@@ -68,6 +88,7 @@ class FinishedTask:
     service_ms: float
     work_ms: float
     finished_at_ms: int
+    stages: tuple[tuple[str, int, int], ...] = ()
 
     @classmethod
     def from_task_outcome(cls, event: dict, outcome) -> FinishedTask:
@@ -76,14 +97,47 @@ class FinishedTask:
             if outcome.stages else -1.0
         return cls(event["task_id"], event["app_id"], int(event["input_size"]),
                    float(outcome.queue_ms), float(outcome.service_ms), work,
-                   int(outcome.finished_at_ms))
+                   int(outcome.finished_at_ms), _stage_times(outcome.stages))
+
+    @classmethod
+    def from_record_outcome(cls, task_id: str, task_type: str, task_size: int,
+                            outcome) -> FinishedTask:
+        """From the operator executor's ``RecordOutcome``: the records of one batched call
+        share its stage times, so their energy splits the call's power between them."""
+        return cls(task_id, task_type, int(task_size), float(outcome.queue_ms),
+                   float(outcome.service_ms), float(outcome.work_ms),
+                   int(outcome.finished_at_ms), _stage_times(outcome.stages))
 
     def timing(self) -> dict:
-        """The TaskTiming record of the NodeFeedback schema."""
+        """The TaskTiming record of the NodeFeedback schema (the task's energy is not part of
+        it: the publisher computes it per report into ``completed_energy_j``)."""
         return {"task_id": self.task_id, "app_id": self.task_type,
                 "input_size": int(self.task_size), "queue_ms": float(self.queue_ms),
                 "service_ms": float(self.service_ms),
                 "finished_at_ms": int(self.finished_at_ms), "work_ms": float(self.work_ms)}
+
+
+def _stage_times(stages) -> tuple[tuple[str, int, int], ...]:
+    """(unit, start, end) of executor stage records (StageRecord / StageRun)."""
+    return tuple((str(s.unit), int(s.started_at_ms), int(s.finished_at_ms))
+                 for s in stages or ())
+
+
+def _unit_power(previous: dict, current) -> dict:
+    """Watts per unit over a report interval: the mean of the readings at its start
+    (``previous``) and end (``current``) where both are valid numbers, else the one there is;
+    anything but a mapping of unit -> number is no reading (power.task_energies_j checks the
+    numbers' bounds again)."""
+    if not isinstance(current, dict):
+        return {}
+    out = {}
+    for unit, value in current.items():
+        watts = power.bounded_watts(value)
+        if not isinstance(unit, str) or watts is None:
+            continue
+        before = previous.get(unit)
+        out[unit] = (watts + before) / 2.0 if before is not None else watts
+    return out
 
 
 class FeedbackPublisher:
@@ -104,8 +158,10 @@ class FeedbackPublisher:
         self.instance = instance
         self.clock = clock
         self._completed: list[dict] = []
-        # per completed timing, what its routing decision saw
+        # per completed timing, what its routing decision saw and its stage times
         self._routed: list[DecisionContext] = []
+        self._stages: list[tuple[tuple[str, int, int], ...]] = []
+        self._unit_power_w: dict[str, float] = {}  # the last report's watts per unit
         self._lock = threading.Lock()
         self._bytes_in = self._bytes_out = 0
         self._last_emit = clock()
@@ -131,6 +187,7 @@ class FeedbackPublisher:
             if routed is not None:
                 self._completed.append(timing)
                 self._routed.append(routed.context)
+                self._stages.append(finished.stages)
             self._bytes_in += bytes_in
             self._bytes_out += bytes_out
 
@@ -140,11 +197,21 @@ class FeedbackPublisher:
         with self._lock:
             completed, self._completed = self._completed, []
             routed, self._routed = self._routed, []
+            stages, self._stages = self._stages, []
             bytes_in, bytes_out = self._bytes_in, self._bytes_out
             self._bytes_in = self._bytes_out = 0
         elapsed = max(1e-3, now - self._last_emit)
         self._last_emit = now
         snap = self.snapshot()
+        current = _unit_power({}, snap.get("unit_power_w"))
+        unit_power = _unit_power(self._unit_power_w, current)
+        self._unit_power_w = current
+        # one entry per completed timing, same order (a task id may repeat: keyed by position)
+        energies = power.task_energies_j(
+            {i: rows for i, rows in enumerate(stages) if rows}, unit_power) if completed else {}
+        completed_energy = [energies.get(i, power.NOT_REPORTED) for i in range(len(completed))]
+        power_w, power_source = power.bounded_power(snap.get("power_w"),
+                                                    snap.get("power_source"))
         emitted_ms = int(now * 1000)
         sequence = max(self._last_sequence + 1, emitted_ms * 1000 + self.instance)
         self._last_sequence = sequence
@@ -165,7 +232,9 @@ class FeedbackPublisher:
                 "completed": completed, "sequence": sequence,
                 "routed_queue": [r.queue for r in routed],
                 "routed_backlog_ms": [r.backlog_ms for r in routed],
-                "routed_speed_factor": [r.speed for r in routed]}
+                "routed_speed_factor": [r.speed for r in routed],
+                "power_w": power_w, "power_source": power_source,
+                "completed_energy_j": completed_energy}
 
     def _delivered(self, err, msg) -> None:
         if err is not None:

@@ -7,10 +7,14 @@ apps) and :class:`~interference.executor.OperatorExecutor` (user operators). It 
   (:class:`~interference.executor.lanes.UnitLanes`) and NVML/psutil telemetry;
 - the node scheduler and its FCFS fallback: every scheduling pass asks the scheduler where the
   ready stages go, checks its answer (:func:`validate_assignments`), and falls back to FCFS when
-  it fails, or when nothing runs and it placed nothing (waiting would wait forever);
+  it fails, or when nothing runs and it placed nothing (waiting would wait forever); when tasks
+  have deadlines or priorities the scheduler is asked in urgency windows
+  (:func:`~interference.executor.deadlines.assign_in_windows`, :meth:`_assign_in_order`);
 - measured interference (:class:`~interference.executor.corun.CoRunLearner`);
-- admission: ``max_in_flight`` slots, the queued / executing / completed / failed counters
-  behind :meth:`snapshot`, and the inbox the dispatcher thread reads;
+- admission: ``max_in_flight`` slots (an :class:`~interference.executor.deadlines.AdmissionGate`:
+  waiting submitters are admitted by deadline, then priority, then arrival; first come, first
+  served without SLOs), the queued / executing / completed / failed counters behind
+  :meth:`snapshot`, and the inbox the dispatcher thread reads;
 - the per-task memory budget (:class:`~interference.executor.memory.MemoryBudget`) the
   subclasses check at admission, and the optional ``RLIMIT_AS`` of the worker process.
 
@@ -42,6 +46,8 @@ import time
 from typing import Any, Callable
 
 from interference.executor.corun import AloneBaseline, CoRunLearner
+from interference.executor.deadlines import (SLOT_POLL_S, AdmissionGate, Urgency, admission_key,
+                                             assign_in_windows, urgency_order)
 from interference.executor.devices import discover_units
 from interference.executor.lanes import UnitLanes
 from interference.executor.memory import MemoryBudget, limit_address_space
@@ -58,7 +64,7 @@ log = logging.getLogger(__name__)
 _IDLE_TICK_S = 0.5
 _CANCEL_SWEEP_S = 0.05
 #: How often a caller waiting for a slot in a thread looks whether it gave up (s).
-_SLOT_POLL_S = 0.05
+_SLOT_POLL_S = SLOT_POLL_S
 
 
 class ExecutorCore:
@@ -90,7 +96,7 @@ class ExecutorCore:
         # Counters (read by snapshot() from any thread).
         self._count_lock = threading.Lock()
         self._queued = self._executing = self._completed = self._failed = self._stages_run = 0
-        self._slots = threading.BoundedSemaphore(settings.max_in_flight)
+        self._slots = AdmissionGate(settings.max_in_flight, _SLOT_POLL_S)
         self.memory = MemoryBudget.for_settings(settings)
         if getattr(settings, "limit_address_space", False):
             limit_address_space(self.memory, self._has_gpu)
@@ -151,23 +157,23 @@ class ExecutorCore:
         perf = time.perf_counter() if perf is None else perf
         return int(self._epoch0_ms + (perf - self._t0) * 1000.0)
 
-    def _take_slot(self, block: bool | threading.Event) -> bool:
+    def _take_slot(self, block: bool | threading.Event, key: tuple | None = None) -> bool:
         """A slot for one more item in flight (False: none free and ``block`` is False).
         ``block`` may be an event: wait until a slot is free or the event is set (the caller
-        gave up: False, no slot taken)."""
+        gave up: False, no slot taken). ``key``: the item's place in line
+        (:func:`~interference.executor.deadlines.admission_key`; None: arrival now, FCFS).
+        Raises ``RuntimeError`` when the executor is (or, while waiting, gets) closed."""
         if self._closed:
             raise RuntimeError(f"executor {self.settings.node_id!r} is closed")
-        if not isinstance(block, threading.Event):
-            return self._slots.acquire(blocking=block)
-        while not block.is_set():
-            if self._slots.acquire(timeout=_SLOT_POLL_S):
-                if block.is_set():  # gave up while the slot came free: give it back
-                    self._slots.release()
-                    return False
-                return True
-            if self._closed:
-                raise RuntimeError(f"executor {self.settings.node_id!r} is closed")
-        return False
+        key = admission_key(None, time.perf_counter()) if key is None else key
+        if block is False:
+            return self._slots.try_take(key)
+        gave_up = block if isinstance(block, threading.Event) else None
+        if self._slots.take(key, gave_up, lambda: self._closed):
+            return True
+        if gave_up is not None and gave_up.is_set():
+            return False
+        raise RuntimeError(f"executor {self.settings.node_id!r} is closed")
 
     def _enqueue(self, kind: str, item: Any) -> None:
         """Hand an accepted item (holding a slot) to the dispatcher."""
@@ -285,6 +291,16 @@ class ExecutorCore:
             # waiting would wait forever, so FCFS places what it can.
             assignments = self._fallback.assign(ready, units, now_s)
         return assignments
+
+    def _assign_in_order(self, ready: list[Stage], urgency: dict[str, Urgency],
+                         units: list[ComputingUnit], now_s: float) -> list[Assignment]:
+        """:meth:`_assign` of ``ready``; when some of their tasks have an urgency (``urgency``:
+        task id -> :class:`~interference.executor.deadlines.Urgency`), in urgency windows, so
+        the most urgent stages get the first claim on the free units (see
+        :mod:`interference.executor.deadlines`). Without urgencies: one call, as always."""
+        if not urgency:
+            return self._assign(ready, units, now_s)
+        return assign_in_windows(urgency_order(ready, urgency), units, now_s, self._assign)
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:

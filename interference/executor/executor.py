@@ -34,6 +34,13 @@ resolve at once as ``FAILED``, and so do a task whose estimated memory (``input_
 memory (``MemoryError``; no retries: neither will get better). An OK task's outcome carries its
 answer, ``output`` (``workload.apps.registry.summarise_output`` of its stage outputs).
 
+**Deadlines and priorities.** ``submit`` / ``run_task`` take an optional ``slo``
+(:class:`~workload.task_attributes.TaskSLO`, e.g. from a TaskEvent's ``attributes``). Tasks
+waiting for admission, and ready stages handed to the node scheduler, then go by the rule of
+:mod:`interference.executor.deadlines`: earlier absolute deadline (arrival here + deadline)
+first, then higher priority, then arrival order. Without SLOs (the default) both stay first
+come, first served, exactly as before.
+
 Cancelling a task's future (``run_task``'s coroutine cancelled, e.g. by Flink's async timeout)
 stops its work (:mod:`interference.executor.cancel`): its stages not started never start, and a
 running stage stops at the operator's next cancellation check (between EM iterations, octaves,
@@ -67,6 +74,7 @@ from typing import Any
 from interference.executor.cancel import CANCELLED, StageCancelled, cancel_on_future
 from interference.executor.clips import BadPayload, TaskClip, check_payload_type
 from interference.executor.corun import MIN_OVERLAP_FRACTION, CostBaseline
+from interference.executor.deadlines import Urgency, admission_key, urgency_of
 from interference.executor.dispatch import ExecutorCore
 from interference.executor.lanes import LaneCall, is_cuda_oom
 from interference.executor.results import (StageRecord, TaskOutcome, describe_failure,
@@ -76,6 +84,7 @@ from interference.schedulers import make_node_scheduler
 from workload.catalog import APPLICATIONS, AppDef
 from workload.limits import BYTES_PER_PIXEL
 from workload.model import Assignment, ComputingUnit, NodeScheduler, Stage
+from workload.task_attributes import TaskSLO
 
 __all__ = ["ExecutorSettings", "StageRecord", "TaskOutcome", "NodeExecutor",
            "ENV_NODE_ID", "ENV_WORK_MULTIPLIER", "MIN_OVERLAP_FRACTION", "FRAMES", "task_seed",
@@ -107,6 +116,7 @@ class _Task:
     started_s: float | None = None
     error: str | None = None
     cancel: threading.Event = field(default_factory=threading.Event)  # set: stop its work
+    urgency: Urgency | None = None  # its deadline / priority (None: first come, first served)
 
     @property
     def app_id(self) -> str:
@@ -150,21 +160,30 @@ class NodeExecutor(ExecutorCore):
         self._start()
 
     # ------------------------------------------------------------------ public API
-    def submit(self, task_id: str, app_id: str, input_size: int,
-               payload: bytes | None = None) -> concurrent.futures.Future[TaskOutcome]:
+    def submit(self, task_id: str, app_id: str, input_size: int, payload: bytes | None = None,
+               slo: TaskSLO | None = None) -> concurrent.futures.Future[TaskOutcome]:
         """Accept a task (waits while ``max_in_flight`` tasks are in flight); the future
         resolves to its :class:`TaskOutcome` (``FAILED`` with an error, never an exception).
         ``payload``: the task's clip (a TaskEvent's ``payload``), decoded once instead of
         making synthetic frames; ``input_size`` stays what the scheduler estimates with.
+        ``slo``: its deadline and priority, honoured in the queues' order (module doc).
         Raises ``RuntimeError`` only if the executor is closed."""
-        return self._submit(task_id, app_id, input_size, payload, block=True)
+        return self._submit(task_id, app_id, input_size, payload, True, slo,
+                            time.perf_counter())
 
     async def run_task(self, task_id: str, app_id: str, input_size: int,
-                       payload: bytes | None = None) -> TaskOutcome:
+                       payload: bytes | None = None, slo: TaskSLO | None = None) -> TaskOutcome:
         """:meth:`submit` for asyncio: waits for a slot off the event loop, then for the
         outcome. Cancelling the awaiting coroutine cancels the task's remaining stages."""
-        return await self._await_submit(
-            lambda block: self._submit(task_id, app_id, input_size, payload, block=block))
+        arrived_s = time.perf_counter()  # once: the deadline counts from here, not the retry
+        return await self._await_submit(lambda block: self._submit(
+            task_id, app_id, input_size, payload, block, slo, arrived_s))
+
+    def refuse(self, task_id: str, app_id: str, error: str) -> concurrent.futures.Future:
+        """A task refused before admission (e.g. its TaskEvent's attributes are invalid): a
+        future already resolved to a ``FAILED`` :class:`TaskOutcome` with ``error``, counted
+        as failed like every other refusal."""
+        return self._failed_now(task_id, app_id, str(error))
 
     # ------------------------------------------------------------------ admission
     def _failed_now(self, task_id: str, app_id: str, error: str) -> concurrent.futures.Future:
@@ -172,7 +191,8 @@ class NodeExecutor(ExecutorCore):
         return self._refused(TaskOutcome(str(task_id), str(app_id), self.settings.node_id,
                                          "FAILED", now, now, 0.0, 0.0, [], "", error))
 
-    def _submit(self, task_id, app_id, input_size, payload, block: bool):
+    def _submit(self, task_id, app_id, input_size, payload, block: bool,
+                slo: TaskSLO | None = None, arrived_s: float | None = None):
         if app_id not in APPLICATIONS:
             return self._failed_now(task_id, app_id, f"unknown application {app_id!r}; known: "
                                     f"{', '.join(sorted(APPLICATIONS))}")
@@ -183,13 +203,18 @@ class NodeExecutor(ExecutorCore):
                 (error := self.memory.refusal(input_size, BYTES_PER_PIXEL, "input_size",
                                               "pixels")) is not None:
             return self._failed_now(task_id, app_id, error)
-        if not self._take_slot(block):
+        if slo is not None and not isinstance(slo, TaskSLO):
+            return self._failed_now(task_id, app_id, "slo must be a workload.task_attributes."
+                                    f"TaskSLO or None, got {type(slo).__name__}")
+        arrived_s = time.perf_counter() if arrived_s is None else arrived_s
+        urgency = urgency_of(slo, arrived_s)
+        if not self._take_slot(block, admission_key(urgency, arrived_s)):
             return None
         app = APPLICATIONS[app_id]
         seed = task_seed(str(task_id)) if self.settings.seed_from_task_id else 0
         clip = TaskClip(app_id, int(input_size), seed, payload)
         task = _Task(str(task_id), app, int(input_size), clip, concurrent.futures.Future(),
-                     time.perf_counter(), {s.name for s in app.stages})
+                     time.perf_counter(), {s.name for s in app.stages}, urgency=urgency)
         cancel_on_future(task.future, task.cancel, self._inbox.put, ("cancel", task))
         self._enqueue("task", task)
         return task.future
@@ -236,7 +261,9 @@ class NodeExecutor(ExecutorCore):
         if not any(u.has_room for u in units):
             return
         ready = [stage for _, stage in self._ready.values()]
-        for assignment in self._assign(ready, units, now_s):
+        urgency = {task.task_id: task.urgency for task, _ in self._ready.values()
+                   if task.urgency is not None}
+        for assignment in self._assign_in_order(ready, urgency, units, now_s):
             self._hand_off(assignment, now_s)
 
     def _hand_off(self, assignment: Assignment, now_s: float) -> None:

@@ -23,6 +23,20 @@ host's own accounting replaces the process view (:mod:`interference.executor.hos
 ``source`` says which view ``cpu_util`` came from ("cgroup" or "process"); a number the host
 view cannot read keeps the process view's value for that sample.
 
+Power (:mod:`interference.executor.power`; issue 17): each sample also carries
+
+- ``gpus[i]["power_w"]``: the GPU's ``nvmlDeviceGetPowerUsage`` in W, None when the reading was
+  refused (NVMLError, not finite, outside [0, 5000] W); refusals are counted in
+  :attr:`NodeTelemetry.power_ignored`, the last reason in :attr:`NodeTelemetry.power_error`;
+- ``cpu_power_w``: an ESTIMATE of this node's CPU power, ``cores x (idle_w + (busy_w - idle_w)
+  x cpu_util)`` with the calibration's ``power: cpu_core`` watts (cores: the cgroup's quota in
+  a host with one, else this process's CPUs); None without a valid calibration;
+- ``power_w`` / ``power_source``: the node's power, valid GPU readings + the CPU estimate, and
+  "nvml+cpu-estimate" / "cpu-estimate" / "" (-1 W: not reported);
+- ``unit_power_w``: watts per unit for energy per task: ``gpu:<i>`` (the i-th visible GPU, as
+  the executor names its units) its reading, else its calibration model's ``busy_w``; ``cpu``
+  one busy core's ``busy_w``.
+
 Without a GPU or NVML library the GPU numbers are 0.0 and ``gpus`` is empty (``nvmlInit``
 raises ``NVMLError_LibraryNotFound``, a subclass of ``pynvml.NVMLError``, which is caught).
 Samples are cached for ``min_interval_s`` (0.5 s), so calling :meth:`NodeTelemetry.sample` on
@@ -48,11 +62,12 @@ from collections.abc import Iterable
 
 import psutil
 
-from interference.executor.devices import cpu_count
+from interference.executor import power
+from interference.executor.devices import cpu_count, gpu_model_key
 from interference.executor.host_stats import HostCounters, HostStats
 
 __all__ = ["NodeTelemetry", "feedback_numbers", "visible_gpu_selectors", "host_utilisation",
-           "MAX_LINK_BYTES_PER_S", "SOURCE_CGROUP", "SOURCE_PROCESS"]
+           "MAX_LINK_BYTES_PER_S", "SOURCE_CGROUP", "SOURCE_PROCESS", "FEEDBACK_KEYS"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +75,8 @@ log = logging.getLogger(__name__)
 #: counter glitch, and the feedback rule clamps to the node's own link capacity anyway.
 MAX_LINK_BYTES_PER_S = 400e9 / 8
 SOURCE_CGROUP, SOURCE_PROCESS = "cgroup", "process"
+#: ``cpu_power`` default of :class:`NodeTelemetry`: the calibration's ``power: cpu_core``.
+_FROM_CALIBRATION = "calibration"
 
 
 def host_utilisation(earlier: HostCounters, later: HostCounters,
@@ -131,11 +148,13 @@ class NodeTelemetry:
 
     ``pids``: more processes to count with this one (a process that exits is dropped);
     ``min_interval_s``: how long a sample is reused; ``host_stats``: the reader of this
-    process's host (default :class:`HostStats` of ``/``; tests give one over a fake tree).
+    process's host (default :class:`HostStats` of ``/``; tests give one over a fake tree);
+    ``cpu_power``: the per-core :class:`~simulator.energy.PowerSpec` of the CPU estimate
+    (default: the calibration's ``power: cpu_core``; None: no CPU estimate).
     """
 
     def __init__(self, pids: Iterable[int] | None = None, min_interval_s: float = 0.5,
-                 host_stats: HostStats | None = None) -> None:
+                 host_stats: HostStats | None = None, cpu_power=_FROM_CALIBRATION) -> None:
         self.min_interval_s = float(min_interval_s)
         if not math.isfinite(self.min_interval_s) or self.min_interval_s < 0:
             raise ValueError(f"min_interval_s must be a finite number >= 0, got {min_interval_s!r}")
@@ -161,7 +180,14 @@ class NodeTelemetry:
         self._last_at = 0.0
         self._nvml = None          # the pynvml module once initialised
         self._handles: list = []   # (index, uuid, handle) of this node's GPUs
+        self._gpu_models: dict[int, str] = {}  # NVML index -> calibration model key
         self.nvml_error: str | None = None
+        self.cpu_power = power.cpu_power_spec() if cpu_power == _FROM_CALIBRATION \
+            else cpu_power
+        self.power_ignored = 0
+        """GPU power readings refused (NVMLError, not finite, out of range) since start."""
+        self.power_error: str | None = None
+        """Why the last refused GPU power reading was refused."""
         self._init_nvml()
 
     # ------------------------------------------------------------------ NVML
@@ -186,6 +212,7 @@ class NodeTelemetry:
             selectors = visible_gpu_selectors()
             if selectors is None:
                 self._handles = devices
+                self._name_models(devices)
             else:
                 for sel in selectors:
                     if sel.isdigit():
@@ -196,16 +223,31 @@ class NodeTelemetry:
                     if len(match) != 1:
                         break  # CUDA ignores everything from the first bad entry on
                     self._handles.append(match[0])
+                self._name_models(self._handles)
         except pynvml.NVMLError as exc:
             self.nvml_error = f"NVML device query failed: {exc}"
             self._handles = []
+
+    def _name_models(self, devices) -> None:
+        """Calibration model key per GPU (its busy watts stand in for a refused reading)."""
+        for index, _, handle in devices:
+            try:
+                name = self._nvml.nvmlDeviceGetName(handle)
+                name = name.decode() if isinstance(name, bytes) else str(name)
+            except self._nvml.NVMLError:
+                name = ""
+            self._gpu_models[index] = gpu_model_key(name)
 
     def _gpu_sample(self) -> list[dict]:
         nvml = self._nvml
         out = []
         for index, uuid, handle in self._handles:
             row = {"index": index, "uuid": uuid, "util": 0.0, "mem_util": 0.0,
-                   "mem_used_mb": 0.0, "mem_total_mb": 0.0}
+                   "mem_used_mb": 0.0, "mem_total_mb": 0.0, "power_w": None}
+            row["power_w"], why = power.read_gpu_power_w(nvml, handle)
+            if why is not None:  # refused: counted, never published
+                self.power_ignored += 1
+                self.power_error = f"GPU {index}: {why}"
             try:
                 row["util"] = _clip(nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0)
             except nvml.NVMLError:  # e.g. a MIG instance has no utilisation counter
@@ -223,8 +265,9 @@ class NodeTelemetry:
     # ------------------------------------------------------------------ sampling
     def sample(self) -> dict:
         """``{"cpu_util", "host_mem_util", "rss_mb", "gpu_util", "gpu_mem_util", "gpus",
-        "sampled_at", "source"}`` (plus ``uplink_bytes_per_s`` / ``downlink_bytes_per_s`` in a
-        host with a CPU quota); utilisations in [0, 1]; reused for ``min_interval_s``."""
+        "sampled_at", "source", "cpu_power_w", "power_w", "power_source", "unit_power_w"}``
+        (plus ``uplink_bytes_per_s`` / ``downlink_bytes_per_s`` in a host with a CPU quota);
+        utilisations in [0, 1]; reused for ``min_interval_s``."""
         now = time.monotonic()
         with self._lock:
             if self._last is not None and now - self._last_at < self.min_interval_s:
@@ -252,6 +295,7 @@ class NodeTelemetry:
                 "source": SOURCE_PROCESS,
             }
             self._last.update(self._host_sample())
+            self._last.update(self._power_sample(self._last))
             self._last_at = now
             return dict(self._last)
 
@@ -266,6 +310,28 @@ class NodeTelemetry:
         if "cpu_util" in numbers:
             numbers["source"] = SOURCE_CGROUP
         return numbers
+
+    def _power_sample(self, sample: dict) -> dict:
+        """The power keys of a sample (see the module doc), from its GPU rows and CPU util."""
+        cpu_w = None
+        if self.cpu_power is not None:
+            quota = self._host_last.cpu_quota if sample.get("source") == SOURCE_CGROUP \
+                else None
+            cpu_w = power.cpu_power_estimate_w(sample["cpu_util"], quota or self._cpus,
+                                               self.cpu_power)
+        gpus = sample["gpus"]
+        power_w, source = power.node_power((g["power_w"] for g in gpus), cpu_w)
+        units: dict[str, float] = {}
+        if self.cpu_power is not None:
+            units["cpu"] = self.cpu_power.busy_w
+        for position, gpu in enumerate(gpus):  # gpu:<i> is the i-th visible device
+            watts = gpu["power_w"]
+            if watts is None:
+                watts = power.gpu_busy_w(self._gpu_models.get(gpu["index"], ""))
+            if watts is not None:
+                units[f"gpu:{position}"] = watts
+        return {"cpu_power_w": cpu_w, "power_w": power_w, "power_source": source,
+                "unit_power_w": units}
 
     def close(self) -> None:
         """Release NVML (reference-counted by the library, so other users keep theirs)."""
@@ -286,11 +352,23 @@ class NodeTelemetry:
 
 #: the sample's keys a node's feedback carries (link rates only where measured: see sample())
 FEEDBACK_KEYS = ("cpu_util", "host_mem_util", "gpu_util", "gpu_mem_util",
-                 "uplink_bytes_per_s", "downlink_bytes_per_s")
+                 "uplink_bytes_per_s", "downlink_bytes_per_s", "power_w", "power_source",
+                 "unit_power_w")
 
 
 def feedback_numbers(sample: dict) -> dict:
     """What of a :meth:`NodeTelemetry.sample` goes into the node's feedback snapshot: the four
-    utilisations, and the interface byte rates when the host measured them (an emulated host
-    or a container; elsewhere the feedback publisher counts the records' own bytes)."""
-    return {k: sample[k] for k in FEEDBACK_KEYS if k in sample}
+    utilisations, the interface byte rates when the host measured them (an emulated host
+    or a container; elsewhere the feedback publisher counts the records' own bytes), and the
+    power keys (node power, its source, watts per unit for energy per task).
+
+    Example::
+
+        >>> numbers = feedback_numbers({"cpu_util": 0.2, "sampled_at": 5.0, "power_w": 30.0,
+        ...                             "power_source": "cpu-estimate",
+        ...                             "unit_power_w": {"cpu": 14.0}})
+        >>> sorted(numbers), numbers["unit_power_w"]
+        (['cpu_util', 'power_source', 'power_w', 'unit_power_w'], {'cpu': 14.0})
+    """
+    return {k: (dict(sample[k]) if k == "unit_power_w" else sample[k])
+            for k in FEEDBACK_KEYS if k in sample}

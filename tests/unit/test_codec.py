@@ -45,7 +45,9 @@ NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 1_764_500_000_000, "cpu_uti
                  "sequence": 7, "routed_queue": [3],
                  "routed_backlog_ms": [120.5], "routed_speed_factor": [1.8],
                  "stage_batches": [{"stage": "model", "unit_kind": "gpu", "batch_size": 16,
-                                    "batches": 40, "mean_inputs": 12.5, "p99_ms": 4.25}]}
+                                    "batches": 40, "mean_inputs": 12.5, "p99_ms": 4.25}],
+                 "power_w": 215.5, "power_source": "nvml+cpu-estimate",
+                 "completed_energy_j": [9.125]}
 DEAD_LETTER = {"source_topic": "tasks", "partition": 2, "offset": 12_345_678_901,
                "reason": "not an Avro single-object message", "raw": b"\x00\xff{\"x\": 1}",
                "failed_at_ms": 1_764_500_000_000, "stage": "decode"}
@@ -95,18 +97,126 @@ def test_defaults_fill_optional_fields():
 
 APPENDED_FEEDBACK_FIELDS = ("routed_queue", "routed_backlog_ms", "routed_speed_factor",
                             "stage_batches")
+#: appended at the end of the record for issue 17, with their defaults (the release before
+#: them: node_feedback.v2.avsc, a named release and a defaulted prefix of the current schema)
+POWER_FIELDS = {"power_w": -1.0, "power_source": "", "completed_energy_j": []}
+
+
+def _before_energy(record: dict) -> dict:
+    """``record`` as a writer on v2 (before power_w / power_source / completed_energy_j)
+    wrote it."""
+    return {k: v for k, v in record.items() if k not in POWER_FIELDS}
+
+
+def _energy_not_reported(record: dict) -> dict:
+    """``record`` as the current reader returns it from a writer before energy."""
+    return {**record, **POWER_FIELDS}
 
 
 @pytest.mark.parametrize("kept", range(len(APPENDED_FEEDBACK_FIELDS)))
 def test_feedback_written_before_the_routed_fields_existed_still_decodes(kept):
-    """Each appended routed_* field has a default: a record written by an older schema (with
-    the first ``kept`` of them) decodes with the missing ones empty."""
+    """Each appended routed_* field has a default: a record written by an older schema (the
+    release before energy, v2, with the first ``kept`` of them) decodes with the missing ones
+    empty, and energy and power not reported."""
     dropped = APPENDED_FEEDBACK_FIELDS[kept:]
+    older = _history("node_feedback", "v2")
+    older["fields"] = [f for f in older["fields"] if f["name"] not in dropped]
+    old_record = {k: v for k, v in _before_energy(NODE_FEEDBACK).items() if k not in dropped}
+    data = Codec(reader_schemas={"NodeFeedback": older}).encode("NodeFeedback", old_record)
+    codec = Codec()
+    assert codec.decode("NodeFeedback", data) == _energy_not_reported(
+        {**old_record, **{name: [] for name in dropped}})
+    assert codec.unknown_writer_reads == 0
+
+
+@pytest.mark.parametrize("kept", range(len(POWER_FIELDS)))
+def test_feedback_without_the_trailing_power_fields_decodes_them_as_not_reported(kept):
+    """power_w / power_source / completed_energy_j were appended with defaults: the current
+    schema without the last of them is a defaulted prefix (a known writer), its records read
+    -1 / "" / []."""
+    dropped = list(POWER_FIELDS)[kept:]
     older = load_schema("NodeFeedback")
     older["fields"] = [f for f in older["fields"] if f["name"] not in dropped]
     old_record = {k: v for k, v in NODE_FEEDBACK.items() if k not in dropped}
     data = Codec(reader_schemas={"NodeFeedback": older}).encode("NodeFeedback", old_record)
-    assert decode("NodeFeedback", data) == {**old_record, **{name: [] for name in dropped}}
+    codec = Codec()
+    assert codec.decode("NodeFeedback", data) == {
+        **old_record, **{k: POWER_FIELDS[k] for k in dropped}}
+    assert codec.unknown_writer_reads == 0
+
+
+def test_the_energy_fields_are_appended_after_the_v2_release():
+    """The current schema is node_feedback.v2.avsc (every field and nested record unchanged)
+    plus power_w, power_source and completed_energy_j at the end; nothing was added inside
+    TaskTiming, so v2 is a prefix both ways (docs/avro.md rule 1)."""
+    v2 = _history("node_feedback", "v2")
+    current = load_schema("NodeFeedback")
+    assert current["fields"][:len(v2["fields"])] == v2["fields"]
+    assert [f["name"] for f in current["fields"][len(v2["fields"]):]] == list(POWER_FIELDS)
+    assert {f["name"]: f["default"] for f in current["fields"][len(v2["fields"]):]} == \
+        POWER_FIELDS
+    energy = current["fields"][-1]
+    assert energy["type"] == {"type": "array", "items": "double"}
+    assert schema_fingerprint(v2) in Codec().known_fingerprints("NodeFeedback")
+    record = {**NODE_FEEDBACK, **POWER_FIELDS}
+    assert decode("NodeFeedback", encode("NodeFeedback", record)) == record
+
+
+NEW_FEEDBACK_SCENARIOS = [
+    # (name, record written by the current schema)
+    ("one task with energy", NODE_FEEDBACK),
+    ("no task", {**NODE_FEEDBACK, "completed": [], "routed_queue": [], "routed_backlog_ms": [],
+                 "routed_speed_factor": [], "completed_energy_j": []}),
+    ("three tasks, one not reported", {
+        **NODE_FEEDBACK,
+        "completed": [{**NODE_FEEDBACK["completed"][0], "task_id": f"t-{i}",
+                       "work_ms": 10.0 * i, "input_size": 1 << (10 + i)} for i in range(3)],
+        "routed_queue": [0, 1, -1], "routed_backlog_ms": [0.0, 12.5, -1.0],
+        "routed_speed_factor": [1.0, 0.5, -1.0], "completed_energy_j": [0.0, -1.0, 1e6]}),
+    ("power not reported, no batching", {
+        **NODE_FEEDBACK, "stage_batches": [], "power_w": -1.0, "power_source": "",
+        "completed_energy_j": [-1.0]}),
+    ("200 tasks", {
+        **NODE_FEEDBACK,
+        "completed": [{**NODE_FEEDBACK["completed"][0], "task_id": f"t-{i}"}
+                      for i in range(200)],
+        "routed_queue": list(range(200)), "routed_backlog_ms": [float(i) for i in range(200)],
+        "routed_speed_factor": [1.0] * 200,
+        "completed_energy_j": [0.5 * i for i in range(200)]}),
+]
+
+
+@pytest.mark.parametrize("record", [s[1] for s in NEW_FEEDBACK_SCENARIOS],
+                         ids=[s[0] for s in NEW_FEEDBACK_SCENARIOS])
+def test_a_reader_of_v2_decodes_new_feedback_with_every_old_field_equal(record):
+    """A router or placement service still on v2 reads records of an upgraded executor: the
+    new writer is unknown to it, so it reads the body with v2 (docs/avro.md "Unknown"), gets
+    every v2 field exactly, and leaves the appended power and energy bytes unread. And the
+    current reader gets the record back whole."""
+    old_reader = Codec(reader_schemas={"NodeFeedback": _history("node_feedback", "v2")})
+    data = encode("NodeFeedback", record)
+    assert old_reader.decode("NodeFeedback", data) == _before_energy(record)
+    assert old_reader.unknown_writer_reads == 1  # counted, not refused
+    assert decode("NodeFeedback", data) == record
+
+
+def test_a_field_added_inside_task_timing_would_break_a_v2_reader():
+    """Why completed_energy_j is a top-level array: the same number as a field of TaskTiming
+    (what a first draft did) shifts every byte after the first timing, so a v2 reader that
+    has never seen that writer refuses (or misreads) every record that lists a task."""
+    nested = load_schema("NodeFeedback")
+    nested["fields"] = [f for f in nested["fields"] if f["name"] != "completed_energy_j"]
+    timing = next(f for f in nested["fields"] if f["name"] == "completed")["type"]["items"]
+    timing["fields"].append({"name": "energy_j", "type": "double", "default": -1.0})
+    record = {k: v for k, v in NODE_FEEDBACK.items() if k != "completed_energy_j"}
+    record["completed"] = [{**t, "energy_j": 9.125} for t in record["completed"]]
+    data = Codec(reader_schemas={"NodeFeedback": nested}).encode("NodeFeedback", record)
+    old_reader = Codec(reader_schemas={"NodeFeedback": _history("node_feedback", "v2")})
+    try:
+        got = old_reader.decode("NodeFeedback", data)
+    except CodecError:
+        got = None
+    assert got != _before_energy(NODE_FEEDBACK)
 
 
 @pytest.mark.parametrize("dropped", [(), ("routed_queue",)])
@@ -114,12 +224,12 @@ def test_timings_written_before_work_ms_existed_decode_as_not_reported(dropped):
     """work_ms was added inside the nested TaskTiming: not a prefix, so the release before it
     is kept as schemas/history/node_feedback.v1.avsc; it and its own defaulted prefix (the
     release before routed_queue) decode with work_ms = -1 and the newer fields empty."""
-    older = json.loads((Path(workload.__file__).parent / "schemas" / "history" /
-                        "node_feedback.v1.avsc").read_text())
+    older = _history("node_feedback")
     older["fields"] = [f for f in older["fields"] if f["name"] not in dropped]
     new_fields = ("routed_queue", "routed_backlog_ms", "routed_speed_factor", "stage_batches")
     old_record = {k: v for k, v in NODE_FEEDBACK.items() if k not in new_fields}
     old_record.update({k: NODE_FEEDBACK[k] for k in ("routed_queue",) if k not in dropped})
+    old_record = {k: v for k, v in old_record.items() if k not in POWER_FIELDS}
     old_record["completed"] = [{k: v for k, v in t.items() if k != "work_ms"}
                                for t in NODE_FEEDBACK["completed"]]
     data = Codec(reader_schemas={"NodeFeedback": older}).encode("NodeFeedback", old_record)
@@ -127,6 +237,7 @@ def test_timings_written_before_work_ms_existed_decode_as_not_reported(dropped):
     decoded = codec.decode("NodeFeedback", data)
     assert codec.unknown_writer_reads == 0  # a known writer, resolved, not guessed
     assert decoded["completed"][0]["work_ms"] == -1.0
+    assert {k: decoded[k] for k in POWER_FIELDS} == POWER_FIELDS
     assert decoded["routed_backlog_ms"] == [] and decoded["routed_speed_factor"] == []
     assert decoded["routed_queue"] == ([] if dropped else [3]) and decoded["stage_batches"] == []
 
@@ -144,9 +255,9 @@ def test_results_written_before_routed_to_existed_still_decode():
     assert decode("TaskResult", data) == {**old_record, "routed_to": "", "output": None}
 
 
-def _history(stem: str) -> dict:
+def _history(stem: str, version: str = "v1") -> dict:
     return json.loads((Path(workload.__file__).parent / "schemas" / "history" /
-                       f"{stem}.v1.avsc").read_text())
+                       f"{stem}.{version}.avsc").read_text())
 
 
 @pytest.mark.parametrize("name,stem,new_field", [("TaskEvent", "task_event", "payload"),
