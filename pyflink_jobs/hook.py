@@ -64,6 +64,7 @@ from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExec
                                             SplitOutcomes)
 from interference.executor.direct import direct_operator
 from pyflink_jobs.router import RouterNode, RouterSettings
+from pyflink_jobs.tenant_quotas import QuotaSettings, parse_tenant_shares
 from pyflink_jobs.router_function import (OperatorRecords, RestAwarePartitioner, RouterFunction,
                                           TaskEventRecords, feedback_state_descriptor, node_tag,
                                           routed_tag)
@@ -125,12 +126,23 @@ class HookSettings:
     # the rest into the dead letters. None = derived from the smallest TaskManager's memory in
     # the cluster spec (workload/limits.py; explicit ``nodes``: the laptop default).
     limits: TaskLimits | None = None
+    # Tenant quotas enforced by the router (pyflink_jobs/tenant_quotas.py): tenant -> weight,
+    # "*" -> the weight of tenants not listed; may be given as "a=3,b=1". Empty: no quotas.
+    tenant_shares: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Checked here, not when the job starts: a typo fails the submission, not the router.
+        if isinstance(self.tenant_shares, str):
+            self.tenant_shares = parse_tenant_shares(self.tenant_shares)
+        else:
+            QuotaSettings(dict(self.tenant_shares))  # raises on a bad name or weight
 
     @classmethod
     def from_fields(cls, source, renames: dict[str, str] | None = None) -> HookSettings:
         """The hook's settings from any settings object (e.g. a job's ``PipelineSettings``):
         every field of the same name, or named in ``renames`` (hook field -> source field);
-        ``plan`` / ``retired`` may be given as ``"tm_a=2,tm_b=1"`` / ``"tm_c=tm_a"``."""
+        ``plan`` / ``retired`` / ``tenant_shares`` may be given as ``"tm_a=2,tm_b=1"`` /
+        ``"tm_c=tm_a"`` / ``"a=3,b=1"``."""
         renames = renames or {}
         values = {}
         for f in fields(cls):
@@ -171,6 +183,8 @@ class HookSettings:
                     values[f.name] = parse_plan(raw)
                 elif f.name == "retired":
                     values[f.name] = parse_retired(raw)
+                elif f.name == "tenant_shares":
+                    values[f.name] = parse_tenant_shares(raw)
                 else:
                     values[f.name] = raw
             except ValueError as exc:
@@ -301,7 +315,9 @@ class StreamplaceHook:
                               initial_model=initial, service_url=s.service_url,
                               service_token=s.service_token,
                               refresh_interval_s=s.refresh_interval_s,
-                              executor_capacity=s.executor_capacity)
+                              executor_capacity=s.executor_capacity,
+                              tenant_quotas=QuotaSettings(dict(s.tenant_shares))
+                              if s.tenant_shares else None)
 
     def task_limits(self, user_records: bool) -> TaskLimits:
         """The settings' limits, else derived from the cluster spec's memory with the cost of
@@ -530,6 +546,12 @@ class HookBuilder:
 
     def uid_prefix(self, prefix: str) -> "HookBuilder":
         return self._set(uid_prefix=prefix)
+
+    def tenant_shares(self, shares: dict[str, float] | str) -> "HookBuilder":
+        """Tenant quotas: ``{"a": 3, "b": 1}`` or ``"a=3,b=1"`` (pyflink_jobs/tenant_quotas.py)."""
+        shares = parse_tenant_shares(shares) if isinstance(shares, str) else dict(shares)
+        QuotaSettings(shares)  # checked now, not when the job starts
+        return self._set(tenant_shares=shares)
 
     def settings(self, settings: HookSettings) -> "HookBuilder":
         self._settings = settings

@@ -5,6 +5,11 @@ the chosen node, what the decision saw there) rides in :class:`RoutedRecord`, an
 hands only ``record`` to the user's operator. The same type carries the streamplace-native
 TaskEvents (``record`` is then the decoded TaskEvent dict).
 
+Tenant quotas (:mod:`pyflink_jobs.tenant_quotas`) travel inside ``record``, not here: a demoted
+TaskEvent is forwarded as a copy whose ``priority`` attribute is the effective one, and the
+executor reads the priority from that event only, so it never runs a task at a priority above
+what the router set (one place for the priority, no envelope field to keep in step with it).
+
 Example::
 
     >>> routed = RoutedRecord("r-1", "enrich", 12, "tm_a", 1_000, DecisionContext(2, 150.0, 1.5),

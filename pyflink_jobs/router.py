@@ -20,6 +20,11 @@ rule of ``placement.policies``. A background thread polls the placement service 
 versions and swaps them in; when the service is unreachable the router keeps the last model, and
 with no model at all it uses the fallback rule (least-loaded), so routing never stops.
 
+With ``RouterSettings.tenant_quotas`` set, the router also counts each tenant's tasks in flight
+and demotes (lowers the priority of) a task whose tenant is over its fair share; the rule lives
+in :mod:`pyflink_jobs.tenant_quotas`, the router only feeds it (routed, completed, expired) and
+forwards the demoted priority (:meth:`Router.route_task_event`). Without it nothing changes.
+
 Example::
 
     >>> from pyflink_jobs.router import Router, RouterSettings, RouterNode
@@ -43,6 +48,8 @@ from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
 from placement.speed import ObservedSpeed, timing_sample
 from pyflink_jobs.routed import DecisionContext
+from pyflink_jobs.tenant_quotas import (QuotaSettings, QuotaVerdict, TenantQuotas,
+                                        event_tenant_and_priority, forwarded_event)
 from workload.feedback import feedback_age_s, feedback_emitted_at_ms, node_state_from_feedback
 from workload.model import ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task
 
@@ -85,6 +92,7 @@ class RouterSettings:
     in_flight_timeout_s: float = 300.0   # forget a sent task never reported complete (lost
     #                                      feedback) after this long, so counts cannot drift up
     latency_samples: int = 20_000        # decision latencies kept for p50/p99
+    tenant_quotas: QuotaSettings | None = None   # None: no quotas (pyflink_jobs.tenant_quotas)
 
     def __post_init__(self) -> None:
         ids = [n.node_id for n in self.nodes]
@@ -106,8 +114,11 @@ class Router:
         self.cluster = ClusterSpec(tuple(n.spec() for n in settings.nodes), name="flink")
         self._states: dict[str, NodeState] = {n: NodeState(n) for n in self.node_ids}
         self._feedback_at_ms: dict[str, int] = {}  # emission time of each node's last report
-        # task id -> (node, sent at, estimated work s): what each node still holds from us
-        self._in_flight: OrderedDict[str, tuple[str, float, float]] = OrderedDict()
+        # task id -> (node, sent at, estimated work s[, tenant key with quotas]): what each
+        # node still holds from us
+        self._in_flight: OrderedDict[str, tuple] = OrderedDict()
+        self.quotas = (TenantQuotas.from_settings(settings.tenant_quotas)
+                       if settings.tenant_quotas is not None else None)
         self._in_flight_count = {n: 0 for n in self.node_ids}
         self._backlog_s = {n: 0.0 for n in self.node_ids}
         # Work times learned per (task type, node) from the feedback, with the hand-made cost
@@ -158,7 +169,7 @@ class Router:
             for timing in feedback.get("completed") or ():
                 entry = self._in_flight.pop(timing["task_id"], None)
                 if entry is not None:
-                    self._retire(entry)
+                    self._retire(entry, completed_after_s=self.clock() - entry[1])
                     if observe is not None:  # rules that learn from outcomes (e.g. liquid)
                         observe(timing["task_id"], max(0.0, self.clock() - entry[1]), entry[0])
             if node_id not in self._nodes:
@@ -191,10 +202,12 @@ class Router:
     def backlog_s(self) -> dict[str, float]:
         return dict(self._backlog_s)
 
-    def _retire(self, entry: tuple[str, float, float]) -> None:
-        node, _, work_s = entry
+    def _retire(self, entry: tuple, completed_after_s: float | None = None) -> None:
+        node, work_s = entry[0], entry[2]
         self._in_flight_count[node] -= 1
         self._backlog_s[node] = max(0.0, self._backlog_s[node] - work_s)
+        if len(entry) > 3 and self.quotas is not None:  # the tenant key, with quotas only
+            self.quotas.release(entry[3], completed_after_s)
 
     def _expire(self, now: float) -> None:
         limit = now - self.settings.in_flight_timeout_s
@@ -234,7 +247,12 @@ class Router:
     def route(self, task: Task) -> tuple[Decision, DecisionContext]:
         """Decide a node for ``task`` and count it in flight there; returns the decision and
         what it saw on the chosen node (reported back in the feedback, so the service learns
-        latency against the same numbers the router sees)."""
+        latency against the same numbers the router sees). With quotas, ``task.tenant`` /
+        ``task.priority`` are counted and a demotion is appended to the decision's reason."""
+        decision, context, _ = self._route(task)
+        return decision, context
+
+    def _route(self, task: Task) -> tuple[Decision, DecisionContext, QuotaVerdict | None]:
         started = time.perf_counter()
         with self._lock:
             now = self.clock()
@@ -255,14 +273,22 @@ class Router:
             node = decision.node
             speed = self.speeds.factor(node)
             work_s = self.speeds.estimate_s(node, task.app_id, task.input_size) * speed
-            self._in_flight[task.task_id] = (node, now, work_s)
+            verdict = None
+            if self.quotas is None:
+                self._in_flight[task.task_id] = (node, now, work_s)
+            else:  # counted after the replay's retirement above, so a replay counts once
+                verdict = self.quotas.admit(task.tenant, task.priority, now)
+                self._in_flight[task.task_id] = (node, now, work_s, verdict.tenant)
+                if verdict.demoted:
+                    decision = dataclasses.replace(
+                        decision, reason=f"{decision.reason}; demoted: {verdict.reason}")
             context = DecisionContext(self._in_flight_count[node],
                                       self._backlog_s[node] * 1000.0, speed)
             self._in_flight_count[node] += 1
             self._backlog_s[node] += work_s
             self.routed[decision.node] += 1
         self._record_latency((time.perf_counter() - started) * 1e6)
-        return decision, context
+        return decision, context, verdict
 
     def decide_event(self, event: dict) -> Decision:
         """:meth:`decide` for a decoded TaskEvent."""
@@ -270,8 +296,20 @@ class Router:
 
     def route_event(self, event: dict) -> tuple[Decision, DecisionContext]:
         """:meth:`route` for a decoded TaskEvent."""
-        return self.route(Task(event["task_id"], event["app_id"], int(event["input_size"]),
-                               expected_work_ms=event.get("expected_work_ms")))
+        task = Task(event["task_id"], event["app_id"], int(event["input_size"]),
+                    expected_work_ms=event.get("expected_work_ms"))
+        return self.route_task_event(task, event)[:2]
+
+    def route_task_event(self, task: Task, event: dict) -> tuple[Decision, DecisionContext, dict]:
+        """:meth:`route` for the TaskEvent ``event`` read as ``task``; also returns the event to
+        forward: ``event`` itself without quotas or when not demoted, else a copy carrying the
+        demoted ``priority`` attribute (the executor reads the priority from it alone)."""
+        if self.quotas is None:  # today's path: the task as read, the event untouched
+            return (*self.route(task), event)
+        tenant, priority, _ = event_tenant_and_priority(event)
+        decision, context, verdict = self._route(
+            dataclasses.replace(task, tenant=tenant, priority=priority))
+        return decision, context, forwarded_event(event, verdict)
 
     def _record_latency(self, micros: float) -> None:
         samples, limit = self._latencies_us, self.settings.latency_samples
@@ -294,7 +332,9 @@ class Router:
                 "fallback_decisions": self.fallback_decisions, "full_skips": self.full_skips,
                 "feedback_records": self.feedback_records,
                 "decision_p50_us": self.latency_percentile_us(50),
-                "decision_p99_us": self.latency_percentile_us(99)}
+                "decision_p99_us": self.latency_percentile_us(99),
+                **({"tenants": self.quotas.stats(), "demoted": self.quotas.demoted_total}
+                   if self.quotas is not None else {})}
 
 
 class ModelRefresher(threading.Thread):

@@ -17,6 +17,11 @@ Both refuse a task outside their :class:`workload.limits.TaskLimits` (a size abo
 smallest node's memory allows, a negative size, a non-finite or huge ``expected_work_ms``, an
 over-long id or type) with stage ``"limits"``: such a record must not reach a worker.
 
+With tenant quotas (``RouterSettings.tenant_quotas``), a TaskEvent's tenant and priority come
+from its ``attributes``; a demoted task's event is forwarded with the lowered ``priority``
+(:mod:`pyflink_jobs.tenant_quotas`), and per-tenant gauges are registered for the configured
+tenants. Without quotas the records are forwarded as before, untouched.
+
 :class:`RestAwarePartitioner` is the other way to reach a node's executor instance on clusters
 without fine-grained resource management.
 """
@@ -71,7 +76,11 @@ class Refused(Exception):
 
 class RecordReader:
     """Turns one input record into ``(task, record, raw_bytes, source)`` or raises
-    :class:`Refused`. ``open`` runs once per router instance."""
+    :class:`Refused`. ``open`` runs once per router instance. ``task_events``: the records are
+    decoded TaskEvents (tenant quotas read their attributes and may rewrite their priority;
+    a user's records are never changed)."""
+
+    task_events = False
 
     def open(self, runtime_context) -> None:  # pragma: no cover - trivial default
         pass
@@ -83,6 +92,8 @@ class RecordReader:
 class TaskEventRecords(RecordReader):
     """Avro TaskEvent bytes, or ``Row(payload, topic, partition, offset)``; ``limits``: what a
     task may be (default: :meth:`TaskLimits.for_task_events`, sizes in pixels)."""
+
+    task_events = True
 
     def __init__(self, limits: TaskLimits | None = None):
         self.limits = limits or TaskLimits.for_task_events()
@@ -223,6 +234,20 @@ class RouterFunction(BroadcastProcessFunction):
         for node in router.node_ids:  # measured speed factor x 1000 (Flink gauges are ints here)
             group.gauge(f"streamplace_speed_milli_{node}",
                         lambda node=node: int(1000 * router.speeds.factor(node)))
+        if router.quotas is not None:
+            self._register_tenant_gauges(group, router.quotas)
+
+    @staticmethod
+    def _register_tenant_gauges(group, quotas) -> None:
+        # Gauges for the configured tenants only: their number is bounded by the settings and
+        # known at open (gauges of tenants seen later could outlive their eviction). Others
+        # appear in Router.stats() and in the totals.
+        group.gauge("streamplace_tenants_demoted", lambda: int(quotas.demoted_total))
+        group.gauge("streamplace_tenants_in_flight", lambda: int(quotas.total_in_flight))
+        for tenant in quotas.settings.shares:
+            for counter in ("in_flight", "routed", "demoted", "completed"):
+                group.gauge(f"streamplace_tenant_{counter}_{tenant}",
+                            lambda t=tenant, c=counter: quotas.counter(t, c))
 
     def close(self):
         if getattr(self, "refresher", None) is not None:
@@ -238,7 +263,10 @@ class RouterFunction(BroadcastProcessFunction):
             return
         if not self._restored:
             self._restore_node_view(ctx)
-        decision, context = self.router.route(task)
+        if self.reader.task_events:  # quotas may forward the event with a lowered priority
+            decision, context, record = self.router.route_task_event(task, record)
+        else:
+            decision, context = self.router.route(task)
         self._counts.inc(f"streamplace_routed_{decision.node}")
         routed = RoutedRecord(task.task_id, task.app_id, task.input_size, decision.node,
                               int(time.time() * 1000), context, record, raw_bytes, source)

@@ -33,6 +33,7 @@ from pyflink_jobs.flink_ops import (dead_letter_tag, executor_slot_sharing_group
                                     io_slot_sharing_group, kafka_bytes_sink, make_dead_letter)
 from pyflink_jobs.hook import (HookSettings, StreamplaceHook, cluster_task_limits, parse_plan,
                                parse_retired)
+from pyflink_jobs.tenant_quotas import parse_tenant_shares
 from workload.limits import TaskLimits
 
 __all__ = ["PipelineSettings", "DecodeTaskEvents", "build_pipeline", "main", "parse_plan",
@@ -83,6 +84,15 @@ class PipelineSettings:
     rest_url: str = "http://127.0.0.1:8081"  # hook with rest_partitioner: the JobManager REST
     max_task_size: int = 0  # pixels; larger tasks are dead letters. 0 = from the cluster spec's
     #                         memory (workload/limits.py)
+    tenant_shares: str = ""  # hook: tenant quotas "a=3,b=1" (pyflink_jobs/tenant_quotas.py);
+    #                          "" = none
+
+    def __post_init__(self) -> None:
+        # Refused at parse time: quotas are the router's, so only the hook can enforce them.
+        parse_tenant_shares(self.tenant_shares)
+        if self.tenant_shares.strip() and self.placement != "hook":
+            raise ValueError(f"tenant_shares needs placement='hook' (the router enforces "
+                             f"them), got placement={self.placement!r}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ __all__ = ["DEADLINE_TOLERANCE_S", "FAIRNESS_BASIS", "SLOWDOWN_FAIRNESS_BASIS", 
            "jain_index", "task_outcomes", "slo_report"]
 
 #: A task whose latency exceeds its deadline by at most this still meets it: the engine rounds
-#: event times to 1e-9 s (``_Execution._log``), so a finer difference is rounding, not lateness.
+#: event times to 1e-9 s (``EventQueue.log (simulator/events.py)``), so a finer difference is rounding, not lateness.
 DEADLINE_TOLERANCE_S = 1e-9
 
 #: What Jain's index is computed over (see the module docstring for why).
