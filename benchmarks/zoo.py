@@ -31,7 +31,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, git_commit, write_result
+from benchmarks._common import RESULTS, bar_with_ci, git_commit, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, PAIRS
 from benchmarks.baselines import summarise as summarise_runs
 
@@ -186,11 +186,9 @@ def plot(rows: list[dict], path: Path) -> None:
     for ax, (scenario, rate, metric, title) in zip(axes, panels):
         chosen = sorted((r for r in rows if r["scenario"] == scenario and r["rate"] == rate),
                         key=lambda r: r[metric]["mean"])
-        means = [r[metric]["mean"] for r in chosen]
-        errors = [[m - r[metric]["ci95"][0] for m, r in zip(means, chosen)],
-                  [r[metric]["ci95"][1] - m for m, r in zip(means, chosen)]]
-        ax.barh([r["system"] for r in chosen], means, xerr=errors,
-                color=[colours[family[r["system"]]] for r in chosen])
+        bar_with_ci(ax, [r["system"] for r in chosen], [r[metric]["mean"] for r in chosen],
+                    [r[metric]["ci95"] for r in chosen],
+                    [colours[family[r["system"]]] for r in chosen], horizontal=True)
         if metric == "throughput_per_min" and chosen:
             ax.axvline(chosen[0]["upper_bound_per_min"]["mean"], color="k", alpha=0.3,
                        linewidth=3, label="upper bound")
