@@ -286,6 +286,10 @@ class Bench:
         from streamplace.kafka_io import produce_task_events
         from streamplace.topics import ensure_topics
         cfg = self.ensure(mode).model_copy(deep=True)
+        # PyFlink 2.2.1 sometimes kills a TaskManager while the previous job is cancelled:
+        # every run starts on the whole cluster (a lost one is started again)
+        from streamplace.cluster_health import heal_cluster
+        heal_cluster(self.cluster)
         cfg.job.topic_tasks, cfg.job.topic_results = f"{tag}-tasks", f"{tag}-results"
         cfg.job.topic_dead_letter, cfg.job.topic_feedback = f"{tag}-dlq", self.feedback_topic
         ensure_topics(cfg)
@@ -630,6 +634,8 @@ def main(argv=None) -> None:
     parser.add_argument("--sim-unshaped", action="store_true", help="with the simulator part, "
                         "also run it with unshaped links (sensitivity: real records are light)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--first-round", type=int, default=0, help="number of the first round "
+                        "(its variant order and seeds): to add rounds to an interrupted run")
     parser.add_argument("--tasks", type=int, default=1200)
     parser.add_argument("--warmup", type=int, default=90)
     parser.add_argument("--light-tasks", type=int, default=20_000)
@@ -677,7 +683,7 @@ def main(argv=None) -> None:
             from placement.service.client import PlacementClient
             training["model_after"] = PlacementClient(bench.service.url, bench.token).latest()
         plan = []
-        for r in range(runs):
+        for r in range(args.first_round, args.first_round + runs):
             order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
             plan += [(r, v) for v in order]
             light = OVERHEAD_VARIANTS if r % 2 == 0 else OVERHEAD_VARIANTS[::-1]
