@@ -37,3 +37,31 @@ def write_result(name: str, payload: dict) -> Path:
                                default=lambda o: o.item() if hasattr(o, "item") else str(o))
                     + "\n")
     return path
+
+
+def bar_with_ci(ax, labels, means, ci95s, colours=None, horizontal=False):
+    """One bar per label at its mean, with its 95% interval as the error bar.
+
+    ``ci95s`` is one ``(low, high)`` per bar. The error bar's arms are ``mean - low`` and
+    ``high - mean``, floored at 0: matplotlib refuses negative arms, and a mean outside its own
+    interval (rounding, a one-seed "interval") is drawn with no arm on that side rather than
+    failing the whole plot. ``horizontal`` draws ``barh`` with ``xerr`` (long label lists).
+    Returns matplotlib's ``BarContainer``.
+
+    Example::
+
+        >>> import matplotlib; matplotlib.use("Agg")
+        >>> import matplotlib.pyplot as plt
+        >>> bars = bar_with_ci(plt.figure().gca(), ["MCT", "LDWP"], [10.0, 12.0],
+        ...                    [(9.0, 11.0), (11.5, 13.0)], colours=["tab:blue", "tab:red"])
+        >>> [float(b.get_height()) for b in bars]
+        [10.0, 12.0]
+    """
+    def arm(value: float) -> float:
+        return 0.0 if value < 0 else value  # NaN (no interval) stays NaN: no arm drawn
+
+    errors = [[arm(m - low) for m, (low, _) in zip(means, ci95s)],
+              [arm(high - m) for m, (_, high) in zip(means, ci95s)]]
+    if horizontal:
+        return ax.barh(labels, means, xerr=errors, color=colours)
+    return ax.bar(labels, means, yerr=errors, color=colours)

@@ -34,7 +34,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, bar_with_ci, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, confidence_interval
 
 POLICIES = ("ldwp", "mct", "least_loaded", "random", "size_agnostic", "paper_transferred")
@@ -176,6 +176,59 @@ def verdicts(rows: list[dict], runs: list[dict]) -> dict:
     return out
 
 
+def merge_reused(documents: list[tuple[str, dict]], tasks: int, seeds: list[int],
+                 rerun: list[str], keep_all: bool) -> tuple[list[dict], dict[str, float | None]]:
+    """The runs kept from earlier result files, and each kept cluster's fine-tuning wall time.
+
+    ``documents`` are ``(name, result document)`` in ``--reuse`` order; the first file holding a
+    (cluster, policy, seed) run wins. ``keep_all`` (``--reuse`` given) keeps every run; without
+    it only the runs of policies not in ``rerun`` are kept (``--only``). The fine-tuning wall
+    time of a cluster is taken from the file whose ``paper_transferred`` runs of it are kept,
+    since that file's fine-tuning made the model those runs used (None where that file did not
+    record it). Raises ValueError naming a file made with other tasks or seeds.
+
+    Example::
+
+        >>> doc = {"tasks": 300, "seeds": [1], "fine_tune": {"wall_s": {"a": 20.0}},
+        ...        "runs": [{"cluster": "a", "policy": "paper_transferred", "seed": 1}]}
+        >>> kept, walls = merge_reused([("g.json", doc)], 300, [1], ["mct"], keep_all=False)
+        >>> len(kept), walls
+        (1, {'a': 20.0})
+    """
+    kept: list[dict] = []
+    walls: dict[str, float | None] = {}
+    for name, document in documents:
+        if document["tasks"] != tasks or document["seeds"] != list(seeds):
+            raise ValueError(f"{name} has other tasks or seeds than this run")
+        done = {(r["cluster"], r["policy"], r["seed"]) for r in kept}
+        taken = [r for r in document["runs"]
+                 if (r["cluster"], r["policy"], r["seed"]) not in done
+                 and (keep_all or r["policy"] not in rerun)]
+        recorded = (document.get("fine_tune") or {}).get("wall_s")
+        for cluster in dict.fromkeys(r["cluster"] for r in taken
+                                     if r["policy"] == "paper_transferred"):
+            if cluster not in walls:
+                walls[cluster] = recorded.get(cluster) if isinstance(recorded, dict) else None
+        kept += taken
+    return kept, walls
+
+
+def fine_tune_walls(reused: dict[str, float | None], tuned: dict[str, float],
+                    ran: set[str]) -> dict[str, float | None] | None:
+    """Per cluster, the wall time of the fine-tuning whose model its ``paper_transferred`` runs
+    used: this run's (``tuned``) where this run evaluated it (``ran``), else the reused file's
+    (``reused``, from :func:`merge_reused`); in ``CLUSTERS`` order, None when there is none.
+
+    Example::
+
+        >>> fine_tune_walls({"alibaba_17": 20.0}, {"alibaba_17": 9.0, "two_cpu_3x": 3.0},
+        ...                 ran={"two_cpu_3x"})
+        {'two_cpu_3x': 3.0, 'alibaba_17': 20.0}
+    """
+    walls = {**reused, **{c: w for c, w in tuned.items() if c in ran}}
+    return {c: walls[c] for c in CLUSTERS if c in walls} or None
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -189,11 +242,10 @@ def plot(rows: list[dict], path: Path) -> None:
                "paper_transferred": "tab:purple"}
     for ax, cluster in zip(axes, clusters):
         chosen = [r for p in POLICIES for r in rows if r["cluster"] == cluster and r["policy"] == p]
-        means = [r["throughput_per_min"]["mean"] for r in chosen]
-        errors = [[m - r["throughput_per_min"]["ci95"][0] for m, r in zip(means, chosen)],
-                  [r["throughput_per_min"]["ci95"][1] - m for m, r in zip(means, chosen)]]
-        ax.bar([r["policy"] for r in chosen], means, yerr=errors,
-               color=[colours[r["policy"]] for r in chosen])
+        bar_with_ci(ax, [r["policy"] for r in chosen],
+                    [r["throughput_per_min"]["mean"] for r in chosen],
+                    [r["throughput_per_min"]["ci95"] for r in chosen],
+                    [colours[r["policy"]] for r in chosen])
         ax.set_title(cluster, fontsize=9)
         ax.set_ylabel("saturated throughput (tasks/min)")
         ax.tick_params(axis="x", labelsize=7, rotation=30)
@@ -227,7 +279,7 @@ def main(argv=None) -> None:
     model = args.model or shipped_model()
     tasks, seeds = (300, EVALUATION_SEEDS[:2]) if args.quick else (1500, EVALUATION_SEEDS)
     name = args.name or ("generalisation-quick" if args.quick else "generalisation")
-    policies, kept, previous = list(POLICIES), [], {}
+    policies, previous = list(POLICIES), {}
     if args.only:
         policies = [p.strip() for p in args.only.split(",") if p.strip()]
         if not policies or set(policies) - set(POLICIES):
@@ -237,13 +289,14 @@ def main(argv=None) -> None:
         parser.error(f"--clusters takes clusters from {', '.join(CLUSTERS)}")
     reuse = ([Path(f) for f in args.reuse.split(",") if f and f != "none"] if args.reuse
              else [RESULTS / f"{name}.json"] if args.only else [])
-    for source in reuse:
-        previous = json.loads(source.read_text())
-        if previous["tasks"] != tasks or previous["seeds"] != list(seeds):
-            parser.error(f"{source} has other tasks or seeds than this run")
-        done = {(r["cluster"], r["policy"], r["seed"]) for r in kept}
-        kept += [r for r in previous["runs"] if (r["cluster"], r["policy"], r["seed"]) not in done
-                 and (args.reuse or r["policy"] not in policies)]
+    documents = [(str(source), json.loads(source.read_text())) for source in reuse]
+    try:
+        kept, reused_walls = merge_reused(documents, tasks, list(seeds), policies,
+                                          keep_all=bool(args.reuse))
+    except ValueError as error:
+        parser.error(str(error))
+    if documents:
+        previous = documents[-1][1]
     done = {(r["cluster"], r["policy"], r["seed"]) for r in kept}
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool, \
@@ -262,8 +315,8 @@ def main(argv=None) -> None:
                              r["seed"]))
     rows = summarise(runs)
     checks = verdicts(rows, runs)
-    fine_tune_wall = ({c: w for c, (_, w) in tuned.items()} if tuned
-                      else previous.get("fine_tune", {}).get("wall_s"))
+    fine_tune_wall = fine_tune_walls(reused_walls, {c: w for c, (_, w) in tuned.items()},
+                                     {c for c, p, _ in todo if p == "paper_transferred"})
     path = write_result(name, {
         "model": model.name, "tasks": tasks, "seeds": list(seeds), "node_scheduler": "heft",
         "clusters": {c: [n.node_id for n in make_cluster(c).nodes] for c in CLUSTERS},

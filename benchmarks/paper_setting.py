@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, bar_with_ci, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, PAPER_PAIRS, confidence_interval
 from benchmarks.ldwp import TUNING_SEEDS
 from benchmarks.zoo import run_one
@@ -62,12 +62,10 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, metric, title in ((axes[0], "throughput_per_min", "throughput (tasks/min)"),
                               (axes[1], "gpu_utilisation", "GPU utilisation")):
-        means = [r[metric]["mean"] for r in rows]
-        errors = [[m - r[metric]["ci95"][0] for m, r in zip(means, rows)],
-                  [r[metric]["ci95"][1] - m for m, r in zip(means, rows)]]
         colours = ["tab:red" if r["system"].startswith("LDWP") else
                    ("tab:gray" if r["system"] in PAPER_PAIRS else "tab:blue") for r in rows]
-        ax.bar([r["system"] for r in rows], means, yerr=errors, color=colours)
+        bar_with_ci(ax, [r["system"] for r in rows], [r[metric]["mean"] for r in rows],
+                    [r[metric]["ci95"] for r in rows], colours)
         ax.set_ylabel(title)
         ax.tick_params(axis="x", labelsize=7, rotation=30)
     fig.suptitle("paper setting, saturated, 5 unseen seeds, 95% CI: grey = the paper's "

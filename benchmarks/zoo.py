@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, git_commit, write_result
+from benchmarks._common import RESULTS, bar_with_ci, git_commit, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, PAIRS
 from benchmarks.zoo_metrics import (PART2_METRICS, describe_part2, same_value,
                                      summarise_metric)
@@ -248,11 +248,9 @@ def readme_table(rows: list[dict], settings: list[tuple],
 def _bars(ax, rows: list[dict], metric: str, title: str, colours: dict, family: dict) -> None:
     chosen = sorted((r for r in rows if r.get(metric, {}).get("mean") is not None),
                     key=lambda r: r[metric]["mean"])
-    means = [r[metric]["mean"] for r in chosen]
-    errors = [[m - r[metric]["ci95"][0] for m, r in zip(means, chosen)],
-              [r[metric]["ci95"][1] - m for m, r in zip(means, chosen)]]
-    ax.barh([r["system"] for r in chosen], means, xerr=errors,
-            color=[colours[family.get(r["system"], "baseline")] for r in chosen])
+    bar_with_ci(ax, [r["system"] for r in chosen], [r[metric]["mean"] for r in chosen],
+                [r[metric]["ci95"] for r in chosen],
+                [colours[family.get(r["system"], "baseline")] for r in chosen], horizontal=True)
     if metric == "throughput_per_min" and chosen:
         ax.axvline(chosen[0]["upper_bound_per_min"]["mean"], color="k", alpha=0.3,
                    linewidth=3, label="upper bound")

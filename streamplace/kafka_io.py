@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -18,7 +19,8 @@ from streamplace.config import StreamplaceConfig
 from workload.catalog import app_ids
 
 __all__ = ["synthetic_task_events", "produce_task_events", "produce_raw", "read_topic",
-           "ProduceReport", "ReadReport", "PAYLOAD_QUALITY"]
+           "exactly_once_report", "ProduceReport", "ReadReport", "ExactlyOnceReport",
+           "PAYLOAD_QUALITY"]
 
 
 #: JPEG quality of the clips producers attach (``workload.apps.images.DEFAULT_QUALITY``).
@@ -180,3 +182,62 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str | None,
         consumer.close()
     report.seconds = time.monotonic() - start
     return report
+
+
+@dataclass(frozen=True)
+class ExactlyOnceReport:
+    """What broke exactly-once delivery of a run's results (all empty: nothing).
+
+    ``duplicates``: task ids with more than one result; ``missing``: ids sent but without a
+    result; ``unexpected``: results for ids never sent; ``not_ok``: ``(task id, status)`` of
+    results whose status is not ``"OK"``. Each sorted."""
+
+    duplicates: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    unexpected: tuple[str, ...] = ()
+    not_ok: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not (self.duplicates or self.missing or self.unexpected or self.not_ok)
+
+    def describe(self, shown: int = 5) -> str:
+        """One line for an assertion message: each problem's count and its first ids."""
+        if self.ok:
+            return "every task exactly once, all OK"
+
+        def part(what: str, items: tuple) -> str:
+            head = ", ".join(str(i) if isinstance(i, str) else f"{i[0]}: {i[1]}"
+                             for i in items[:shown])
+            return f"{len(items)} {what} ({head}{', ...' if len(items) > shown else ''})"
+
+        return "; ".join(part(what, items) for what, items in (
+            ("duplicated", self.duplicates), ("missing", self.missing),
+            ("never sent", self.unexpected), ("not OK", self.not_ok)) if items)
+
+
+def exactly_once_report(results: Iterable[dict], expected_ids: Iterable[str]
+                        ) -> ExactlyOnceReport:
+    """Check result records (``read_topic(...).records``) against the task ids that were sent:
+    each id exactly once, none missing, none extra, every status ``"OK"``. Pure: no broker.
+
+    Example::
+
+        >>> sent = ["t1", "t2", "t3"]
+        >>> results = [{"task_id": "t1", "status": "OK"}, {"task_id": "t1", "status": "OK"},
+        ...            {"task_id": "t2", "status": "FAILED"}, {"task_id": "x", "status": "OK"}]
+        >>> report = exactly_once_report(results, sent)
+        >>> report.ok, report.duplicates, report.missing, report.unexpected, report.not_ok
+        (False, ('t1',), ('t3',), ('x',), (('t2', 'FAILED'),))
+        >>> report.describe()
+        '1 duplicated (t1); 1 missing (t3); 1 never sent (x); 1 not OK (t2: FAILED)'
+    """
+    records = list(results)
+    counts = Counter(r["task_id"] for r in records)
+    expected = set(expected_ids)
+    return ExactlyOnceReport(
+        duplicates=tuple(sorted(i for i, n in counts.items() if n > 1)),
+        missing=tuple(sorted(expected - counts.keys())),
+        unexpected=tuple(sorted(counts.keys() - expected)),
+        not_ok=tuple(sorted((r["task_id"], str(r.get("status"))) for r in records
+                            if r.get("status") != "OK")))

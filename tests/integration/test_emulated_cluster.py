@@ -26,7 +26,8 @@ from streamplace.hosts import available
 from streamplace.jars import jars_present
 from streamplace.jobs import submit_task_pipeline
 from streamplace.kafka_broker import KafkaBroker
-from streamplace.kafka_io import produce_raw, read_topic, synthetic_task_events
+from streamplace.kafka_io import (exactly_once_report, produce_raw, read_topic,
+                                  synthetic_task_events)
 from streamplace.resources import default_home
 from streamplace.topics import ensure_topics
 from workload.codec import encode
@@ -114,12 +115,9 @@ def test_cluster_runs_in_host_mode_with_everything_on_the_head_address(emulated_
 
 def test_every_task_exactly_once(pipeline_run):
     results = pipeline_run["results"]
-    ids = [r["task_id"] for r in results.records]
-    expected = {e["task_id"] for e in pipeline_run["events"]}
     assert results.undecodable == 0
-    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicated results"
-    assert set(ids) == expected, f"{len(expected - set(ids))} missing"
-    assert all(r["status"] == "OK" for r in results.records)
+    check = exactly_once_report(results.records, (e["task_id"] for e in pipeline_run["events"]))
+    assert check.ok, check.describe()
     assert {r["node_id"] for r in results.records} == {PINNED_NODE}
 
 

@@ -14,7 +14,8 @@ import pytest
 import requests
 
 from streamplace.jobs import submit_task_pipeline
-from streamplace.kafka_io import produce_raw, read_topic, synthetic_task_events
+from streamplace.kafka_io import (exactly_once_report, produce_raw, read_topic,
+                                  synthetic_task_events)
 from streamplace.topics import ensure_topics
 from workload.codec import encode
 
@@ -68,13 +69,9 @@ def pipeline_run(stack_config, flink_cluster):
 
 def test_every_task_exactly_once(pipeline_run):
     results = pipeline_run["results"]
-    ids = [r["task_id"] for r in results.records]
-    expected = {e["task_id"] for e in pipeline_run["events"]}
     assert results.undecodable == 0
-    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicated results"
-    assert set(ids) - expected == set(), "results for tasks that were never sent"
-    assert expected - set(ids) == set(), f"{len(expected - set(ids))} tasks missing"
-    assert all(r["status"] == "OK" for r in results.records)
+    check = exactly_once_report(results.records, (e["task_id"] for e in pipeline_run["events"]))
+    assert check.ok, check.describe()
 
 
 def test_malformed_records_become_dead_letters(pipeline_run):

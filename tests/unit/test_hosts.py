@@ -115,34 +115,47 @@ def tbf(rate_bits, burst):
     return ["tbf", "rate", f"{rate_bits}bit", "burst", f"{burst}b", "latency", "20ms"]
 
 
-EXPECTED_CREATE = [
+def node_script(namespace, veth, address, inside, head):
+    """The commands that make one host: its namespace, a veth pair into the bridge, the address
+    and default route inside, and the two shaped ends (``inside``: the node's uplink, shaped in
+    its namespace; ``head``: its downlink, shaped on the bridge side).
+
+    Example: ``node_script("sp-tm_a", 2, "10.213.0.2", tbf(...), tbf(...))[0]`` is
+    ``["ip", "netns", "add", "sp-tm_a"]``.
+    """
+    outside, within = f"spv{veth}h", f"spv{veth}n"
+    return [
+        ["ip", "netns", "add", namespace],
+        ["ip", "link", "add", outside, "type", "veth", "peer", "name", within],
+        ["ip", "link", "set", within, "netns", namespace],
+        ["ip", "link", "set", outside, "master", "spbr0"],
+        ["ip", "link", "set", outside, "up"],
+        ["ip", "-n", namespace, "link", "set", "lo", "up"],
+        ["ip", "-n", namespace, "addr", "add", f"{address}/24", "dev", within],
+        ["ip", "-n", namespace, "link", "set", within, "up"],
+        ["ip", "-n", namespace, "route", "add", "default", "via", "10.213.0.1"],
+        ["tc", "-n", namespace, "qdisc", "replace", "dev", within, "root", *inside],
+        ["tc", "qdisc", "replace", "dev", outside, "root", *head],
+    ]
+
+
+BRIDGE_SCRIPT = [
     ["ip", "link", "add", "spbr0", "type", "bridge"],
     ["ip", "addr", "add", "10.213.0.1/24", "dev", "spbr0"],
     ["ip", "link", "set", "spbr0", "up"],
-    ["ip", "netns", "add", "sp-tm_a"],
-    ["ip", "link", "add", "spv2h", "type", "veth", "peer", "name", "spv2n"],
-    ["ip", "link", "set", "spv2n", "netns", "sp-tm_a"],
-    ["ip", "link", "set", "spv2h", "master", "spbr0"],
-    ["ip", "link", "set", "spv2h", "up"],
-    ["ip", "-n", "sp-tm_a", "link", "set", "lo", "up"],
-    ["ip", "-n", "sp-tm_a", "addr", "add", "10.213.0.2/24", "dev", "spv2n"],
-    ["ip", "-n", "sp-tm_a", "link", "set", "spv2n", "up"],
-    ["ip", "-n", "sp-tm_a", "route", "add", "default", "via", "10.213.0.1"],
-    ["tc", "-n", "sp-tm_a", "qdisc", "replace", "dev", "spv2n", "root", *tbf(40_000_000, 50_000)],
-    ["tc", "qdisc", "replace", "dev", "spv2h", "root", *tbf(120_000_000, 150_000)],
-    ["ip", "netns", "add", "sp-tm_b"],
-    ["ip", "link", "add", "spv3h", "type", "veth", "peer", "name", "spv3n"],
-    ["ip", "link", "set", "spv3n", "netns", "sp-tm_b"],
-    ["ip", "link", "set", "spv3h", "master", "spbr0"],
-    ["ip", "link", "set", "spv3h", "up"],
-    ["ip", "-n", "sp-tm_b", "link", "set", "lo", "up"],
-    ["ip", "-n", "sp-tm_b", "addr", "add", "10.213.0.3/24", "dev", "spv3n"],
-    ["ip", "-n", "sp-tm_b", "link", "set", "spv3n", "up"],
-    ["ip", "-n", "sp-tm_b", "route", "add", "default", "via", "10.213.0.1"],
-    ["tc", "-n", "sp-tm_b", "qdisc", "replace", "dev", "spv3n", "root",
-     *tbf(120_000_000, 150_000)],
-    ["tc", "qdisc", "replace", "dev", "spv3h", "root", *tbf(40_000_000, 50_000)],
 ]
+
+#: one row per node of SPECS: (its spec, namespace, veth number, address, uplink tbf, downlink
+#: tbf). tm_a's 40 Mbit/s up / 120 down and tm_b's reverse pin which end gets which rate.
+NODE_SCRIPTS = [
+    pytest.param(SPECS[0], "sp-tm_a", 2, "10.213.0.2", tbf(40_000_000, 50_000),
+                 tbf(120_000_000, 150_000), id="tm_a"),
+    pytest.param(SPECS[1], "sp-tm_b", 3, "10.213.0.3", tbf(120_000_000, 150_000),
+                 tbf(40_000_000, 50_000), id="tm_b"),
+]
+
+EXPECTED_CREATE = BRIDGE_SCRIPT + [command for row in NODE_SCRIPTS
+                                   for command in node_script(*row.values[1:])]
 
 # destroy: newest first; a veth's deletion takes its peer, a namespace's the end inside it
 EXPECTED_DESTROY = [
@@ -166,6 +179,17 @@ def test_create_runs_the_exact_command_sequence_for_two_nodes(tmp_path):
     assert {n: h.address for n, h in handles.items()} == {"tm_a": "10.213.0.2",
                                                           "tm_b": "10.213.0.3"}
     assert hosts.address("tm_b") == "10.213.0.3"
+
+
+@pytest.mark.parametrize("spec, namespace, veth, address, uplink, downlink", NODE_SCRIPTS)
+def test_create_runs_the_same_script_for_a_node_made_alone(tmp_path, spec, namespace, veth,
+                                                          address, uplink, downlink):
+    # a node's commands depend on its own spec only, not on the nodes made with it
+    runner = ScriptedRunner()
+    handles = make_hosts(tmp_path, runner).create([spec])
+    assert runner.changes() == BRIDGE_SCRIPT + node_script(namespace, veth, address, uplink,
+                                                           downlink)
+    assert handles[spec.node_id].address == address
 
 
 def test_create_writes_quota_and_memory_limit_into_cgroups_under_the_own_group(tmp_path):
