@@ -25,7 +25,7 @@ import time
 import pytest
 
 from streamplace.jobs import submit_task_pipeline
-from streamplace.kafka_io import produce_raw, read_topic
+from streamplace.kafka_io import exactly_once_report, produce_raw, read_topic
 from streamplace.topics import ensure_topics
 from workload.codec import encode
 from workload.task_attributes import TENANT_KEY
@@ -76,14 +76,10 @@ def quota_run(stack_config, flink_cluster):
 
 def test_every_task_exactly_once_on_the_planned_node(quota_run):
     results = quota_run["results"]
-    ids = [r["task_id"] for r in results.records]
-    expected = {e["task_id"] for e in quota_run["events"]}
     assert results.undecodable == 0
-    assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicated results"
-    assert set(ids) == expected
+    check = exactly_once_report(results.records, (e["task_id"] for e in quota_run["events"]))
+    assert check.ok, check.describe()
     assert {r["node_id"] for r in results.records} == {PINNED_NODE}
-    assert all(r["status"] == "OK" for r in results.records), \
-        [(r["task_id"], r["error"]) for r in results.records if r["status"] != "OK"]
 
 
 def test_the_in_quota_tenant_starts_before_the_demoted_flood_sent_before_it(quota_run):
