@@ -32,8 +32,11 @@ BURN_SECONDS = 2.0
 #: Interface counters count whole frames, so the uplink reads close to the shaped rate; TCP's
 #: start and the 10 ms token bucket move it a little either way.
 RATE_TOLERANCE = 0.25
-#: A busy loop plus a sender saturate the quota; a quota period boundary costs a few percent.
-MIN_CPU_UTIL = 0.85
+#: A busy loop plus a sender saturate the quota; a quota period boundary costs a few percent, and
+#: on a loaded 2-core CI machine the host does not always get its whole quota (0.836 measured
+#: there). Read against the whole machine instead of the quota, the same burn would report at
+#: most CPU_QUOTA / cores (0.25 on 2 cores), so this bound still tells the two apart.
+MIN_CPU_UTIL = 0.6
 
 SAMPLER = """
 import json, socket, sys, threading, time
