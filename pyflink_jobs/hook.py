@@ -20,7 +20,8 @@ returns TaskResult bytes.
 What ``apply`` adds::
 
     stream ─────────────┐
-                        ├─> router (describe + decide in one Python function, parallelism 1)
+                        ├─> router (describe + decide in one Python function; parallelism 1,
+                        │           or router_parallelism instances sharing the stream)
     feedback (Kafka) ───┘      │ broadcast NodeFeedback     │ RoutedRecord per TaskManager
       (broadcast)              v                            v
               executor@tm_a (pinned) -> outputs   executor@tm_b (pinned) -> outputs  ... union
@@ -77,6 +78,8 @@ log = logging.getLogger(__name__)
 
 #: Environment variables ``STREAMPLACE_HOOK_<FIELD>`` set hook settings (:meth:`HookSettings.from_env`).
 ENV_PREFIX = "STREAMPLACE_HOOK_"
+#: More router instances than this only split every executor's capacity into shares of one.
+MAX_ROUTER_PARALLELISM = 64
 
 
 @dataclass
@@ -126,12 +129,22 @@ class HookSettings:
     # the rest into the dead letters. None = derived from the smallest TaskManager's memory in
     # the cluster spec (workload/limits.py; explicit ``nodes``: the laptop default).
     limits: TaskLimits | None = None
+    # Router instances (parallel subtasks of the router operator). One router is the paper's
+    # single scheduler, but every record crosses it: at parallelism N each instance routes
+    # 1/N of the stream with its own in-flight view and 1/N of every executor's capacity, and
+    # all of them learn from all the feedback (it is broadcast). Tenant quotas are then
+    # enforced per router instance, on its share of the stream.
+    router_parallelism: int = 1
     # Tenant quotas enforced by the router (pyflink_jobs/tenant_quotas.py): tenant -> weight,
     # "*" -> the weight of tenants not listed; may be given as "a=3,b=1". Empty: no quotas.
     tenant_shares: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Checked here, not when the job starts: a typo fails the submission, not the router.
+        if (isinstance(self.router_parallelism, bool) or not isinstance(self.router_parallelism, int)
+                or not 1 <= self.router_parallelism <= MAX_ROUTER_PARALLELISM):
+            raise ValueError(f"router_parallelism must be an int in [1, "
+                             f"{MAX_ROUTER_PARALLELISM}], got {self.router_parallelism!r}")
         if isinstance(self.tenant_shares, str):
             self.tenant_shares = parse_tenant_shares(self.tenant_shares)
         else:
@@ -316,6 +329,7 @@ class StreamplaceHook:
                               service_token=s.service_token,
                               refresh_interval_s=s.refresh_interval_s,
                               executor_capacity=s.executor_capacity,
+                              routers=s.router_parallelism,
                               tenant_quotas=QuotaSettings(dict(s.tenant_shares))
                               if s.tenant_shares else None)
 
@@ -397,7 +411,8 @@ class StreamplaceHook:
         routed = (stream.connect(broadcast)
                   .process(RouterFunction(self.router_settings(), reader, single_output=single),
                            output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
-                  .name("streamplace-router").uid(f"{s.uid_prefix}-router").set_parallelism(1))
+                  .name("streamplace-router").uid(f"{s.uid_prefix}-router")
+                  .set_parallelism(s.router_parallelism))
         self._dead = [routed]
         self._output_type = output_type or Types.PICKLED_BYTE_ARRAY()
         if single:
@@ -529,6 +544,11 @@ class HookBuilder:
 
     def node_scheduler(self, name: str) -> "HookBuilder":
         return self._set(scheduler=name)
+
+    def router_parallelism(self, instances: int) -> "HookBuilder":
+        """Router instances sharing the stream (default 1, the paper's single scheduler)."""
+        replace(self._settings, router_parallelism=instances)  # checked now (__post_init__)
+        return self._set(router_parallelism=instances)
 
     def executor_capacity(self, capacity: int) -> "HookBuilder":
         if capacity < 1:

@@ -89,6 +89,8 @@ class RouterSettings:
     service_token: str = ""
     refresh_interval_s: float = 2.0      # how often to ask the service for a new model version
     executor_capacity: int = 16          # async capacity of one executor instance
+    routers: int = 1                     # parallel router instances: each may fill 1/routers
+    #                                      of every executor's capacity (its own in-flight view)
     in_flight_timeout_s: float = 300.0   # forget a sent task never reported complete (lost
     #                                      feedback) after this long, so counts cannot drift up
     latency_samples: int = 20_000        # decision latencies kept for p50/p99
@@ -100,6 +102,13 @@ class RouterSettings:
             raise ValueError("the router needs at least one node")
         if len(set(ids)) != len(ids):
             raise ValueError(f"node ids must be unique, got {ids}")
+        if isinstance(self.routers, bool) or not isinstance(self.routers, int) or self.routers < 1:
+            raise ValueError(f"routers must be an int >= 1, got {self.routers!r}")
+
+    def capacity_share(self, node: RouterNode) -> int:
+        """The in-flight records one router instance may hold on ``node``: its share of the
+        node's executor capacity (at least one, so every router can reach every node)."""
+        return max(1, -(-node.instances * self.executor_capacity // self.routers))
 
 
 class Router:
@@ -120,6 +129,7 @@ class Router:
         self.quotas = (TenantQuotas.from_settings(settings.tenant_quotas)
                        if settings.tenant_quotas is not None else None)
         self._in_flight_count = {n: 0 for n in self.node_ids}
+        self._capacity = {n.node_id: settings.capacity_share(n) for n in settings.nodes}
         self._backlog_s = {n: 0.0 for n in self.node_ids}
         # Work times learned per (task type, node) from the feedback, with the hand-made cost
         # model of the built-in apps as an optional prior: users' operators have none.
@@ -220,11 +230,10 @@ class Router:
 
     def observation(self, task: Task) -> Observation:
         now = self.clock()
-        capacity = self.settings.executor_capacity
         states = []
         for node_id in self.node_ids:
             count = self._in_flight_count[node_id]
-            if count >= self._nodes[node_id].instances * capacity:
+            if count >= self._capacity[node_id]:
                 self.full_skips += 1
                 continue
             base = self._states[node_id]

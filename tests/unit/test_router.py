@@ -467,3 +467,59 @@ def test_a_rule_that_learns_from_outcomes_hears_each_completion_once_with_its_la
     router.on_feedback(feedback(first.node, completed=["t1"]))  # duplicate: not heard again
     router.on_feedback(feedback(first.node, completed=["never-sent"]))
     assert heard == [("t1", pytest.approx(2.5), first.node)]
+
+
+# Router instances sharing the stream: each may fill its share of every executor's capacity.
+CAPACITY_SHARE_CASES = [
+    # (instances on the node, executor capacity, routers, in-flight one router may hold there)
+    ("one router holds it all", 2, 16, 1, 32),
+    ("two routers: half each", 2, 16, 2, 16),
+    ("three routers round the share up", 1, 16, 3, 6),
+    ("more routers than slots: one each", 1, 2, 5, 1),
+]
+
+
+@pytest.mark.parametrize("name,instances,capacity,routers,expected", CAPACITY_SHARE_CASES,
+                         ids=[c[0] for c in CAPACITY_SHARE_CASES])
+def test_each_router_instance_fills_only_its_share_of_the_executors(name, instances, capacity,
+                                                                    routers, expected):
+    settings = RouterSettings(nodes=[RouterNode("tm_a", instances=instances)],
+                              executor_capacity=capacity, routers=routers, policy="round_robin")
+    assert settings.capacity_share(settings.nodes[0]) == expected
+
+
+def test_a_router_with_two_siblings_skips_a_node_once_its_share_is_full():
+    nodes = [RouterNode("tm_a"), RouterNode("tm_b")]
+    router = Router(RouterSettings(nodes=nodes, policy="round_robin", executor_capacity=4,
+                                   routers=2), clock=FakeClock())
+    # share 2 per node: the first four tasks alternate, then both are full (Flink's
+    # backpressure takes over); a completion on tm_b opens exactly that node again
+    first = [router.decide_event(event(i)).node for i in range(4)]
+    assert sorted(first) == ["tm_a", "tm_a", "tm_b", "tm_b"]
+    router.on_feedback(feedback("tm_b", completed=[f"t{first.index('tm_b')}"]))
+    assert router.decide_event(event(10)).node == "tm_b"
+
+
+@pytest.mark.parametrize("routers", [0, -1, 1.5, True, "2"])
+def test_router_instances_must_be_a_positive_int(routers):
+    with pytest.raises(ValueError, match="routers"):
+        RouterSettings(nodes=NODES, routers=routers)
+
+
+@pytest.mark.parametrize("value", [0, 65, 2.0, True])
+def test_the_hooks_router_parallelism_is_checked_when_set(value):
+    with pytest.raises(ValueError, match="router_parallelism"):
+        HookSettings(router_parallelism=value)
+    with pytest.raises(ValueError, match="router_parallelism"):
+        StreamplaceHook.builder().router_parallelism(value)
+
+
+def test_router_parallelism_reaches_every_router_instance_from_the_environment():
+    settings = HookSettings.from_env({"STREAMPLACE_HOOK_ROUTER_PARALLELISM": "3"})
+    assert settings.router_parallelism == 3
+    hook = StreamplaceHook.builder().settings(settings).build()
+    hook.nodes = nodes_from_cluster_spec("default")
+    router_settings = hook.router_settings()
+    assert router_settings.routers == 3
+    node = router_settings.nodes[0]
+    assert router_settings.capacity_share(node) == -(-node.instances * hook.settings.executor_capacity // 3)
