@@ -19,6 +19,11 @@ reading: its calibration busy watts; a CPU unit: one busy core's calibrated watt
 without stage times (a FinishedTask built without ``stages``) or on a unit of unknown power
 reports -1. Every number is bounded and finite before it is published.
 
+Tenants and deadlines: ``completed_tenant`` (a TaskEvent's ``tenant`` attribute, "" without
+one) and ``completed_deadline_met`` (1 / 0: finished within its ``deadline_ms`` counted from the
+router's decision, or not; -1: no deadline), one entry per completed task in the same order;
+the placement service reports per-tenant figures from them (``GET /tenants``).
+
 Why a top-level array and not a field of TaskTiming: Avro binary has no field delimiters, so a
 reader still on the previous schema (``workload/schemas/history/node_feedback.v2.avsc``: a
 router or placement service not yet upgraded) skips bytes appended at the END of the record
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 
 from interference.executor import power
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
+from workload.task_attributes import task_slo_from_attributes
 
 __all__ = ["FeedbackPublisher", "FinishedTask", "stage_batches", "MAX_STAGE_BATCHES"]
 
@@ -89,15 +95,33 @@ class FinishedTask:
     work_ms: float
     finished_at_ms: int
     stages: tuple[tuple[str, int, int], ...] = ()
+    tenant: str = ""              # "" = none (a user's record, or a TaskEvent without one)
+    deadline_ms: float = -1.0     # relative to the router's decision; -1 = none
 
     @classmethod
     def from_task_outcome(cls, event: dict, outcome) -> FinishedTask:
-        """From a TaskEvent dict and the built-in executor's ``TaskOutcome``."""
+        """From a TaskEvent dict and the built-in executor's ``TaskOutcome``; the tenant and
+        deadline from the event's attributes (none when they do not pass their checks: such
+        a task is refused by the executor, and says nothing about a tenant)."""
         work = float(sum(max(0, s.finished_at_ms - s.started_at_ms) for s in outcome.stages)) \
             if outcome.stages else -1.0
+        try:
+            slo = task_slo_from_attributes(event.get("attributes"))
+        except ValueError:
+            tenant, deadline_ms = "", -1.0
+        else:
+            tenant = slo.tenant
+            deadline_ms = slo.deadline_s * 1000.0 if slo.deadline_s is not None else -1.0
         return cls(event["task_id"], event["app_id"], int(event["input_size"]),
                    float(outcome.queue_ms), float(outcome.service_ms), work,
-                   int(outcome.finished_at_ms), _stage_times(outcome.stages))
+                   int(outcome.finished_at_ms), _stage_times(outcome.stages), tenant,
+                   deadline_ms)
+
+    def deadline_met(self, latency_ms: float) -> int:
+        """1 / 0: finished within its deadline or not, after ``latency_ms``; -1: no deadline."""
+        if self.deadline_ms < 0:
+            return -1
+        return int(latency_ms <= self.deadline_ms)
 
     @classmethod
     def from_record_outcome(cls, task_id: str, task_type: str, task_size: int,
@@ -161,6 +185,7 @@ class FeedbackPublisher:
         # per completed timing, what its routing decision saw and its stage times
         self._routed: list[DecisionContext] = []
         self._stages: list[tuple[tuple[str, int, int], ...]] = []
+        self._tenants: list[tuple[str, int]] = []   # (tenant, deadline met) per timing
         self._unit_power_w: dict[str, float] = {}  # the last report's watts per unit
         self._lock = threading.Lock()
         self._bytes_in = self._bytes_out = 0
@@ -183,11 +208,13 @@ class FeedbackPublisher:
             # async operator's queue is part of what the choice cost.
             timing["queue_ms"] = max(finished.queue_ms, float(
                 finished.finished_at_ms - routed.routed_at_ms) - finished.service_ms)
+        met = finished.deadline_met(timing["queue_ms"] + timing["service_ms"])
         with self._lock:
             if routed is not None:
                 self._completed.append(timing)
                 self._routed.append(routed.context)
                 self._stages.append(finished.stages)
+                self._tenants.append((finished.tenant, met))
             self._bytes_in += bytes_in
             self._bytes_out += bytes_out
 
@@ -198,6 +225,7 @@ class FeedbackPublisher:
             completed, self._completed = self._completed, []
             routed, self._routed = self._routed, []
             stages, self._stages = self._stages, []
+            tenants, self._tenants = self._tenants, []
             bytes_in, bytes_out = self._bytes_in, self._bytes_out
             self._bytes_in = self._bytes_out = 0
         elapsed = max(1e-3, now - self._last_emit)
@@ -234,7 +262,9 @@ class FeedbackPublisher:
                 "routed_backlog_ms": [r.backlog_ms for r in routed],
                 "routed_speed_factor": [r.speed for r in routed],
                 "power_w": power_w, "power_source": power_source,
-                "completed_energy_j": completed_energy}
+                "completed_energy_j": completed_energy,
+                "completed_tenant": [tenant for tenant, _ in tenants],
+                "completed_deadline_met": [met for _, met in tenants]}
 
     def _delivered(self, err, msg) -> None:
         if err is not None:

@@ -50,7 +50,7 @@ from collections.abc import Mapping
 
 from workload.model import NodeState
 
-__all__ = ["node_state_from_feedback", "feedback_emitted_at_ms", "feedback_age_s",
+__all__ = ["PER_TASK_ARRAYS", "node_state_from_feedback", "feedback_emitted_at_ms", "feedback_age_s",
            "feedback_fraction", "feedback_count", "DEFAULT_LINK_MBPS", "MAX_QUEUE_DEPTH",
            "MAX_AGE_S", "MAX_EMITTED_AT_MS", "BYTES_PER_S_PER_MBPS"]
 
@@ -62,6 +62,11 @@ BYTES_PER_S_PER_MBPS = 125_000.0
 #: Most tasks one node may report (queued + running); far beyond any real executor, it keeps a
 #: broken counter from reaching the network's features (the service's API has the same bound).
 MAX_QUEUE_DEPTH = 1_000_000
+#: NodeFeedback's top-level arrays with one entry per ``completed`` task, in the same order
+#: (top-level so that readers of an older schema still decode the record: docs/avro.md).
+#: Whoever drops a timing from ``completed`` drops the same position from each of these.
+PER_TASK_ARRAYS = ("routed_queue", "routed_backlog_ms", "routed_speed_factor",
+                   "completed_energy_j", "completed_tenant", "completed_deadline_met")
 #: Stalest age (s) a report may have, about 116 days: older numbers describe no current node
 #: (the service's API has the same bound).
 MAX_AGE_S = 1e7

@@ -44,7 +44,7 @@ __all__ = ["TENANT_KEY", "DEADLINE_MS_KEY", "PRIORITY_KEY", "MAX_TENANT_CHARS",
            "DEFAULT_DEADLINE_FACTOR", "MAX_DEADLINE_FACTOR", "MAX_TENANTS",
            "REFERENCE_HOST_MEMORY_GB", "TaskSLO", "task_slo_from_attributes",
            "attributes_from_slo", "slo_of_task", "task_with_slo", "reference_node",
-           "reference_alone_s", "with_tenants_and_deadlines"]
+           "reference_alone_s", "with_tenants_and_deadlines", "is_tenant_name"]
 
 #: The attribute keys this module owns (all other keys of the map are left to others).
 TENANT_KEY, DEADLINE_MS_KEY, PRIORITY_KEY = "tenant", "deadline_ms", "priority"
@@ -101,6 +101,11 @@ class TaskSLO:
         if self.deadline_s is not None:
             _check_deadline_s(self.deadline_s, "deadline_s")
         _check_priority(self.priority, "priority")
+
+
+def is_tenant_name(value) -> bool:
+    """True for a name a TaskEvent's ``tenant`` attribute may hold (1-64 of [A-Za-z0-9_.-])."""
+    return isinstance(value, str) and _TENANT_RE.fullmatch(value) is not None
 
 
 def _check_tenant(tenant, allow_empty: bool, what: str = TENANT_KEY) -> None:

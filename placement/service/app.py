@@ -56,6 +56,7 @@ from placement.service.learner import OnlineLearner, to_cluster_spec
 from placement.service.metrics import CONTENT_TYPE_LATEST, ServiceMetrics
 from placement.service.settings import ServiceSettings
 from placement.service.store import ModelStore, UnknownVersion
+from placement.service.tenants import TenantReport
 from workload.estimates import gpu_spec_speed
 from workload.feedback import MAX_AGE_S, MAX_QUEUE_DEPTH
 from workload.model import ClusterSpec, NodeState, Observation, Task
@@ -573,6 +574,14 @@ def create_app(service: "PlacementService") -> FastAPI:
         Numbers that are not finite (hostile feedback) are null."""
         return _cluster_view(service)
 
+    @api.get("/tenants", tags=["cluster"])
+    def tenants() -> dict:
+        """Per tenant (a TaskEvent's ``tenant`` attribute), from the executors' feedback:
+        completed tasks, mean and p99 latency from the router's decision (ms, the newest
+        2,000), deadlines known and missed; Jain's fairness index of the tenants' mean
+        latencies. Tasks without a tenant: ``(none)``; beyond 256 tenants: ``(other)``."""
+        return service.tenants.summary()
+
     @api.get("/models", tags=["models"])
     def models() -> dict:
         """Metadata of every kept version, oldest first."""
@@ -655,6 +664,7 @@ def create_app(service: "PlacementService") -> FastAPI:
             service.metrics.feedback_age.labels(node=node).set(
                 math.nan if emitted is None else (now_ms - emitted) / 1000.0)
             service.metrics.set_node_feedback(node, record)
+        service.metrics.set_tenants(service.tenants.summary())
         return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(api)
@@ -695,7 +705,9 @@ class PlacementService:
             min_records_first_version=self.settings.min_records_first_version,
             initial_model=self.settings.initial_model, metrics=self.metrics,
             history_per_node=self.settings.history_per_node)
-        self.ingest = FeedbackIngest(self.learner, self.metrics, self.settings.dedup_capacity)
+        self.tenants = TenantReport()
+        self.ingest = FeedbackIngest(self.learner, self.metrics, self.settings.dedup_capacity,
+                                     reports=[self.tenants])
         self.consumer = None
         if self.settings.consume_feedback:
             self.consumer = FeedbackConsumer(

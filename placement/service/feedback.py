@@ -7,7 +7,8 @@ once, duplicates dropped.
   (``emitted_at_ms`` is part of the key so a restarted TaskManager whose sequence starts again
   at 0 is not mistaken for a repeat.) A completed task may also come twice inside different
   reports: its ``task_id`` is remembered (bounded LRU, 200k by default) and later copies are
-  dropped from the record's ``completed`` list.
+  dropped from the record's ``completed`` list, and from the same positions of the per-task
+  arrays beside it (``workload.feedback.PER_TASK_ARRAYS``), which stay aligned with it.
 - :class:`FeedbackIngest`: decode + de-duplicate + hand to the learner + count; no Kafka, so
   the unit tests and other transports use it directly.
 - :class:`FeedbackConsumer`: a background thread with a confluent-kafka ``Consumer``
@@ -34,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
 from workload.codec import CodecError, decode
+from workload.feedback import PER_TASK_ARRAYS
 
 __all__ = ["Deduplicator", "FeedbackIngest", "FeedbackConsumer", "consumer_config"]
 
@@ -86,13 +88,22 @@ class Deduplicator:
         if not seen.add_if_new((int(record["sequence"]), int(record["emitted_at_ms"]))):
             self.dropped["sequence"] += 1
             return None
-        kept = []
-        for timing in record.get("completed") or ():
+        completed = list(record.get("completed") or ())
+        keep = []
+        for i, timing in enumerate(completed):
             if self._tasks.add_if_new(timing["task_id"]):
-                kept.append(timing)
+                keep.append(i)
             else:
                 self.dropped["task_id"] += 1
-        return {**record, "completed": kept}
+        filtered = {**record, "completed": [completed[i] for i in keep]}
+        for name in PER_TASK_ARRAYS:
+            values = record.get(name)
+            if not values:
+                continue
+            # One entry per timing, same order: drop the same positions. An array of another
+            # length cannot be matched to its timings at all (a broken or hostile executor).
+            filtered[name] = [values[i] for i in keep] if len(values) == len(completed) else []
+        return filtered
 
 
 class FeedbackIngest:
@@ -102,12 +113,16 @@ class FeedbackIngest:
     #: A completion longer than this is not told to the rules (a broken clock, not a task).
     MAX_COMPLETION_S = 3600.0
 
-    def __init__(self, learner, metrics=None, dedup_capacity: int = 200_000, observers=()):
+    def __init__(self, learner, metrics=None, dedup_capacity: int = 200_000, observers=(),
+                 reports=()):
         self.learner = learner
         self.metrics = metrics
         #: ``observe(task_id, latency_s, node_id)`` callables told of every new completion
         #: (rules that learn from outcomes, e.g. ``/decide``'s rule); latency = queue + service
         self.observers = list(observers)
+        #: objects whose ``take(records)`` gets every de-duplicated batch (e.g. the service's
+        #: :class:`placement.service.tenants.TenantReport`)
+        self.reports = list(reports)
         self.dedup = Deduplicator(dedup_capacity)
         self._lock = threading.Lock()
         self.messages = 0
@@ -148,6 +163,8 @@ class FeedbackIngest:
         taken = self.learner.take(kept) if kept else 0
         if self.observers:
             self._tell_observers(kept)
+        for report in self.reports:
+            report.take(kept)
         if self.metrics is not None and taken:
             self.metrics.feedback_records.inc(taken)
         return taken

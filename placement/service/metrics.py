@@ -94,6 +94,20 @@ class ServiceMetrics:
         self.feedback_age = Gauge(
             p + "node_feedback_age_seconds", "age of each node's latest NodeFeedback when last "
             "read", ["node"], registry=r)
+        # Per tenant (placement.service.tenants: at most 256 tenants + 3 pools, so the label
+        # set is bounded), set from the report whenever /metrics is read.
+        self.tenant_completed = Gauge(
+            p + "tenant_completed", "tasks completed per tenant (TaskEvent 'tenant' "
+            "attribute; (none): no tenant)", ["tenant"], registry=r)
+        self.tenant_p99_latency = Gauge(
+            p + "tenant_p99_latency_seconds", "p99 latency from the router's decision of "
+            "each tenant's newest 2,000 completed tasks", ["tenant"], registry=r)
+        self.tenant_deadline_misses = Gauge(
+            p + "tenant_deadline_misses", "completed tasks of each tenant that missed their "
+            "deadline_ms", ["tenant"], registry=r)
+        self.tenant_fairness = Gauge(
+            p + "tenant_jain_mean_latency", "Jain's fairness index of the tenants' mean "
+            "latencies (1: alike; NaN: fewer than one tenant with latencies)", registry=r)
         # Make the labelled counters show up (at 0) before the first event.
         for kind in ("sequence", "task_id"):
             self.duplicates.labels(kind=kind)
@@ -111,6 +125,16 @@ class ServiceMetrics:
         self.node_gpu_util.labels(node=node).set(_number(record.get("gpu_util")))
         self.node_gpu_mem_util.labels(node=node).set(_number(record.get("gpu_mem_util")))
         self.node_host_mem_util.labels(node=node).set(_number(record.get("host_mem_util")))
+
+    def set_tenants(self, summary: dict) -> None:
+        """Export a :meth:`TenantReport.summary` (missing numbers as NaN)."""
+        for tenant, figures in summary.get("tenants", {}).items():
+            self.tenant_completed.labels(tenant=tenant).set(_number(figures.get("completed")))
+            p99 = _number(figures.get("p99_latency_ms"))
+            self.tenant_p99_latency.labels(tenant=tenant).set(p99 / 1000.0)
+            self.tenant_deadline_misses.labels(tenant=tenant).set(
+                _number(figures.get("deadlines_missed")))
+        self.tenant_fairness.set(_number(summary.get("jain_mean_latency")))
 
     def render(self) -> bytes:
         """The Prometheus text exposition format."""

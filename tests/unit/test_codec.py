@@ -47,7 +47,8 @@ NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 1_764_500_000_000, "cpu_uti
                  "stage_batches": [{"stage": "model", "unit_kind": "gpu", "batch_size": 16,
                                     "batches": 40, "mean_inputs": 12.5, "p99_ms": 4.25}],
                  "power_w": 215.5, "power_source": "nvml+cpu-estimate",
-                 "completed_energy_j": [9.125]}
+                 "completed_energy_j": [9.125], "completed_tenant": ["team-a"],
+                 "completed_deadline_met": [1]}
 DEAD_LETTER = {"source_topic": "tasks", "partition": 2, "offset": 12_345_678_901,
                "reason": "not an Avro single-object message", "raw": b"\x00\xff{\"x\": 1}",
                "failed_at_ms": 1_764_500_000_000, "stage": "decode"}
@@ -98,8 +99,10 @@ def test_defaults_fill_optional_fields():
 APPENDED_FEEDBACK_FIELDS = ("routed_queue", "routed_backlog_ms", "routed_speed_factor",
                             "stage_batches")
 #: appended at the end of the record for issue 17, with their defaults (the release before
-#: them: node_feedback.v2.avsc, a named release and a defaulted prefix of the current schema)
-POWER_FIELDS = {"power_w": -1.0, "power_source": "", "completed_energy_j": []}
+#: them: node_feedback.v2.avsc, a named release and a defaulted prefix of the current schema):
+#: power and energy, then each task's tenant and whether it met its deadline
+POWER_FIELDS = {"power_w": -1.0, "power_source": "", "completed_energy_j": [],
+                "completed_tenant": [], "completed_deadline_met": []}
 
 
 def _before_energy(record: dict) -> dict:
@@ -155,7 +158,7 @@ def test_the_energy_fields_are_appended_after_the_v2_release():
     assert [f["name"] for f in current["fields"][len(v2["fields"]):]] == list(POWER_FIELDS)
     assert {f["name"]: f["default"] for f in current["fields"][len(v2["fields"]):]} == \
         POWER_FIELDS
-    energy = current["fields"][-1]
+    energy = next(f for f in current["fields"] if f["name"] == "completed_energy_j")
     assert energy["type"] == {"type": "array", "items": "double"}
     assert schema_fingerprint(v2) in Codec().known_fingerprints("NodeFeedback")
     record = {**NODE_FEEDBACK, **POWER_FIELDS}

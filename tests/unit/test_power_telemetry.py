@@ -372,6 +372,11 @@ def _published(tasks: int) -> dict:
     return publisher.build_record()
 
 
+#: NodeFeedback fields appended after the v2 release (power and energy, then tenants)
+AFTER_V2 = ("power_w", "power_source", "completed_energy_j", "completed_tenant",
+            "completed_deadline_met")
+
+
 @pytest.mark.parametrize("tasks", [0, 1, 2, 7])
 def test_a_reader_before_energy_decodes_the_publishers_records(tasks):
     """New writer -> v2 reader: every v2 field equal, the appended power and energy left
@@ -383,15 +388,13 @@ def test_a_reader_before_energy_decodes_the_publishers_records(tasks):
     data = encode("NodeFeedback", record)
     old_reader = Codec(reader_schemas={"NodeFeedback": _v2()})
     assert old_reader.decode("NodeFeedback", data) == {
-        k: v for k, v in record.items()
-        if k not in ("power_w", "power_source", "completed_energy_j")}
+        k: v for k, v in record.items() if k not in AFTER_V2}
     assert decode("NodeFeedback", data) == record
 
 
 def test_a_writer_before_energy_still_decodes_with_energy_not_reported():
     record = _published(2)
-    old = {k: v for k, v in record.items()
-           if k not in ("power_w", "power_source", "completed_energy_j")}
+    old = {k: v for k, v in record.items() if k not in AFTER_V2}
     data = Codec(reader_schemas={"NodeFeedback": _v2()}).encode("NodeFeedback", old)
     got = decode("NodeFeedback", data)
     assert (got["power_w"], got["power_source"], got["completed_energy_j"]) == (-1.0, "", [])
