@@ -138,3 +138,7 @@ class PlacementClient:
     def cluster(self) -> dict:
         """``GET /cluster``: TaskManagers (Flink REST) merged with the latest feedback."""
         return self._request("GET", "/cluster")
+
+    def tenants(self) -> dict:
+        """``GET /tenants``: per-tenant completions, latencies and deadline misses."""
+        return self._request("GET", "/tenants")

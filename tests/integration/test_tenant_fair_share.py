@@ -24,6 +24,8 @@ import time
 
 import pytest
 
+from placement.service import PlacementService, ServiceSettings
+from placement.service.client import PlacementClient
 from streamplace.jobs import submit_task_pipeline
 from streamplace.kafka_io import exactly_once_report, produce_raw, read_topic
 from streamplace.topics import ensure_topics
@@ -70,7 +72,7 @@ def quota_run(stack_config, flink_cluster):
         assert report.errors == [] and report.delivered == len(batch)
     results = read_topic(cfg, cfg.job.topic_results, "TaskResult", expected=len(events),
                          timeout_s=600, settle_s=5)
-    yield {"job_id": job_id, "events": events, "results": results}
+    yield {"job_id": job_id, "events": events, "results": results, "cfg": cfg}
     flink_cluster.cancel_job(job_id)
 
 
@@ -98,6 +100,32 @@ def test_the_in_quota_tenant_starts_before_the_demoted_flood_sent_before_it(quot
                "flood_mean_start_ms": round(flood_mean), "light_mean_start_ms": round(light_mean)}
     print("tenant quotas:", figures)
     assert light_mean < flood_mean, figures
+
+
+def test_the_service_reports_what_each_tenant_got(quota_run, flink_cluster, tmp_path):
+    """A placement service consuming the job's feedback topic from Kafka counts every task
+    under its tenant at ``GET /tenants`` (feedback is at-least-once: counted once)."""
+    cfg = quota_run["cfg"]
+    service = PlacementService(ServiceSettings(
+        port=0, bootstrap_servers=cfg.kafka.bootstrap_servers, feedback_topic="quota-feedback",
+        group_id=f"quota-service-{time.time_ns()}", flink_rest_url=flink_cluster.rest_url,
+        model_dir=str(tmp_path / "models"))).start()
+    try:
+        client = PlacementClient(service.url)
+        expected = {"flood": FLOOD, "light": LIGHT + 1}
+        deadline = time.monotonic() + 60
+        while True:
+            tenants = client.tenants()["tenants"]
+            got = {name: t["completed"] for name, t in tenants.items()}
+            if got == expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        service.stop()
+    assert got == expected, tenants
+    for name in expected:
+        assert tenants[name]["mean_latency_ms"] > 0, tenants[name]
+        assert tenants[name]["deadlines_known"] == 0  # no deadline_ms attribute was sent
 
 
 def test_job_still_running(quota_run, flink_cluster):
