@@ -66,6 +66,9 @@ RELATED_2 = (
     ("GAI+FCFS", "gai", "fcfs", "related2"),
     ("EDF-DVFS", "mct", "edf_dvfs", "related2"),
     ("vGPU fair", "mct", "vgpu_fair", "related2"),
+    # its own pair: placement by link contention vs overhead, smallest task first on the node;
+    # the zoo runs with the shared-links axis off, so it sees each node's own link only
+    ("SJF-BCO", "sjf_bco", "sjf_bco_order", "related2"),
 )
 OURS = (
     ("LDWP+IAWP (ours)", "ldwp", "iawp", "ours"),

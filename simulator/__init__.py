@@ -13,9 +13,11 @@ from simulator.engine import EventRecord, SimulationConfig, SimulationResult, Si
 from simulator.locality import LocalityConfig
 from simulator.metrics import Metrics
 from simulator.oracle import GreedyOracle
+from simulator.shared_links import SharedLink, SharedLinksConfig
 from simulator.scenarios import (alibaba_cluster, alibaba_workload, paper_cluster,
                                  paper_workload, saturated_workload)
 
 __all__ = ["Simulator", "SimulationConfig", "SimulationResult", "EventRecord", "LocalityConfig",
-           "Metrics", "GreedyOracle", "paper_cluster", "paper_workload", "saturated_workload",
+           "SharedLink", "SharedLinksConfig", "Metrics", "GreedyOracle", "paper_cluster",
+           "paper_workload", "saturated_workload",
            "alibaba_cluster", "alibaba_workload"]

@@ -4,7 +4,8 @@ One run, in the paper's terms::
 
     task arrives -> cluster policy picks a node (sees node state that is up to one feedback
     interval stale, plus exact in-flight counts, like the Flink router)
-    -> the task's input crosses the node's downlink (processor sharing)
+    -> the task's input crosses the node's downlink (processor sharing), and only with
+       ``SimulationConfig.shared_links`` its rack's shared link too (``simulator.shared_links``)
     -> only with ``SimulationConfig.locality``: if the app's model is cold there, the task waits
        for it to load (from a rack peer or the model store; ``simulator.locality``)
     -> its stages become ready as their dependencies finish; the node scheduler starts ready
@@ -49,6 +50,7 @@ from simulator.locality import LocalityConfig, WarmSet
 from simulator.metrics import Metrics
 from simulator.node_runtime import StageRunner
 from simulator.runtime import Node, TaskState, build_node
+from simulator.shared_links import SharedLinksConfig, SharedLinkTransfers
 from simulator.utilisation import Completions, UtilisationMeter
 
 __all__ = ["Simulator", "SimulationConfig", "SimulationResult", "EventRecord"]
@@ -67,6 +69,9 @@ class SimulationConfig:
     record_samples: bool = True        # per-node utilisation time series (one row per sample)
     service_noise_sigma: float | None = None  # hidden per-task variation (None: calibration)
     locality: LocalityConfig | None = None  # model cold-start costs (simulator.locality); off
+    # Rack / switch links every transfer of their nodes also crosses (simulator.shared_links);
+    # None (off): each transfer crosses only its node's own link, as before.
+    shared_links: SharedLinksConfig | None = None
     # Bytes a task moves over the node's downlink: fixed_bytes + bytes_per_unit x input_size
     # (the paper's frames: 1 byte per unit; a real engine's record without a payload: a fixed
     # size, ``bytes_per_unit=0``). The result moves result_fraction of that over the uplink.
@@ -82,6 +87,10 @@ class SimulationConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.shared_links is not None and not isinstance(self.shared_links,
+                                                            SharedLinksConfig):
+            raise ValueError(f"shared_links must be a SharedLinksConfig or None, got "
+                             f"{type(self.shared_links).__name__}")
         for node, task_type, factor in self.hidden_task_type_factors:
             if not (math.isfinite(factor) and factor > 0):
                 raise ValueError(f"hidden factor of {task_type!r} on {node!r} must be a "
@@ -213,8 +222,10 @@ class _Execution:
                                        for n in cluster.nodes}
         self.meter = UtilisationMeter(self.queue, self.nodes, self.cfg.feedback_interval_s,
                                       self.cfg.record_samples)
-        self.links = LinkTransfers(self.queue, self.nodes, self.meter, self.cfg.fixed_bytes,
-                                   self.cfg.bytes_per_unit, self.cfg.result_fraction)
+        link_args = (self.queue, self.nodes, self.meter, self.cfg.fixed_bytes,
+                     self.cfg.bytes_per_unit, self.cfg.result_fraction)
+        self.links = (SharedLinkTransfers(*link_args, self.cfg.shared_links)
+                      if self.cfg.shared_links is not None else LinkTransfers(*link_args))
         self.stages = StageRunner(self.queue, self.nodes, self.meter, self.links, scheduler,
                                   self.costs, self.truth, self.cfg.hidden_task_type_factors,
                                   self.cfg.oom_retry_s)

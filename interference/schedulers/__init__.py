@@ -29,6 +29,7 @@ comm_aware        slowdown- and communication-aware GPU mapping
 dual_agent_order  dual-agent RL: a bandit over stage-ordering rules
 edf_dvfs          EDF order; lowest-energy unit and DVFS level that meets the deadline
 vgpu_fair         tenants' credit-based fair shares of the GPUs (virtual channels)
+sjf_bco_order     SJF-BCO: the smallest estimated task's stages first, first fit
 ================  ===================================================================
 
 Example::
@@ -56,6 +57,7 @@ from interference.schedulers.mystic import MysticScheduler
 from interference.schedulers.opportunistic import OpportunisticScheduler
 from interference.schedulers.pats import PatsScheduler
 from interference.schedulers.schedtune import SchedTuneScheduler
+from interference.schedulers.sjf_bco_order import SjfBcoOrderScheduler
 from interference.schedulers.sjf_bsbf import SjfBsbfScheduler
 from interference.schedulers.vapor import VaporScheduler
 from interference.schedulers.vgpu_fair import VgpuFairScheduler
@@ -66,7 +68,8 @@ __all__ = ["NODE_SCHEDULERS", "make_node_scheduler", "validate_assignments", "Fc
            "MctUnitScheduler", "PatsScheduler", "HeftScheduler", "MysticScheduler",
            "IawpScheduler", "VaporScheduler", "SjfBsbfScheduler", "SchedTuneScheduler",
            "GpuShareScheduler", "OpportunisticScheduler", "CommAwareScheduler",
-           "DualAgentOrderScheduler", "EdfDvfsScheduler", "VgpuFairScheduler"]
+           "DualAgentOrderScheduler", "EdfDvfsScheduler", "VgpuFairScheduler",
+           "SjfBcoOrderScheduler"]
 
 #: Registry name -> scheduler class (the name is also the class's ``name``).
 NODE_SCHEDULERS: dict[str, type[NodeScheduler]] = {
@@ -74,7 +77,8 @@ NODE_SCHEDULERS: dict[str, type[NodeScheduler]] = {
     for cls in (FcfsScheduler, MctUnitScheduler, PatsScheduler, HeftScheduler, MysticScheduler,
                 IawpScheduler, VaporScheduler, SjfBsbfScheduler, SchedTuneScheduler,
                 GpuShareScheduler, OpportunisticScheduler, CommAwareScheduler,
-                DualAgentOrderScheduler, EdfDvfsScheduler, VgpuFairScheduler)
+                DualAgentOrderScheduler, EdfDvfsScheduler, VgpuFairScheduler,
+                SjfBcoOrderScheduler)
 }
 
 

@@ -32,6 +32,7 @@ the adaptation and its parameters; ``benchmarks/zoo.py`` compares them all):
 ``greenflow``                 GreenFlow: PowerFlow's walk in grams CO2 under a carbon budget
 ``hived``                     HiveD: tenants' virtual clusters of buddy cells, guarantees
 ``gai``                       GAI: smallest fitting subtree of racks/nodes, priorities
+``sjf_bco``                   SJF-BCO: link contention (own + shared rack links) vs overhead
 ============================  ==============================================================
 
 Example::
@@ -66,6 +67,7 @@ from placement.policies.placement_aware import PlacementAwarePolicy
 from placement.policies.powerflow import PowerFlowPolicy
 from placement.policies.random_policy import RandomPolicy
 from placement.policies.round_robin import RoundRobinPolicy
+from placement.policies.sjf_bco import SjfBcoPolicy
 from placement.policies.weighted_round_robin import WeightedRoundRobinPolicy
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, Policy
@@ -75,7 +77,8 @@ __all__ = ["POLICIES", "ALIASES", "make_policy", "ClusterPolicy", "EstimatingPol
            "LeastOutstandingPolicy", "MinimumExecutionTimePolicy", "MinimumCompletionTimePolicy",
            "FlinkSlotFillingPolicy", "FlinkTasksBalancePolicy", "KubernetesPolicy",
            "LiquidPolicy", "PlacementAwarePolicy", "DelayLocalityPolicy", "DualAgentPolicy",
-           "LeastSimilarPolicy", "PowerFlowPolicy", "GreenFlowPolicy", "HiveDPolicy", "GaiPolicy"]
+           "LeastSimilarPolicy", "PowerFlowPolicy", "GreenFlowPolicy", "HiveDPolicy", "GaiPolicy",
+           "SjfBcoPolicy"]
 
 #: Registry: policy name -> class (the key is the class's ``name``).
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
@@ -83,7 +86,7 @@ POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
     LeastOutstandingPolicy, MinimumExecutionTimePolicy, MinimumCompletionTimePolicy,
     FlinkSlotFillingPolicy, FlinkTasksBalancePolicy, KubernetesPolicy,
     LiquidPolicy, PlacementAwarePolicy, DelayLocalityPolicy, DualAgentPolicy, LeastSimilarPolicy,
-    PowerFlowPolicy, GreenFlowPolicy, HiveDPolicy, GaiPolicy)}
+    PowerFlowPolicy, GreenFlowPolicy, HiveDPolicy, GaiPolicy, SjfBcoPolicy)}
 
 #: Other names people use for the same rules.
 ALIASES: dict[str, str] = {"etc": "mct"}
