@@ -14,41 +14,11 @@ from interference.schedulers import (NODE_SCHEDULERS, HeftScheduler, MctUnitSche
                                      MysticScheduler, PatsScheduler, make_node_scheduler,
                                      validate_assignments)
 from interference.schedulers.mystic import cosine
-from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
-from workload.model import Assignment, ComputingUnit, Stage
+from stage_builders import (SIZE, assign_twice, check_expected, costs,  # noqa: F401 (fixture)
+                            cpu, gpu, random_node, st)
+from workload.model import Assignment
 
-SIZE = 76_800_000  # a 10 s grey 640x480 clip at 25 fps, in pixels (calibration's paper setting)
 CPU_ONLY = {"tracking", "tube_stitching"}
-
-
-@pytest.fixture(scope="module")
-def costs() -> CostModel:
-    return CostModel()
-
-
-def cpu(i: int, **kw) -> ComputingUnit:
-    return ComputingUnit(f"cpu:{i}", "cpu", **kw)
-
-
-def gpu(i: int, model: str = "k80", **kw) -> ComputingUnit:
-    return ComputingUnit(f"gpu:{i}", "gpu", model=model, **kw)
-
-
-def _app_of(name: str) -> str:
-    return next(a.app_id for a in APPLICATIONS.values() if name in [s.name for s in a.stages])
-
-
-def st(name: str, task: str = "t1", ready: float = 0.0, app: str | None = None,
-       size: int = SIZE) -> Stage:
-    app = app or _app_of(name)
-    return Stage(task, app, name, size, gpu_capable=APPLICATIONS[app].stage(name).gpu_capable,
-                 ready_at_s=ready)
-
-
-def label(stage: Stage) -> str:
-    return f"{stage.task_id}/{stage.stage}"
-
 
 # Each row: scheduler, settings, units, ready stages, now, {task/stage: (unit, reason keyword)
 # or None for "left waiting"}. k80 GPUs keep the speedups equal to the calibration's numbers.
@@ -166,18 +136,7 @@ SCENARIOS = [
 @pytest.mark.parametrize("name,settings,units,ready,now,expected", SCENARIOS)
 def test_scenarios(costs, name, settings, units, ready, now, expected):
     scheduler = make_node_scheduler(name, costs=costs, **settings)
-    out = scheduler.assign(ready, units, now)
-    validate_assignments(out, ready, units)
-    got = {label(a.stage): a for a in out}
-    assert set(expected) == {label(s) for s in ready}, "the row must name every ready stage"
-    for stage, want in expected.items():
-        if want is None:
-            assert stage not in got, f"{stage} should wait, got {got.get(stage)}"
-        else:
-            unit, keyword = want
-            assert stage in got, f"{stage} should start on {unit}; assignments {out}"
-            assert got[stage].unit_id == unit, got[stage].reason
-            assert keyword in got[stage].reason, got[stage].reason
+    check_expected(scheduler.assign(ready, units, now), ready, units, expected)
 
 
 def test_mct_remembers_which_unit_a_waiting_stage_waits_for(costs):
@@ -275,42 +234,17 @@ def test_checker_catches_each_broken_rule(bad, message):
         validate_assignments(bad(s, t), [s, t], units)
 
 
-def _random_node(rng: random.Random) -> tuple[list[ComputingUnit], list[Stage]]:
-    gpu_stages = [s.name for a in APPLICATIONS.values() for s in a.stages if s.gpu_capable]
-    units: list[ComputingUnit] = []
-    for i in range(rng.randint(0, 4)):
-        busy = rng.random() < 0.3
-        units.append(cpu(i, speed=rng.choice([0.5, 1.0, 1.5]),
-                         running=("tracking",) if busy else (),
-                         free_at_s=rng.uniform(0, 5) if busy else 0.0))
-    for i in range(rng.randint(0, 3)):
-        capacity = rng.randint(1, 3)
-        running = tuple(rng.sample(gpu_stages, rng.randint(0, capacity)))
-        units.append(gpu(i, rng.choice(["k80", "p100", "v100", "p4"]), capacity=capacity,
-                         running=running, free_at_s=rng.uniform(0, 5) if running else 0.0))
-    rng.shuffle(units)
-    ready = []
-    for t in range(rng.randint(0, 8)):
-        app = rng.choice(list(APPLICATIONS))
-        name = rng.choice([s.name for s in APPLICATIONS[app].stages])
-        ready.append(st(name, f"t{t}", round(rng.uniform(0, 3), 1), app=app,
-                        size=rng.choice([0, 36_864, SIZE])))
-    return units, ready
-
-
 def test_property_every_scheduler_obeys_the_rules(costs):
     rng = random.Random(20210)
     checked = 0
     for _ in range(150):
-        units, ready = _random_node(rng)
+        units, ready = random_node(rng, max_cpus=4, busy_share=0.3, speeds=[0.5, 1.0, 1.5])
         now = rng.uniform(0, 4)
         for name in NODE_SCHEDULERS:
-            out = make_node_scheduler(name, costs=costs).assign(ready, units, now)
-            validate_assignments(out, ready, units)
+            out, _ = assign_twice(lambda: make_node_scheduler(name, costs=costs), ready, units,
+                                  now)
             kinds = {u.unit_id: u.kind for u in units}
             assert not [a for a in out if a.stage.stage in CPU_ONLY and kinds[a.unit_id] == "gpu"]
-            again = make_node_scheduler(name, costs=costs).assign(ready, units, now)
-            assert again == out, f"{name} is not deterministic"
             checked += len(out)
             room = {u.unit_id: u.capacity - len(u.running) for u in units}
             for a in out:

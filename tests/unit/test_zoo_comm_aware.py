@@ -7,41 +7,21 @@ from __future__ import annotations
 import doctest
 import math
 import random
+from functools import partial
 
 import pytest
 
 import interference.schedulers.comm_aware as comm_aware_module
-from interference.schedulers import make_node_scheduler, validate_assignments
+from interference.schedulers import make_node_scheduler
 from interference.schedulers._checks import ready_order
 from interference.schedulers.comm_aware import HOST, CommAwareScheduler
+from stage_builders import (SIZE, assign_twice, check_expected, costs,  # noqa: F401 (fixture)
+                            cpu, gpu_running, label, simulate, st)
 from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
-from workload.model import ComputingUnit, Stage
+from workload.model import Stage
 
-SIZE = 76_800_000  # 10 s of 640x480 at 25 fps: 307 MB of intermediate data, 51 ms per hop
-
-
-@pytest.fixture(scope="module")
-def costs() -> CostModel:
-    return CostModel()
-
-
-def cpu(i: int, **kw) -> ComputingUnit:
-    return ComputingUnit(f"cpu:{i}", "cpu", **kw)
-
-
-def gpu(i: int, *running: str, model: str = "k80", capacity: int = 2, **kw) -> ComputingUnit:
-    return ComputingUnit(f"gpu:{i}", "gpu", model=model, running=running, capacity=capacity,
-                         **kw)
-
-
-def st(name: str, task: str = "t1", ready: float = 0.0, size: int = SIZE) -> Stage:
-    app = next(a for a in APPLICATIONS.values() if name in [s.name for s in a.stages])
-    return Stage(task, app.app_id, name, size, app.stage(name).gpu_capable, ready)
-
-
-def label(stage: Stage) -> str:
-    return f"{stage.task_id}/{stage.stage}"
+# SIZE: 10 s of 640x480 at 25 fps: 307 MB of intermediate data, 51 ms per hop.
+gpu = partial(gpu_running, capacity=2)  # gpu(i, *running): two co-run slots unless a row says
 
 
 # k80 times at SIZE: face_detection 697 ms, face_landmarks 124 ms, face_distance 1 ms (3 ms on
@@ -99,17 +79,7 @@ SCENARIOS = [
 def test_scenarios(costs, settings, history, units, ready, expected, contrast):
     scheduler = CommAwareScheduler(costs, **settings)
     scheduler.locations.update({t: dict(where) for t, where in history.items()})
-    out = scheduler.assign(ready, units, 0.0)
-    validate_assignments(out, ready, units)
-    got = {label(a.stage): a for a in out}
-    assert set(expected) == {label(s) for s in ready}, "the row must name every ready stage"
-    for stage, want in expected.items():
-        if want is None:
-            assert stage not in got, f"{stage} should wait, got {got.get(stage)}"
-        else:
-            unit, keyword = want
-            assert stage in got and got[stage].unit_id == unit, out
-            assert keyword in got[stage].reason, got[stage].reason
+    got = check_expected(scheduler.assign(ready, units, 0.0), ready, units, expected)
     other_name, other_unit = contrast
     other = make_node_scheduler(other_name, costs=costs) if other_name != "comm_aware" \
         else CommAwareScheduler(costs)  # the default settings, for the settings rows
@@ -190,12 +160,13 @@ def test_property_rules_determinism_and_least_cost_first(costs):
         units, ready = _random_node(rng)
         history = {f"t{t}": {"face_detection": rng.choice([HOST, "gpu:0", "gpu:1"])}
                    for t in range(4)}
-        scheduler, again = CommAwareScheduler(costs), CommAwareScheduler(costs)
-        for s in (scheduler, again):
-            s.locations.update({t: dict(w) for t, w in history.items()})
-        out = scheduler.assign(ready, units, 1.0)
-        validate_assignments(out, ready, units)
-        assert out == again.assign(ready, units, 1.0)
+
+        def build():
+            scheduler = CommAwareScheduler(costs)
+            scheduler.locations.update({t: dict(w) for t, w in history.items()})
+            return scheduler
+
+        out, _ = assign_twice(build, ready, units, 1.0)
         placed += len(out)
         if not ready:
             continue
@@ -224,21 +195,14 @@ def test_property_rules_determinism_and_least_cost_first(costs):
 
 
 def test_simulator_run_finishes_and_repeats():
-    from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.scenarios import paper_cluster, paper_costs, saturated_workload
-    paper, cluster = paper_costs(), paper_cluster()
-    tasks = saturated_workload(120, seed=5)
     runs = []
     for _ in range(2):
-        scheduler = CommAwareScheduler(paper, seed=5)
-        result = Simulator(paper).run(make_policy("mct", cluster, paper, seed=5), scheduler,
-                                      cluster, tasks, seed=5)
-        runs.append(result.metrics)
+        run = simulate(lambda paper, _: CommAwareScheduler(paper, seed=5), 5)
+        runs.append(run.result.metrics)
         # only a last stage that failed to launch and was placed again is left behind
-        assert len(scheduler.locations) <= result.metrics.oom_failures
-        assert scheduler.slowdowns.observations > 0
-    assert runs[0].completed == len(tasks) and runs[0].node_scheduler == "comm_aware"
+        assert len(run.scheduler.locations) <= run.result.metrics.oom_failures
+        assert run.scheduler.slowdowns.observations > 0
+    assert runs[0].completed == len(run.tasks) and runs[0].node_scheduler == "comm_aware"
     assert runs[0] == runs[1]
 
 

@@ -16,42 +16,8 @@ from interference.schedulers._checks import BaseNodeScheduler, validate_assignme
 from interference.schedulers.dual_agent_order import (ORDER_RULES, DualAgentOrderScheduler,
                                                       RuleBandit)
 from interference.schedulers.mct_unit import MctUnitScheduler
-from placement.policies import make_policy
-from simulator import Simulator
-from simulator.scenarios import paper_cluster, paper_costs, saturated_workload
-from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
-from workload.model import ComputingUnit, Stage
-
-SIZE = 76_800_000  # a 10 s 640x480 clip at 25 fps, in pixels
-
-
-@pytest.fixture(scope="module")
-def costs() -> CostModel:
-    return CostModel()
-
-
-def cpu(i: int, **kw) -> ComputingUnit:
-    return ComputingUnit(f"cpu:{i}", "cpu", **kw)
-
-
-def gpu(i: int, model: str = "k80", **kw) -> ComputingUnit:
-    return ComputingUnit(f"gpu:{i}", "gpu", model=model, **kw)
-
-
-def _app_of(name: str) -> str:
-    return next(a.app_id for a in APPLICATIONS.values() if name in [s.name for s in a.stages])
-
-
-def st(name: str, task: str = "t1", ready: float = 0.0, app: str | None = None,
-       size: int = SIZE) -> Stage:
-    app = app or _app_of(name)
-    return Stage(task, app, name, size, gpu_capable=APPLICATIONS[app].stage(name).gpu_capable,
-                 ready_at_s=ready)
-
-
-def label(stage: Stage) -> str:
-    return f"{stage.task_id}/{stage.stage}"
+from stage_builders import (SIZE, assign_twice, check_expected, costs,  # noqa: F401 (fixture)
+                            cpu, gpu, label, random_node, simulate, st)
 
 
 def mapping(out) -> dict[str, str]:
@@ -108,15 +74,7 @@ def test_scenarios(settings, world, node, expected, mct_differs, costs):
     scheduler = DualAgentOrderScheduler(costs, seed=0, **settings)
     now = 0.0 if world is None else teach(scheduler, world, ready, units, 20)
     out = scheduler.assign(ready, units, now)
-    validate_assignments(out, ready, units)
-    got = {label(a.stage): a for a in out}
-    assert set(expected) == {label(s) for s in ready}
-    for stage, want in expected.items():
-        if want is None:
-            assert stage not in got, got[stage].reason
-        else:
-            unit, keyword = want
-            assert got[stage].unit_id == unit and keyword in got[stage].reason, got[stage].reason
+    check_expected(out, ready, units, expected)
     mct = MctUnitScheduler(costs).assign(ready, units, now)
     assert (mapping(mct) != mapping(out)) == mct_differs
     if world is not None:
@@ -192,41 +150,16 @@ def test_bad_clocks_never_learn(costs):
     assert scheduler.bandit.updates == 1
 
 
-def _random_node(rng: random.Random) -> tuple[list[ComputingUnit], list[Stage]]:
-    gpu_stages = [s.name for a in APPLICATIONS.values() for s in a.stages if s.gpu_capable]
-    units: list[ComputingUnit] = []
-    for i in range(rng.randint(0, 4)):
-        busy = rng.random() < 0.3
-        units.append(cpu(i, speed=rng.choice([0.5, 1.0, 1.5]),
-                         running=("tracking",) if busy else (),
-                         free_at_s=rng.uniform(0, 5) if busy else 0.0))
-    for i in range(rng.randint(0, 3)):
-        capacity = rng.randint(1, 3)
-        running = tuple(rng.sample(gpu_stages, rng.randint(0, capacity)))
-        units.append(gpu(i, rng.choice(["k80", "p100", "v100", "p4"]), capacity=capacity,
-                         running=running, free_at_s=rng.uniform(0, 5) if running else 0.0))
-    rng.shuffle(units)
-    ready = []
-    for t in range(rng.randint(0, 8)):
-        app = rng.choice(list(APPLICATIONS))
-        name = rng.choice([s.name for s in APPLICATIONS[app].stages])
-        ready.append(st(name, f"t{t}", round(rng.uniform(0, 3), 1), app=app,
-                        size=rng.choice([0, 36_864, SIZE])))
-    return units, ready
-
-
 def test_property_rules_hold_for_every_rule_and_while_learning(costs):
     rng = random.Random(7)
     learners = [DualAgentOrderScheduler(costs, seed=3, epoch_calls=3) for _ in range(2)]
     now, checked = 0.0, 0
     for _ in range(200):
-        units, ready = _random_node(rng)
+        units, ready = random_node(rng, max_cpus=4, busy_share=0.3, speeds=[0.5, 1.0, 1.5])
         now += rng.uniform(0.0, 2.0)
         for rule in ORDER_RULES:
-            fixed = DualAgentOrderScheduler(costs, rules=(rule,))
-            out = fixed.assign(ready, units, now)
-            validate_assignments(out, ready, units)
-            assert out == DualAgentOrderScheduler(costs, rules=(rule,)).assign(ready, units, now)
+            out, fixed = assign_twice(lambda: DualAgentOrderScheduler(costs, rules=(rule,)),
+                                      ready, units, now)
             assert all(f"rule {rule}" in a.reason for a in out)
             checked += len(out)
             assert sorted(map(label, fixed.order(rule, ready, units))) == sorted(map(label, ready))
@@ -243,12 +176,9 @@ def test_property_rules_hold_for_every_rule_and_while_learning(costs):
 
 
 def _simulate(seed: int, policy: str):
-    costs = paper_costs()
-    cluster = paper_cluster()
-    scheduler = DualAgentOrderScheduler(costs, seed=seed, epoch_calls=10)
-    result = Simulator(costs).run(make_policy(policy, cluster, costs, seed=seed), scheduler,
-                                  cluster, saturated_workload(120, seed=seed), seed=seed)
-    return result.metrics, scheduler
+    run = simulate(lambda costs, _: DualAgentOrderScheduler(costs, seed=seed, epoch_calls=10),
+                   seed, policy=policy)
+    return run.result.metrics, run.scheduler
 
 
 @pytest.mark.parametrize("policy", ["mct", "least_loaded"])

@@ -18,11 +18,10 @@ from interference.schedulers import validate_assignments
 from interference.schedulers.edf_dvfs import EdfDvfsScheduler, downstream_tail_ms
 from interference.schedulers.fcfs import FcfsScheduler
 from interference.schedulers.task_directory import UNKNOWN, TaskDirectory, TaskInfo
+from stage_builders import (SIZE, assign_twice, costs, cpu, gpu,  # noqa: F401 (fixture)
+                            random_units, simulate, st)
 from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
-from workload.model import ComputingUnit, Stage, Task
-
-SIZE = 76_800_000  # a 10 s grey 640x480 clip at 25 fps (calibration's paper setting)
+from workload.model import Stage, Task
 
 # Hand numbers (CostModel(), SIZE), from calibration.yaml's power: section, exponent 3:
 # tracking on a core at max (3200 MHz): 2.124 s. Core busy power P(f) = 4.25 + 9.92 (f/3200)^3:
@@ -35,24 +34,6 @@ SIZE = 76_800_000  # a 10 s grey 640x480 clip at 25 fps (calibration's paper set
 # face_detection on a v100 at 1530 MHz: 0.0795 s; at 1005 MHz 0.121 s x 113.7 W = 13.8 J.
 # face_detection's downstream critical path on a k80-only node: landmarks 123.6 + encoding 119.1
 #   + distance 0.9 + compare 0.7 = 244.3 ms.
-
-
-@pytest.fixture(scope="module")
-def costs() -> CostModel:
-    return CostModel()
-
-
-def cpu(i: int, **kw) -> ComputingUnit:
-    return ComputingUnit(f"cpu:{i}", "cpu", **kw)
-
-
-def gpu(i: int, model: str = "k80", capacity: int = 1, **kw) -> ComputingUnit:
-    return ComputingUnit(f"gpu:{i}", "gpu", model=model, capacity=capacity, **kw)
-
-
-def st(name: str, task: str = "t1", ready: float = 0.0, size: int = SIZE) -> Stage:
-    app = next(a.app_id for a in APPLICATIONS.values() if name in [s.name for s in a.stages])
-    return Stage(task, app, name, size, APPLICATIONS[app].stage(name).gpu_capable, ready)
 
 
 def task(task_id: str, deadline_s: float | None, arrival: float = 0.0, app="face_recognition",
@@ -258,10 +239,7 @@ def test_property_rules_edf_order_and_levels(costs):
     power = EdfDvfsScheduler(costs).power
     started = 0
     for _ in range(200):
-        units = [cpu(i, running=("x",) if rng.random() < 0.3 else ())
-                 for i in range(rng.randint(1, 3))]
-        units += [gpu(i, rng.choice(["k80", "v100", "t4"]), rng.randint(1, 2))
-                  for i in range(rng.randint(0, 2))]
+        units = random_units(rng)
         ready, tasks = [], []
         for t in range(rng.randint(0, 6)):
             app = rng.choice(list(APPLICATIONS))
@@ -272,10 +250,8 @@ def test_property_rules_edf_order_and_levels(costs):
             if rng.random() < 0.8:
                 tasks.append(Task(f"t{t}", app, SIZE, arrival,
                                   deadline_s=rng.choice([0.01, 1.0, 5.0, 60.0])))
-        sched = EdfDvfsScheduler(costs, tasks=tasks)
-        out = sched.assign(ready, units, 2.0)
-        assert EdfDvfsScheduler(costs, tasks=tasks).assign(ready, units, 2.0) == out
-        validate_assignments(out, ready, units)
+        out, sched = assign_twice(lambda: EdfDvfsScheduler(costs, tasks=tasks), ready, units,
+                                  2.0)
         deadlines = [sched.directory.get(a.stage.task_id).deadline_at_s for a in out]
         keys = [(d is None, d or 0.0) for d in deadlines]
         assert keys == sorted(keys)  # started in EDF order
@@ -291,15 +267,11 @@ def test_property_rules_edf_order_and_levels(costs):
 
 
 def test_short_simulation_completes_every_task():
-    from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.scenarios import paper_cluster, paper_costs, saturated_workload
     from workload.task_attributes import with_tenants_and_deadlines
-    costs, cluster = paper_costs(), paper_cluster()
-    tasks = with_tenants_and_deadlines(saturated_workload(60, seed=3), costs=costs, seed=3)
-    scheduler = EdfDvfsScheduler(costs, tasks=tasks)
-    metrics = Simulator(costs).run(make_policy("mct", cluster, costs, seed=3), scheduler,
-                                   cluster, tasks, seed=3).metrics
+    run = simulate(lambda costs, tasks: EdfDvfsScheduler(costs, tasks=tasks), 3, tasks=60,
+                   prepare=lambda costs, tasks: with_tenants_and_deadlines(tasks, costs=costs,
+                                                                          seed=3))
+    metrics, scheduler, tasks = run.result.metrics, run.scheduler, run.tasks
     assert metrics.completed == metrics.tasks == 60
     assert metrics.node_scheduler == "edf_dvfs"
     stages = sum(len(APPLICATIONS[t.app_id].stages) for t in tasks)

@@ -6,43 +6,25 @@ from __future__ import annotations
 
 import doctest
 import random
+from functools import partial
 
 import pytest
 
 from interference.schedulers import gpu_share as gpu_share_module
-from interference.schedulers import make_node_scheduler, validate_assignments
 from interference.schedulers.gpu_share import GpuShareScheduler
+from stage_builders import (assign_twice, check_expected, costs, cpu,  # noqa: F401 (fixture)
+                            make, simulate)
+from stage_builders import gpu as any_gpu
+from stage_builders import st as any_st
 from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
-from workload.model import ComputingUnit, Stage
+from workload.model import Stage
+
+gpu = partial(any_gpu, capacity=2)  # two co-run slots unless a row says otherwise
+st = partial(any_st, size=10_000_000)  # 10 Mpx unless a row says otherwise
 
 # Public SM fractions (calibration.yaml stage_gpu_profile[0]): face_detection 0.9,
 # face_encoding 0.9, gmm_background 0.7, frame_difference 0.2, dog_pyramid 0.2,
 # face_compare 0.1. Peaks: frame_difference 0.8, dog_pyramid 0.7.
-
-
-@pytest.fixture(scope="module")
-def costs() -> CostModel:
-    return CostModel()
-
-
-def cpu(i: int, **kw) -> ComputingUnit:
-    return ComputingUnit(f"cpu:{i}", "cpu", **kw)
-
-
-def gpu(i: int, model: str = "k80", capacity: int = 2, **kw) -> ComputingUnit:
-    return ComputingUnit(f"gpu:{i}", "gpu", model=model, capacity=capacity, **kw)
-
-
-def st(name: str, task: str = "t1", size: int = 10_000_000, ready: float = 0.0) -> Stage:
-    app = next(a for a in APPLICATIONS.values() if name in [s.name for s in a.stages])
-    return Stage(task, app.app_id, name, size, app.stage(name).gpu_capable, ready)
-
-
-def make(name: str, costs: CostModel, settings: dict):
-    if name == "gpu_share":
-        return GpuShareScheduler(costs, **settings)
-    return make_node_scheduler(name, costs=costs, **settings)
 
 
 THREE = [cpu(0), gpu(0, running=("face_detection",)), gpu(1, running=("frame_difference",)),
@@ -126,18 +108,8 @@ SCENARIOS = [
 
 @pytest.mark.parametrize("name,settings,units,ready,expected", SCENARIOS)
 def test_scenarios(costs, name, settings, units, ready, expected):
-    out = make(name, costs, settings).assign(ready, units, 0.0)
-    validate_assignments(out, ready, units)
-    got = {f"{a.stage.task_id}/{a.stage.stage}": a for a in out}
-    assert set(expected) == {f"{s.task_id}/{s.stage}" for s in ready}
-    for key, want in expected.items():
-        if want is None:
-            assert key not in got, f"{key} should wait, got {got.get(key)}"
-            continue
-        unit, keyword = want
-        assert key in got, f"{key} should start on {unit}; got {out}"
-        assert got[key].unit_id == unit, got[key].reason
-        assert keyword in got[key].reason, got[key].reason
+    out = make(name, costs, settings, GpuShareScheduler).assign(ready, units, 0.0)
+    check_expected(out, ready, units, expected)
 
 
 def test_requests_follow_the_public_estimates(costs):
@@ -182,10 +154,8 @@ def test_property_rules_determinism_and_fractions_within_one(costs):
                                APPLICATIONS[app].stage(name).gpu_capable,
                                round(rng.uniform(0, 2), 1)))
         settings = rng.choice([{}, {"cpu_fallback": True}, {"compute_metric": "peak"}])
-        scheduler = GpuShareScheduler(costs, **settings)
-        out = scheduler.assign(ready, units, 1.0)
-        validate_assignments(out, ready, units)
-        assert GpuShareScheduler(costs, **settings).assign(ready, units, 1.0) == out
+        out, scheduler = assign_twice(lambda: GpuShareScheduler(costs, **settings), ready, units,
+                                      1.0)
         placed += len(out)
         for g in (u for u in units if u.kind == "gpu"):
             new = [a.stage for a in out if a.unit_id == g.unit_id]
@@ -200,14 +170,7 @@ def test_property_rules_determinism_and_fractions_within_one(costs):
 
 
 def _simulate(seed: int):
-    from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.scenarios import paper_cluster, paper_costs, saturated_workload
-    costs = paper_costs()
-    cluster = paper_cluster(nodes=3)
-    tasks = saturated_workload(120, seed=seed)
-    return Simulator(costs).run(make_policy("mct", cluster, costs, seed=seed),
-                                GpuShareScheduler(costs, seed=seed), cluster, tasks, seed=seed)
+    return simulate(lambda costs, _: GpuShareScheduler(costs, seed=seed), seed, nodes=3).result
 
 
 def test_short_simulation_finishes_and_repeats():

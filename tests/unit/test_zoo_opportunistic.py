@@ -7,41 +7,21 @@ from __future__ import annotations
 import doctest
 import math
 import random
+from functools import partial
 
 import pytest
 
 import interference.schedulers.opportunistic as opportunistic_module
-from interference.schedulers import make_node_scheduler, validate_assignments
+from interference.schedulers import make_node_scheduler
 from interference.schedulers.opportunistic import (UNKNOWN_PAIR_SLOWDOWN,
                                                    OpportunisticScheduler, PairSlowdown)
+from stage_builders import (SIZE, assign_twice, check_expected, costs,  # noqa: F401 (fixture)
+                            cpu, gpu_running, label, simulate, st)
 from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
-from workload.model import ComputingUnit, Stage
+from workload.model import Stage
 
-SIZE = 76_800_000  # a 10 s 640x480 clip at 25 fps: 914 MB of GPU memory per stage
-
-
-@pytest.fixture(scope="module")
-def costs() -> CostModel:
-    return CostModel()
-
-
-def cpu(i: int, **kw) -> ComputingUnit:
-    return ComputingUnit(f"cpu:{i}", "cpu", **kw)
-
-
-def gpu(i: int, *running: str, model: str = "k80", capacity: int = 2, **kw) -> ComputingUnit:
-    return ComputingUnit(f"gpu:{i}", "gpu", model=model, running=running, capacity=capacity,
-                         **kw)
-
-
-def st(name: str, task: str = "t1", ready: float = 0.0, size: int = SIZE) -> Stage:
-    app = next(a for a in APPLICATIONS.values() if name in [s.name for s in a.stages])
-    return Stage(task, app.app_id, name, size, app.stage(name).gpu_capable, ready)
-
-
-def label(stage: Stage) -> str:
-    return f"{stage.task_id}/{stage.stage}"
+# SIZE: a 10 s 640x480 clip at 25 fps: 914 MB of GPU memory per stage.
+gpu = partial(gpu_running, capacity=2)  # gpu(i, *running): two co-run slots unless a row says
 
 
 # Profile prior (calibration): face_detection next to face_compare 1.00 (no metric sums past
@@ -100,16 +80,7 @@ SCENARIOS = [
 @pytest.mark.parametrize("settings, units, ready, now, expected, contrast", SCENARIOS)
 def test_scenarios(costs, settings, units, ready, now, expected, contrast):
     out = OpportunisticScheduler(costs, **settings).assign(ready, units, now)
-    validate_assignments(out, ready, units)
-    got = {label(a.stage): a for a in out}
-    assert set(expected) == {label(s) for s in ready}, "the row must name every ready stage"
-    for stage, want in expected.items():
-        if want is None:
-            assert stage not in got, f"{stage} should wait, got {got.get(stage)}"
-        else:
-            unit, keyword = want
-            assert stage in got and got[stage].unit_id == unit, out
-            assert keyword in got[stage].reason, got[stage].reason
+    got = check_expected(out, ready, units, expected)
     other, stage, other_unit = contrast
     theirs = {label(a.stage): a.unit_id
               for a in make_node_scheduler(other, costs=costs).assign(ready, units, now)}
@@ -184,10 +155,8 @@ def test_property_rules_bounds_and_determinism(costs):
     for _ in range(300):
         units, ready = _random_node(rng)
         settings = {"max_slowdown": rng.choice([1.0, 1.3, 1.5, 2.0])}
-        scheduler = OpportunisticScheduler(costs, **settings)
-        out = scheduler.assign(ready, units, 1.0)
-        validate_assignments(out, ready, units)
-        assert out == OpportunisticScheduler(costs, **settings).assign(ready, units, 1.0)
+        out, scheduler = assign_twice(lambda: OpportunisticScheduler(costs, **settings), ready,
+                                      units, 1.0)
         by_id = {u.unit_id: u for u in units}
         final = {u.unit_id: list(u.running) for u in units}
         added_mb = {u.unit_id: 0.0 for u in units}
@@ -232,21 +201,15 @@ class Recording(OpportunisticScheduler):
 
 
 def test_simulator_run_finishes_and_repeats():
-    from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.scenarios import paper_cluster, paper_costs, saturated_workload
-    paper, cluster = paper_costs(), paper_cluster()
-    tasks = saturated_workload(120, seed=3)
     runs = []
     for _ in range(2):
-        scheduler = Recording(paper, seed=3)
-        result = Simulator(paper).run(make_policy("mct", cluster, paper, seed=3), scheduler,
-                                      cluster, tasks, seed=3)
-        runs.append(result.metrics)
+        run = simulate(lambda paper, _: Recording(paper, seed=3), 3)
+        runs.append(run.result.metrics)
+        scheduler = run.scheduler
         assert scheduler.slowdowns.observations > 0  # it heard the co-runs it caused
         assert any("pack onto busy" in r for r in scheduler.reasons)
         assert any("refused" in r for r in scheduler.reasons)
-    assert runs[0].completed == len(tasks) and runs[0].node_scheduler == "opportunistic"
+    assert runs[0].completed == len(run.tasks) and runs[0].node_scheduler == "opportunistic"
     assert runs[0] == runs[1]
 
 

@@ -7,39 +7,25 @@ from __future__ import annotations
 import dataclasses
 import doctest
 import random
+from functools import partial
 
 import pytest
 
-from interference.schedulers import make_node_scheduler, validate_assignments
 from interference.schedulers import schedtune as schedtune_module
 from interference.schedulers.schedtune import SchedTuneScheduler
+from stage_builders import (assign_twice, check_expected, costs, cpu,  # noqa: F401 (fixture)
+                            make, simulate)
+from stage_builders import gpu as any_gpu
+from stage_builders import st as any_st
 from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
 from workload.model import ComputingUnit, Stage
 
-
-@pytest.fixture(scope="module")
-def costs() -> CostModel:
-    return CostModel()
-
-
-def cpu(i: int, **kw) -> ComputingUnit:
-    return ComputingUnit(f"cpu:{i}", "cpu", **kw)
+st = partial(any_st, size=200_000_000)  # 200 Mpx (1900 MB on a GPU) unless a row says otherwise
 
 
 def gpu(i: int, model: str, memory_mb: float, **kw) -> ComputingUnit:
-    return ComputingUnit(f"gpu:{i}", "gpu", model=model, memory_mb=memory_mb, **kw)
-
-
-def st(name: str, task: str = "t1", size: int = 200_000_000, ready: float = 0.0) -> Stage:
-    app = next(a for a in APPLICATIONS.values() if name in [s.name for s in a.stages])
-    return Stage(task, app.app_id, name, size, app.stage(name).gpu_capable, ready)
-
-
-def make(name: str, costs: CostModel, settings: dict):
-    if name == "schedtune":
-        return SchedTuneScheduler(costs, **settings)
-    return make_node_scheduler(name, costs=costs, **settings)
+    """SchedTune's rows always name the GPU's model and memory (one slot unless they say)."""
+    return any_gpu(i, model, memory_mb=memory_mb, **kw)
 
 
 # A 200 Mpx stage needs 300 + 8 * 200 = 1900 MB. gpu:0 (P4, 8 GB) LOOKS emptier: one stage of
@@ -138,18 +124,8 @@ SCENARIOS = [
 
 @pytest.mark.parametrize("name,settings,units,ready,expected", SCENARIOS)
 def test_scenarios(costs, name, settings, units, ready, expected):
-    out = make(name, costs, settings).assign(ready, units, 0.0)
-    validate_assignments(out, ready, units)
-    got = {f"{a.stage.task_id}/{a.stage.stage}": a for a in out}
-    assert set(expected) == {f"{s.task_id}/{s.stage}" for s in ready}
-    for key, want in expected.items():
-        if want is None:
-            assert key not in got, f"{key} should wait, got {got.get(key)}"
-            continue
-        unit, keyword = want
-        assert key in got, f"{key} should start on {unit}; got {out}"
-        assert got[key].unit_id == unit, got[key].reason
-        assert keyword in got[key].reason, got[key].reason
+    out = make(name, costs, settings, SchedTuneScheduler).assign(ready, units, 0.0)
+    check_expected(out, ready, units, expected)
 
 
 def test_waiting_stage_is_reported(costs):
@@ -212,10 +188,8 @@ def test_property_rules_determinism_and_no_predicted_oom(costs):
                                round(rng.uniform(0, 2), 1)))
         settings = rng.choice([{"cpu_fallback": True}, {}, {"memory_headroom": 0.5,
                                                                 "cpu_fallback": True}])
-        scheduler = SchedTuneScheduler(costs, **settings)
-        out = scheduler.assign(ready, units, 1.0)
-        validate_assignments(out, ready, units)
-        assert SchedTuneScheduler(costs, **settings).assign(ready, units, 1.0) == out
+        out, scheduler = assign_twice(lambda: SchedTuneScheduler(costs, **settings), ready,
+                                      units, 1.0)
         placed += len(out)
         for g in (u for u in units if u.kind == "gpu"):
             new = [a.stage for a in out if a.unit_id == g.unit_id]
@@ -230,15 +204,7 @@ def test_property_rules_determinism_and_no_predicted_oom(costs):
 
 
 def _simulate(seed: int):
-    from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.scenarios import paper_cluster, paper_costs, saturated_workload
-    costs = paper_costs()
-    cluster = paper_cluster(nodes=3)
-    tasks = saturated_workload(120, seed=seed)
-    result = Simulator(costs).run(make_policy("mct", cluster, costs, seed=seed),
-                                  SchedTuneScheduler(costs, seed=seed), cluster, tasks, seed=seed)
-    return result
+    return simulate(lambda costs, _: SchedTuneScheduler(costs, seed=seed), seed, nodes=3).result
 
 
 def test_short_simulation_finishes_and_repeats():

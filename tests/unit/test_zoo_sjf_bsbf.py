@@ -8,52 +8,23 @@ from __future__ import annotations
 import doctest
 import random
 import re
+from functools import partial
 
 import pytest
 
-from interference.schedulers import make_node_scheduler, validate_assignments
 from interference.schedulers import sjf_bsbf as sjf_bsbf_module
 from interference.schedulers.sjf_bsbf import SjfBsbfScheduler, downstream
+from stage_builders import (SIZE, assign_twice, check_expected, costs,  # noqa: F401 (fixture)
+                            cpu, make, random_node, simulate, st)
+from stage_builders import gpu as any_gpu
 from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
-from workload.model import ComputingUnit, Stage
 
-SIZE = 76_800_000  # a 10 s grey 640x480 clip at 25 fps (calibration's paper setting)
+gpu = partial(any_gpu, capacity=2)  # two co-run slots to share unless a row says otherwise
 
 # Remaining work at SIZE on a k80 node (s): face_detection task 0.94, face_compare 0.00,
 # intrusion_detection from dog_pyramid 2.41 (the stage itself is 6 ms).
 # Prior benefits (profiles): face_detection beside face_encoding 1.11 (SM 0.9 + 0.9),
 # beside frame_difference 1.43 (global load 0.6 + 0.8), beside gmm_background 1.25.
-
-
-@pytest.fixture(scope="module")
-def costs() -> CostModel:
-    return CostModel()
-
-
-def cpu(i: int, **kw) -> ComputingUnit:
-    return ComputingUnit(f"cpu:{i}", "cpu", **kw)
-
-
-def gpu(i: int, model: str = "k80", capacity: int = 2, **kw) -> ComputingUnit:
-    return ComputingUnit(f"gpu:{i}", "gpu", model=model, capacity=capacity, **kw)
-
-
-def st(name: str, task: str = "t1", ready: float = 0.0, size: int = SIZE,
-       app: str | None = None) -> Stage:
-    app = app or next(a.app_id for a in APPLICATIONS.values()
-                      if name in [s.name for s in a.stages])
-    return Stage(task, app, name, size, APPLICATIONS[app].stage(name).gpu_capable, ready)
-
-
-def make(name: str, costs: CostModel, settings: dict):
-    if name == "sjf_bsbf":
-        return SjfBsbfScheduler(costs, **settings)
-    return make_node_scheduler(name, costs=costs, **settings)
-
-
-def label(stage: Stage) -> str:
-    return f"{stage.task_id}/{stage.stage}"
 
 
 ONE = [gpu(0, capacity=1)]
@@ -132,21 +103,10 @@ SCENARIOS = [
 
 @pytest.mark.parametrize("name,settings,observed,units,ready,expected", SCENARIOS)
 def test_scenarios(costs, name, settings, observed, units, ready, expected):
-    scheduler = make(name, costs, settings)
+    scheduler = make(name, costs, settings, SjfBsbfScheduler)
     for stage, partner, model, rate in observed:
         scheduler.observe_corun(stage, partner, model, rate)
-    out = scheduler.assign(ready, units, 0.5)
-    validate_assignments(out, ready, units)
-    got = {label(a.stage): a for a in out}
-    assert set(expected) == {label(s) for s in ready}, "the row must name every ready stage"
-    for stage, want in expected.items():
-        if want is None:
-            assert stage not in got, f"{stage} should wait, got {got.get(stage)}"
-        else:
-            unit, keyword = want
-            assert stage in got, f"{stage} should start on {unit}; assignments {out}"
-            assert got[stage].unit_id == unit, got[stage].reason
-            assert keyword in got[stage].reason, got[stage].reason
+    check_expected(scheduler.assign(ready, units, 0.5), ready, units, expected)
 
 
 def test_remaining_work_and_benefit_numbers(costs):
@@ -176,49 +136,24 @@ def test_remaining_work_and_benefit_numbers(costs):
     assert sched.rate("face_detection", "frame_difference", "p4")[1] == "prior"  # per GPU model
 
 
-def _random_node(rng: random.Random) -> tuple[list[ComputingUnit], list[Stage]]:
-    gpu_stages = [s.name for a in APPLICATIONS.values() for s in a.stages if s.gpu_capable]
-    units: list[ComputingUnit] = []
-    for i in range(rng.randint(0, 3)):
-        busy = rng.random() < 0.4
-        units.append(cpu(i, speed=rng.choice([0.5, 1.0, 2.0]), running=("tracking",) if busy
-                         else (), free_at_s=rng.uniform(0, 5) if busy else 0.0))
-    for i in range(rng.randint(0, 3)):
-        capacity = rng.randint(1, 3)
-        running = tuple(rng.sample(gpu_stages, rng.randint(0, capacity)))
-        memory = rng.choice([0.0, 8 * 1024.0])
-        units.append(gpu(i, rng.choice(["k80", "p100", "v100", "p4"]), capacity=capacity,
-                         running=running, free_at_s=rng.uniform(0, 5) if running else 0.0,
-                         memory_mb=memory, memory_util=rng.uniform(0, 0.9) if running and memory
-                         else 0.0))
-    rng.shuffle(units)
-    ready = []
-    for t in range(rng.randint(0, 8)):
-        app = rng.choice(list(APPLICATIONS))
-        name = rng.choice([s.name for s in APPLICATIONS[app].stages])
-        ready.append(st(name, f"t{t}", round(rng.uniform(0, 3), 1), app=app,
-                        size=rng.choice([0, 36_864, SIZE])))
-    return units, ready
-
-
 def test_property_rules_threshold_order_and_progress(costs):
     rng = random.Random(2024)
     gpu_stages = [s.name for a in APPLICATIONS.values() for s in a.stages if s.gpu_capable]
     shared = started = 0
     for _ in range(300):
-        units, ready = _random_node(rng)
+        units, ready = random_node(rng, max_cpus=3, busy_share=0.4, speeds=[0.5, 1.0, 2.0],
+                                   gpu_memory=[0.0, 8 * 1024.0])
         settings = {"benefit_threshold": rng.choice([0.8, 1.0, 1.3])}
         observed = [(rng.choice(gpu_stages), rng.choice(gpu_stages),
                      rng.choice(["k80", "p4"]), rng.uniform(0, 1)) for _ in range(5)]
-        runs = []
-        for _ in range(2):
+
+        def build():
             scheduler = SjfBsbfScheduler(costs, **settings)
             for args in observed:
                 scheduler.observe_corun(*args)
-            runs.append(scheduler.assign(ready, units, 0.5))
-        out = runs[0]
-        assert runs[1] == out  # deterministic
-        validate_assignments(out, ready, units)
+            return scheduler
+
+        out, _ = assign_twice(build, ready, units, 0.5)
         gpu_work = []
         for a in out:
             found = re.search(r"best sharing benefit (\d+\.\d\d)", a.reason)
@@ -237,15 +172,8 @@ def test_property_rules_threshold_order_and_progress(costs):
 
 
 def _run(seed: int):
-    from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.scenarios import paper_cluster, paper_costs, saturated_workload
-    costs, cluster = paper_costs(), paper_cluster()
-    tasks = saturated_workload(120, seed=seed)
-    scheduler = SjfBsbfScheduler(costs, seed=seed)
-    metrics = Simulator(costs).run(make_policy("mct", cluster, costs, seed=seed), scheduler,
-                                   cluster, tasks, seed=seed).metrics
-    return metrics, scheduler
+    run = simulate(lambda costs, _: SjfBsbfScheduler(costs, seed=seed), seed)
+    return run.result.metrics, run.scheduler
 
 
 def test_short_simulation_finishes_repeats_and_learns():

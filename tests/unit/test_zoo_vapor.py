@@ -7,53 +7,23 @@ from __future__ import annotations
 import doctest
 import random
 import re
+from functools import partial
 
 import pytest
 
-from interference.schedulers import make_node_scheduler, validate_assignments
 from interference.schedulers import vapor as vapor_module
 from interference.schedulers.vapor import VaporScheduler, overlap
-from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
-from workload.model import ComputingUnit, Stage
+from stage_builders import (SIZE, assign_twice, check_expected, costs,  # noqa: F401 (fixture)
+                            cpu, make, random_node, simulate, st)
+from stage_builders import gpu as any_gpu
 
-SIZE = 76_800_000  # a 10 s grey 640x480 clip at 25 fps (calibration's paper setting)
+gpu = partial(any_gpu, capacity=2)  # two co-run slots to pair unless a row says otherwise
 
 # Copy shares phi at SIZE on a k80 (profile memory-boundness plus a ~6 ms PCIe copy):
 # face_encoding 0.34, face_detection 0.35, frame_difference 0.80, dog_pyramid 0.87.
 # Overlaps: face_encoding|frame_difference 0.60, face_encoding|face_detection 0.45,
 # face_encoding|dog_pyramid 0.62, frame_difference|dog_pyramid 0.28,
 # face_detection|frame_difference 0.59.
-
-
-@pytest.fixture(scope="module")
-def costs() -> CostModel:
-    return CostModel()
-
-
-def cpu(i: int, **kw) -> ComputingUnit:
-    return ComputingUnit(f"cpu:{i}", "cpu", **kw)
-
-
-def gpu(i: int, model: str = "k80", capacity: int = 2, **kw) -> ComputingUnit:
-    return ComputingUnit(f"gpu:{i}", "gpu", model=model, capacity=capacity, **kw)
-
-
-def st(name: str, task: str = "t1", ready: float = 0.0, size: int = SIZE,
-       app: str | None = None) -> Stage:
-    app = app or next(a.app_id for a in APPLICATIONS.values()
-                      if name in [s.name for s in a.stages])
-    return Stage(task, app, name, size, APPLICATIONS[app].stage(name).gpu_capable, ready)
-
-
-def make(name: str, costs: CostModel, settings: dict):
-    if name == "vapor":
-        return VaporScheduler(costs, **settings)
-    return make_node_scheduler(name, costs=costs, **settings)
-
-
-def label(stage: Stage) -> str:
-    return f"{stage.task_id}/{stage.stage}"
 
 
 ENC = gpu(0, running=("face_encoding",), free_at_s=1.0)
@@ -121,19 +91,8 @@ SCENARIOS = [
 
 @pytest.mark.parametrize("name,settings,units,ready,now,expected", SCENARIOS)
 def test_scenarios(costs, name, settings, units, ready, now, expected):
-    scheduler = make(name, costs, settings)
-    out = scheduler.assign(ready, units, now)
-    validate_assignments(out, ready, units)
-    got = {label(a.stage): a for a in out}
-    assert set(expected) == {label(s) for s in ready}, "the row must name every ready stage"
-    for stage, want in expected.items():
-        if want is None:
-            assert stage not in got, f"{stage} should wait, got {got.get(stage)}"
-        else:
-            unit, keyword = want
-            assert stage in got, f"{stage} should start on {unit}; assignments {out}"
-            assert got[stage].unit_id == unit, got[stage].reason
-            assert keyword in got[stage].reason, got[stage].reason
+    scheduler = make(name, costs, settings, VaporScheduler)
+    check_expected(scheduler.assign(ready, units, now), ready, units, expected)
 
 
 def test_copy_share_and_overlap_numbers(costs):
@@ -154,40 +113,14 @@ def test_copy_share_and_overlap_numbers(costs):
          + overlap(phi["dog_pyramid"], phi["frame_difference"])) / 2)
 
 
-def _random_node(rng: random.Random) -> tuple[list[ComputingUnit], list[Stage]]:
-    gpu_stages = [s.name for a in APPLICATIONS.values() for s in a.stages if s.gpu_capable]
-    units: list[ComputingUnit] = []
-    for i in range(rng.randint(0, 3)):
-        busy = rng.random() < 0.4
-        units.append(cpu(i, speed=rng.choice([0.5, 1.0, 2.0]), running=("tracking",) if busy
-                         else (), free_at_s=rng.uniform(0, 5) if busy else 0.0))
-    for i in range(rng.randint(0, 3)):
-        capacity = rng.randint(1, 3)
-        running = tuple(rng.sample(gpu_stages, rng.randint(0, capacity)))
-        memory = rng.choice([0.0, 8 * 1024.0])
-        units.append(gpu(i, rng.choice(["k80", "p100", "v100", "p4"]), capacity=capacity,
-                         running=running, free_at_s=rng.uniform(0, 5) if running else 0.0,
-                         memory_mb=memory, memory_util=rng.uniform(0, 0.9) if running and memory
-                         else 0.0))
-    rng.shuffle(units)
-    ready = []
-    for t in range(rng.randint(0, 8)):
-        app = rng.choice(list(APPLICATIONS))
-        name = rng.choice([s.name for s in APPLICATIONS[app].stages])
-        ready.append(st(name, f"t{t}", round(rng.uniform(0, 3), 1), app=app,
-                        size=rng.choice([0, 36_864, SIZE])))
-    return units, ready
-
-
 def test_property_rules_overlap_and_progress(costs):
     rng = random.Random(2021)
     shared = started = 0
     for _ in range(300):
-        units, ready = _random_node(rng)
+        units, ready = random_node(rng, max_cpus=3, busy_share=0.4, speeds=[0.5, 1.0, 2.0],
+                                   gpu_memory=[0.0, 8 * 1024.0])
         settings = {"min_overlap": rng.choice([0.0, 0.5, 0.6])}
-        out = VaporScheduler(costs, **settings).assign(ready, units, 0.5)
-        validate_assignments(out, ready, units)
-        assert VaporScheduler(costs, **settings).assign(ready, units, 0.5) == out  # deterministic
+        out, _ = assign_twice(lambda: VaporScheduler(costs, **settings), ready, units, 0.5)
         for a in out:
             found = re.search(r"predicted overlap (\d\.\d\d)", a.reason)
             if found:  # every co-run meets the threshold (to the reason's rounding)
@@ -210,14 +143,7 @@ def test_property_rules_overlap_and_progress(costs):
 
 
 def _run(seed: int):
-    from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.scenarios import paper_cluster, paper_costs, saturated_workload
-    costs, cluster = paper_costs(), paper_cluster()
-    tasks = saturated_workload(120, seed=seed)
-    return Simulator(costs).run(make_policy("mct", cluster, costs, seed=seed),
-                                VaporScheduler(costs, seed=seed), cluster, tasks,
-                                seed=seed).metrics
+    return simulate(lambda costs, _: VaporScheduler(costs, seed=seed), seed).result.metrics
 
 
 def test_short_simulation_finishes_and_repeats():

@@ -16,29 +16,10 @@ from interference.schedulers import vgpu_fair as vgpu_module
 from interference.schedulers.fcfs import FcfsScheduler
 from interference.schedulers.task_directory import TaskDirectory
 from interference.schedulers.vgpu_fair import VgpuFairScheduler
+from stage_builders import (SIZE, assign_twice, check_expected, costs,  # noqa: F401 (fixture)
+                            cpu, gpu, random_units, simulate, st)
 from workload.catalog import APPLICATIONS
-from workload.estimates import CostModel
-from workload.model import ComputingUnit, Stage, Task
-
-SIZE = 76_800_000  # a 10 s grey 640x480 clip at 25 fps (calibration's paper setting)
-
-
-@pytest.fixture(scope="module")
-def costs() -> CostModel:
-    return CostModel()
-
-
-def cpu(i: int, **kw) -> ComputingUnit:
-    return ComputingUnit(f"cpu:{i}", "cpu", **kw)
-
-
-def gpu(i: int, model: str = "k80", capacity: int = 1, **kw) -> ComputingUnit:
-    return ComputingUnit(f"gpu:{i}", "gpu", model=model, capacity=capacity, **kw)
-
-
-def st(name: str, task: str, ready: float = 0.0, size: int = SIZE) -> Stage:
-    app = next(a.app_id for a in APPLICATIONS.values() if name in [s.name for s in a.stages])
-    return Stage(task, app, name, size, APPLICATIONS[app].stage(name).gpu_capable, ready)
+from workload.model import Stage, Task
 
 
 def tasks_of(tenants: dict[str, int], size: int = SIZE) -> list[Task]:
@@ -164,16 +145,7 @@ DECISIONS = [
 def test_decisions(costs, weights, units, ready, expected):
     tasks = [Task(t, "face_recognition", SIZE, tenant=tenant) for t, tenant in TEN.items()]
     out = VgpuFairScheduler(costs, tasks=tasks, weights=weights).assign(ready, units, 1.0)
-    validate_assignments(out, ready, units)
-    got = {a.stage.task_id: a for a in out}
-    assert set(expected) == {s.task_id for s in ready}, "the row must name every ready stage"
-    for task_id, want in expected.items():
-        if want is None:
-            assert task_id not in got, got.get(task_id)
-        else:
-            assert task_id in got, out
-            assert got[task_id].unit_id == want[0], got[task_id].reason
-            assert want[1] in got[task_id].reason, got[task_id].reason
+    check_expected(out, ready, units, expected, key=lambda s: s.task_id)
 
 
 def test_unknown_tasks_are_the_empty_tenant(costs):
@@ -234,10 +206,7 @@ def test_property_rules_and_gpu_stages_stay_off_cores(costs):
     rng = random.Random(171)
     started = 0
     for _ in range(200):
-        units = [cpu(i, running=("x",) if rng.random() < 0.3 else ())
-                 for i in range(rng.randint(1, 3))]
-        units += [gpu(i, rng.choice(["k80", "v100", "t4"]), rng.randint(1, 2))
-                  for i in range(rng.randint(0, 2))]
+        units = random_units(rng)
         ready, tasks = [], []
         for t in range(rng.randint(0, 8)):
             app = rng.choice(list(APPLICATIONS))
@@ -246,10 +215,8 @@ def test_property_rules_and_gpu_stages_stay_off_cores(costs):
             ready.append(Stage(f"t{t}", app, name, SIZE, capable, round(rng.uniform(0, 2), 1)))
             tasks.append(Task(f"t{t}", app, SIZE, tenant=rng.choice("abc")))
         weights = {"a": rng.choice([1.0, 3.0])}
-        out = VgpuFairScheduler(costs, tasks=tasks, weights=weights).assign(ready, units, 2.0)
-        again = VgpuFairScheduler(costs, tasks=tasks, weights=weights).assign(ready, units, 2.0)
-        assert again == out
-        validate_assignments(out, ready, units)
+        out, _ = assign_twice(lambda: VgpuFairScheduler(costs, tasks=tasks, weights=weights),
+                              ready, units, 2.0)
         kinds = {u.unit_id: u.kind for u in units}
         has_gpu = any(u.kind == "gpu" for u in units)
         for a in out:
@@ -260,16 +227,12 @@ def test_property_rules_and_gpu_stages_stay_off_cores(costs):
 
 
 def test_short_simulation_completes_every_task():
-    from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.scenarios import paper_cluster, paper_costs, saturated_workload
     from workload.task_attributes import with_tenants_and_deadlines
-    costs, cluster = paper_costs(), paper_cluster()
-    tasks = with_tenants_and_deadlines(saturated_workload(60, seed=5), {"a": 3, "b": 1},
-                                       deadline_factor=None, seed=5)
-    scheduler = VgpuFairScheduler(costs, tasks=tasks, weights={"a": 3, "b": 1})
-    metrics = Simulator(costs).run(make_policy("mct", cluster, costs, seed=5), scheduler,
-                                   cluster, tasks, seed=5).metrics
+    run = simulate(lambda costs, tasks: VgpuFairScheduler(costs, tasks=tasks,
+                                                          weights={"a": 3, "b": 1}),
+                   5, tasks=60, prepare=lambda _, tasks: with_tenants_and_deadlines(
+                       tasks, {"a": 3, "b": 1}, deadline_factor=None, seed=5))
+    metrics, scheduler = run.result.metrics, run.scheduler
     assert metrics.completed == metrics.tasks == 60
     assert metrics.node_scheduler == "vgpu_fair"
     assert set(scheduler.gpu_starts) == {"a", "b"}
