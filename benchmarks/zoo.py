@@ -3,7 +3,8 @@
 Every cluster policy and node scheduler streamplace has (the generic baselines, the paper's
 Random / ETC / PATS, ten related GPU-cluster systems adapted to streaming stages (part 1), six
 more on energy, carbon, tenants and deadlines (part 2: PowerFlow, GreenFlow, HiveD, GAI,
-EDF-DVFS, vGPU fair), and our LDWP + IAWP from the shipped model file) runs on identical tasks
+EDF-DVFS, vGPU fair) and on splitting a task's stages over nodes (Pipe-Torch, IoT-Partition),
+and our LDWP + IAWP from the shipped model file) runs on identical tasks
 for each seed, each task with a tenant, a priority and a deadline (``benchmarks.zoo_metrics``;
 systems that do not read them run exactly as before):
 
@@ -58,7 +59,8 @@ RELATED = (
     ("LeastSimilar+CommAware", "least_similar", "comm_aware", "related"),
 )
 #: Part 2 (issue 17), the same pairing rule: cluster-level systems with FCFS on the node,
-#: node-level ones under MCT. Budgets, quotas and task lists: ``benchmarks.zoo_metrics``.
+#: node-level ones under MCT (the two stage-splitting systems: HEFT, see below). Budgets,
+#: quotas and task lists: ``benchmarks.zoo_metrics``.
 RELATED_2 = (
     ("PowerFlow+FCFS", "powerflow", "fcfs", "related2"),
     ("GreenFlow+FCFS", "greenflow", "fcfs", "related2"),
@@ -69,6 +71,10 @@ RELATED_2 = (
     # its own pair: placement by link contention vs overhead, smallest task first on the node;
     # the zoo runs with the shared-links axis off, so it sees each node's own link only
     ("SJF-BCO", "sjf_bco", "sjf_bco_order", "related2"),
+    # Stage splits over nodes (simulator.stage_split); under HEFT, so that set beside MCT+HEFT
+    # only the cluster rule (whole task vs split) differs.
+    ("Pipe-Torch", "pipe_torch", "heft", "related2"),
+    ("IoT-Partition", "iot_partition", "heft", "related2"),
 )
 OURS = (
     ("LDWP+IAWP (ours)", "ldwp", "iawp", "ours"),

@@ -12,6 +12,9 @@ One run, in the paper's terms::
        stages on CPU cores (one at a time) and GPUs (up to ``gpu_max_corun`` co-runners)
     -> co-running stages progress at the measured co-location rates (hidden ground truth);
        a pair measured as unable to co-run fails with out-of-memory and is retried later
+    -> only when the policy's decision splits the task (``Decision.stage_nodes``): each stage
+       runs on its node, and an output needed on another node crosses the source's uplink and
+       the destination's downlink first (``simulator.stage_split``)
     -> the result crosses the uplink; the task completes.
 
 Deterministic: the same inputs and seed give the same event log (ties broken by a sequence
@@ -20,8 +23,8 @@ number, never by object identity or hash order).
 Layout: this module holds the public API and ``_Execution`` (one run: the event loop, the
 arrivals and the policy's learning); the run's parts live beside it: ``simulator.events`` (the
 clock and the log), ``simulator.runtime`` (nodes, units, links, tasks), ``simulator.links``
-(transfers), ``simulator.node_runtime`` (stages on units) and ``simulator.utilisation`` (samples
-and metrics).
+(transfers), ``simulator.node_runtime`` (stages on units), ``simulator.stage_split`` (tasks split
+over nodes) and ``simulator.utilisation`` (samples and metrics).
 
 Example::
 
@@ -51,6 +54,7 @@ from simulator.metrics import Metrics
 from simulator.node_runtime import StageRunner
 from simulator.runtime import Node, TaskState, build_node
 from simulator.shared_links import SharedLinksConfig, SharedLinkTransfers
+from simulator.stage_split import StageSplit, check_stage_nodes
 from simulator.utilisation import Completions, UtilisationMeter
 
 __all__ = ["Simulator", "SimulationConfig", "SimulationResult", "EventRecord"]
@@ -229,6 +233,10 @@ class _Execution:
         self.stages = StageRunner(self.queue, self.nodes, self.meter, self.links, scheduler,
                                   self.costs, self.truth, self.cfg.hidden_task_type_factors,
                                   self.cfg.oom_retry_s)
+        # The cross-node stage placement axis: only used for a decision that splits its task.
+        self.split = StageSplit(self.queue, self.nodes, self.meter, self.links, self.stages,
+                                self.costs, self.true_best_s, self.costs.calibration)
+        self.stages.split = self.split
         self.completions = Completions()
         self.completion_times: deque = deque()  # inside the reward window (learning)
         self.pending_transition: tuple | None = None
@@ -292,6 +300,13 @@ class _Execution:
         node = self.nodes[decision.node]
         self.meter.accumulate(node)
         self.per_node_tasks[decision.node] += 1
+        if check_stage_nodes(task, decision, self.nodes):  # stages over several nodes
+            if self.warm is not None:
+                raise ValueError(f"policy {self.policy.name!r} split task {task.task_id} over "
+                                 "nodes; the locality axis does not model split tasks yet")
+            self.split.place(task, decision)
+            self.links.send_input(node, task)
+            return
         app = APPLICATIONS[task.app_id]
         state = TaskState(task, decision.node, {s.name: len(s.deps) for s in app.stages})
         state.estimate_left_s = sum(self.costs.stage_best_ms(s.name, task.input_size, node.spec)
@@ -306,6 +321,9 @@ class _Execution:
         """A ``LINK_DONE`` event; 1 if it completed a task, else 0."""
         if not self.links.finish(node_id, key, version):
             return 0  # superseded by a start or finish on this link
+        if len(key) == 4:  # one half of a split task's transfer between nodes
+            self.split.transfer_done(key)
+            return 0
         now = self.queue.now
         node = self.nodes[node_id]
         direction, task_id = key

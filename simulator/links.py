@@ -46,6 +46,13 @@ class LinkTransfers:
         result_bytes = max(1.0, self.task_bytes(task) * self.result_fraction)
         self._start(node, node.up, ("up", task.task_id), result_bytes)
 
+    def send_between(self, src: Node, dest: Node, key: tuple, size_bytes: float) -> None:
+        """``size_bytes`` out of ``src``'s uplink and into ``dest``'s downlink at once (a split
+        task's stage output, :mod:`simulator.stage_split`): two halves whose ``LINK_DONE``
+        events carry the keys ``("up", *key)`` and ``("down", *key)``."""
+        self._start(src, src.up, ("up", *key), size_bytes)
+        self._start(dest, dest.down, ("down", *key), size_bytes)
+
     def finish(self, node_id: str, key: tuple, version: int) -> bool:
         """Handle a ``LINK_DONE`` event: False if a later start or finish on the link voided it,
         else the transfer ``key`` is over (removed, the others re-timed) and True."""

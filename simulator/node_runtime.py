@@ -49,6 +49,9 @@ class StageRunner:
         self.oom_retry_s = oom_retry_s
         self.oom_failures = 0
         self.gpu_useful_s = 0.0        # reference-GPU seconds of finished GPU stages
+        # The cross-node stage placement axis (simulator.stage_split), set by the engine; only
+        # called for a task a policy split over nodes.
+        self.split = None
 
     def true_best_s(self, node: Node, task: Task, stage: str) -> float:
         """True seconds of a stage on the node's best unit, alone (hidden noise included)."""
@@ -62,8 +65,10 @@ class StageRunner:
         node = self.nodes[node_id]
         state = node.tasks[task_id]
         for stage in APPLICATIONS[state.task.app_id].stages:
-            if not stage.deps:
+            if not stage.deps and stage.name in state.waiting_deps:  # a split task: its part
                 self._make_ready(node, state, stage)
+        if state.stage_nodes is not None:  # entry stages on other nodes get the input forwarded
+            self.split.forward_input(node, state)
         self.schedule(node_id)
 
     def retry(self, node_id: str, stage: Stage) -> None:
@@ -103,13 +108,22 @@ class StageRunner:
         self.queue.log("finish", task_id, stage_name, node_id, unit_id)
         app = APPLICATIONS[state.task.app_id]
         for stage in app.stages:
-            if stage_name in stage.deps:
+            # A consumer on another node (a split task) hears of it through self.split below.
+            if stage_name in stage.deps and stage.name in state.waiting_deps:
                 state.waiting_deps[stage.name] -= 1
                 if state.waiting_deps[stage.name] == 0:
                     self._make_ready(node, state, stage)
-        if len(state.done) == len(app.stages):
+        if state.stage_nodes is not None:
+            self.split.stage_finished(node, state, stage_name)
+        elif len(state.done) == len(app.stages):
             self.links.send_result(node, state.task)
         self.schedule(node_id)
+
+    def make_ready(self, node_id: str, task_id: str, stage_name: str) -> None:
+        """A split task's stage got its last input from another node: ready on ``node_id``."""
+        node = self.nodes[node_id]
+        state = node.tasks[task_id]
+        self._make_ready(node, state, APPLICATIONS[state.task.app_id].stage(stage_name))
 
     # -- the node scheduler ------------------------------------------------------------------
     def schedule(self, node_id: str) -> None:

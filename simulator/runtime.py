@@ -61,6 +61,9 @@ class TaskState:
     first_start_s: float | None = None
     estimate_left_s: float = 0.0
     true_left_s: float = 0.0       # hidden truth, only the oracle reads it
+    # Only for a task split over nodes (simulator.stage_split): the node of every stage. This
+    # state is then the part of the task on ``node``: ``waiting_deps`` holds its stages only.
+    stage_nodes: dict[str, str] | None = None
 
 
 @dataclass

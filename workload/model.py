@@ -184,11 +184,19 @@ class Observation:
 
 @dataclass(frozen=True)
 class Decision:
-    """Where the task goes, and why, in words a person can check."""
+    """Where the task goes, and why, in words a person can check.
+
+    ``stage_nodes`` (the cross-node stage placement axis, off by default) lets a policy split
+    the task: a node per stage name of the task's application (every stage named). The task's
+    input goes to ``node``, which must host the application's first stage; the simulator moves
+    each stage's output to the nodes of its consumers (``simulator.stage_split``). None (the
+    default), or every stage on ``node``, is the whole task on ``node``, exactly as before.
+    """
 
     node: str
     reason: str
     scores: dict[str, float] = field(default_factory=dict)
+    stage_nodes: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ the adaptation and its parameters; ``benchmarks/zoo.py`` compares them all):
 ``hived``                     HiveD: tenants' virtual clusters of buddy cells, guarantees
 ``gai``                       GAI: smallest fitting subtree of racks/nodes, priorities
 ``sjf_bco``                   SJF-BCO: link contention (own + shared rack links) vs overhead
+``pipe_torch``                Pipe-Torch: stages split over nodes, least pipeline bottleneck
+``iot_partition``             IoT partitioning: memory-bound split, least end-to-end latency
 ============================  ==============================================================
 
 Example::
@@ -56,6 +58,7 @@ from placement.policies.flink_tasks_balance import FlinkTasksBalancePolicy
 from placement.policies.gai import GaiPolicy
 from placement.policies.greenflow import GreenFlowPolicy
 from placement.policies.hived import HiveDPolicy
+from placement.policies.iot_partition import IoTPartitionPolicy
 from placement.policies.kubernetes import KubernetesPolicy
 from placement.policies.least_loaded import LeastLoadedPolicy
 from placement.policies.least_outstanding import LeastOutstandingPolicy
@@ -63,6 +66,7 @@ from placement.policies.least_similar import LeastSimilarPolicy
 from placement.policies.liquid import LiquidPolicy
 from placement.policies.mct import MinimumCompletionTimePolicy
 from placement.policies.met import MinimumExecutionTimePolicy
+from placement.policies.pipe_torch import PipeTorchPolicy
 from placement.policies.placement_aware import PlacementAwarePolicy
 from placement.policies.powerflow import PowerFlowPolicy
 from placement.policies.random_policy import RandomPolicy
@@ -78,7 +82,7 @@ __all__ = ["POLICIES", "ALIASES", "make_policy", "ClusterPolicy", "EstimatingPol
            "FlinkSlotFillingPolicy", "FlinkTasksBalancePolicy", "KubernetesPolicy",
            "LiquidPolicy", "PlacementAwarePolicy", "DelayLocalityPolicy", "DualAgentPolicy",
            "LeastSimilarPolicy", "PowerFlowPolicy", "GreenFlowPolicy", "HiveDPolicy", "GaiPolicy",
-           "SjfBcoPolicy"]
+           "SjfBcoPolicy", "PipeTorchPolicy", "IoTPartitionPolicy"]
 
 #: Registry: policy name -> class (the key is the class's ``name``).
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
@@ -86,7 +90,8 @@ POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
     LeastOutstandingPolicy, MinimumExecutionTimePolicy, MinimumCompletionTimePolicy,
     FlinkSlotFillingPolicy, FlinkTasksBalancePolicy, KubernetesPolicy,
     LiquidPolicy, PlacementAwarePolicy, DelayLocalityPolicy, DualAgentPolicy, LeastSimilarPolicy,
-    PowerFlowPolicy, GreenFlowPolicy, HiveDPolicy, GaiPolicy, SjfBcoPolicy)}
+    PowerFlowPolicy, GreenFlowPolicy, HiveDPolicy, GaiPolicy, SjfBcoPolicy, PipeTorchPolicy,
+    IoTPartitionPolicy)}
 
 #: Other names people use for the same rules.
 ALIASES: dict[str, str] = {"etc": "mct"}

@@ -272,7 +272,8 @@ def test_registry_names_aliases_and_errors():
                              "least_outstanding", "met", "mct", "flink_slot_filling",
                              "flink_tasks_balance", "kubernetes", "liquid", "placement_aware",
                              "delay_locality", "dual_agent", "least_similar", "powerflow",
-                             "greenflow", "hived", "gai", "sjf_bco"}
+                             "greenflow", "hived", "gai", "sjf_bco", "pipe_torch",
+                             "iot_partition"}
     assert all(cls.name == name for name, cls in POLICIES.items())
     assert isinstance(make_policy("etc", TWO_CPU), MinimumCompletionTimePolicy)
     assert set(ALIASES.values()) <= set(POLICIES)
