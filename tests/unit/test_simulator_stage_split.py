@@ -209,3 +209,20 @@ def test_output_sizes_come_from_measured_then_assumed_and_bad_entries_are_refuse
         with pytest.raises(ValueError, match=message):
             stage_output_fractions(bad)
     assert doctest.testmod(stage_output).failed == 0
+
+
+def test_split_outputs_share_a_rack_link_with_the_other_transfers(costs):
+    """Both axes on: a split task's stage output also crosses the shared rack link of its
+    nodes, so a narrow rack link slows it where a wide one does not; every task completes."""
+    from simulator.shared_links import SharedLink, SharedLinksConfig
+    tasks = [Task(f"t{i}", "face_recognition", 2_000_000) for i in range(3)]
+    plan = {"face_landmarks": "b", "face_encoding": "b", "face_distance": "b",
+            "face_compare": "b"}
+    times = {}
+    for name, mbps in (("wide", 1e6), ("narrow", 20.0)):
+        rack = SharedLinksConfig((SharedLink("rack", ("a", "b"), mbps),))
+        result = _run(costs, _two(), tasks, Plan("a", plan), shared_links=rack)
+        assert result.metrics.completed == 3
+        times[name] = max(_time(result, "output_received", task=t.task_id,
+                                stage="face_detection") for t in tasks)
+    assert times["narrow"] > times["wide"]
