@@ -1,9 +1,10 @@
 """The zoo: every placement system, old and new, on the same simulated work.
 
 Every cluster policy and node scheduler streamplace has (the generic baselines, the paper's
-Random / ETC / PATS, ten related GPU-cluster systems adapted to streaming stages (part 1), six
-more on energy, carbon, tenants and deadlines (part 2: PowerFlow, GreenFlow, HiveD, GAI,
-EDF-DVFS, vGPU fair), and our LDWP + IAWP from the shipped model file) runs on identical tasks
+Random / ETC / PATS, ten related GPU-cluster systems adapted to streaming stages (part 1), seven
+more on energy, carbon, tenants, deadlines and batching (part 2: PowerFlow, GreenFlow, HiveD, GAI,
+EDF-DVFS, vGPU fair, ElasticBatch; the zoo's clusters have no MIG GPU, so ElasticBatch only
+batches here), and our LDWP + IAWP from the shipped model file) runs on identical tasks
 for each seed, each task with a tenant, a priority and a deadline (``benchmarks.zoo_metrics``;
 systems that do not read them run exactly as before):
 
@@ -66,6 +67,7 @@ RELATED_2 = (
     ("GAI+FCFS", "gai", "fcfs", "related2"),
     ("EDF-DVFS", "mct", "edf_dvfs", "related2"),
     ("vGPU fair", "mct", "vgpu_fair", "related2"),
+    ("ElasticBatch", "mct", "elastic_batch", "related2"),
 )
 OURS = (
     ("LDWP+IAWP (ours)", "ldwp", "iawp", "ours"),

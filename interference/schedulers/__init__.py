@@ -29,6 +29,7 @@ comm_aware        slowdown- and communication-aware GPU mapping
 dual_agent_order  dual-agent RL: a bandit over stage-ordering rules
 edf_dvfs          EDF order; lowest-energy unit and DVFS level that meets the deadline
 vgpu_fair         tenants' credit-based fair shares of the GPUs (virtual channels)
+elastic_batch     ElasticBatch: per stage type, batch size x MIG slice under a latency target
 ================  ===================================================================
 
 Example::
@@ -47,6 +48,7 @@ from interference.schedulers._checks import validate_assignments
 from interference.schedulers.comm_aware import CommAwareScheduler
 from interference.schedulers.dual_agent_order import DualAgentOrderScheduler
 from interference.schedulers.edf_dvfs import EdfDvfsScheduler
+from interference.schedulers.elastic_batch import ElasticBatchScheduler
 from interference.schedulers.fcfs import FcfsScheduler
 from interference.schedulers.gpu_share import GpuShareScheduler
 from interference.schedulers.heft import HeftScheduler
@@ -66,7 +68,8 @@ __all__ = ["NODE_SCHEDULERS", "make_node_scheduler", "validate_assignments", "Fc
            "MctUnitScheduler", "PatsScheduler", "HeftScheduler", "MysticScheduler",
            "IawpScheduler", "VaporScheduler", "SjfBsbfScheduler", "SchedTuneScheduler",
            "GpuShareScheduler", "OpportunisticScheduler", "CommAwareScheduler",
-           "DualAgentOrderScheduler", "EdfDvfsScheduler", "VgpuFairScheduler"]
+           "DualAgentOrderScheduler", "EdfDvfsScheduler", "VgpuFairScheduler",
+           "ElasticBatchScheduler"]
 
 #: Registry name -> scheduler class (the name is also the class's ``name``).
 NODE_SCHEDULERS: dict[str, type[NodeScheduler]] = {
@@ -74,7 +77,8 @@ NODE_SCHEDULERS: dict[str, type[NodeScheduler]] = {
     for cls in (FcfsScheduler, MctUnitScheduler, PatsScheduler, HeftScheduler, MysticScheduler,
                 IawpScheduler, VaporScheduler, SjfBsbfScheduler, SchedTuneScheduler,
                 GpuShareScheduler, OpportunisticScheduler, CommAwareScheduler,
-                DualAgentOrderScheduler, EdfDvfsScheduler, VgpuFairScheduler)
+                DualAgentOrderScheduler, EdfDvfsScheduler, VgpuFairScheduler,
+                ElasticBatchScheduler)
 }
 
 

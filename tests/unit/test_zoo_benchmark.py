@@ -33,14 +33,15 @@ def test_every_system_names_a_registered_policy_and_scheduler():
 # ones under MCT, as the zoo pairs part 1's
 PART_2 = [("PowerFlow+FCFS", "powerflow", "fcfs"), ("GreenFlow+FCFS", "greenflow", "fcfs"),
           ("HiveD+FCFS", "hived", "fcfs"), ("GAI+FCFS", "gai", "fcfs"),
-          ("EDF-DVFS", "mct", "edf_dvfs"), ("vGPU fair", "mct", "vgpu_fair")]
+          ("EDF-DVFS", "mct", "edf_dvfs"), ("vGPU fair", "mct", "vgpu_fair"),
+          ("ElasticBatch", "mct", "elastic_batch")]
 
 
 def test_the_system_list_holds_part_1_part_2_and_ours_in_one_table():
     assert [s[:3] for s in RELATED_2] == PART_2
     assert all(s in SYSTEMS for s in RELATED + RELATED_2)
     families = [s[3] for s in SYSTEMS]
-    assert families.count("related") == 10 and families.count("related2") == 6
+    assert families.count("related") == 10 and families.count("related2") == 7
     assert {"LDWP+IAWP (ours)"} <= {s[0] for s in SYSTEMS}
 
 
