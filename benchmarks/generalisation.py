@@ -9,8 +9,9 @@ starting as the training node most like it, then fine-tuned online for one episo
 FINE_TUNE_TASKS tasks on a training seed, then frozen). On:
 
 - ``two_cpu_3x``: two CPU-only nodes, one three times as fast (speeds never seen in training);
-- ``five_mixed_unseen_gpu``: five nodes, one with a GPU type the calibration does not know
-  ("a100" at spec speed 8), one V100 (never in training), one CPU-only;
+- ``five_mixed_unseen_gpu``: five nodes, one with a GPU type never seen in training ("a100" at
+  spec speed 8; calibrated since the MIG axis, with the reference GPU's co-location, so it runs
+  exactly as it did uncalibrated), one V100 (never in training), one CPU-only;
 - ``alibaba_17`` and ``alibaba_100``: 17 and 100 nodes sampled from Alibaba's GPU inventory;
 - ``paper_training``: the training cluster itself (evaluation seeds only).
 

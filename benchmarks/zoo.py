@@ -1,10 +1,11 @@
 """The zoo: every placement system, old and new, on the same simulated work.
 
 Every cluster policy and node scheduler streamplace has (the generic baselines, the paper's
-Random / ETC / PATS, ten related GPU-cluster systems adapted to streaming stages (part 1), six
-more on energy, carbon, tenants and deadlines (part 2: PowerFlow, GreenFlow, HiveD, GAI,
-EDF-DVFS, vGPU fair) and on splitting a task's stages over nodes (Pipe-Torch, IoT-Partition),
-and our LDWP + IAWP from the shipped model file) runs on identical tasks
+Random / ETC / PATS, ten related GPU-cluster systems adapted to streaming stages (part 1), ten
+more on energy, carbon, tenants, deadlines, batching, link contention and splitting a task's
+stages over nodes (part 2: PowerFlow, GreenFlow, HiveD, GAI, EDF-DVFS, vGPU fair, ElasticBatch,
+SJF-BCO, Pipe-Torch, IoT-Partition; the zoo's clusters have no MIG GPU, so ElasticBatch only
+batches here), and our LDWP + IAWP from the shipped model file) runs on identical tasks
 for each seed, each task with a tenant, a priority and a deadline (``benchmarks.zoo_metrics``;
 systems that do not read them run exactly as before):
 
@@ -75,6 +76,7 @@ RELATED_2 = (
     # only the cluster rule (whole task vs split) differs.
     ("Pipe-Torch", "pipe_torch", "heft", "related2"),
     ("IoT-Partition", "iot_partition", "heft", "related2"),
+    ("ElasticBatch", "mct", "elastic_batch", "related2"),
 )
 OURS = (
     ("LDWP+IAWP (ours)", "ldwp", "iawp", "ours"),

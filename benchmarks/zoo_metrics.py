@@ -53,8 +53,9 @@ run's own workload and cluster so each budget binds:
   (offset by :data:`CARBON_OFFSET_S`), same series and offset as the metric.
 - HiveD: quotas over the two tenants in proportion to their weights, ``floor(nodes x share)``
   node cells each (11 nodes: 5 + 5, one cell left for opportunistic work).
-- EDF-DVFS and vGPU fair get ``tasks=`` the workload (deadlines, tenants); vGPU fair the tenant
-  weights, EDF-DVFS the PowerModel.
+- EDF-DVFS, vGPU fair and ElasticBatch get ``tasks=`` the workload (deadlines, tenants); vGPU
+  fair the tenant weights, EDF-DVFS the PowerModel; ElasticBatch derives its per-stage latency
+  targets from the deadlines.
 
 Example::
 
@@ -197,6 +198,8 @@ def scheduler_settings(scheduler: str, tasks: Sequence[Task],
     """Constructor settings of a part-2 node scheduler ({} for every other one)."""
     if scheduler == "edf_dvfs":
         return {"tasks": list(tasks), "max_tasks": max(1, len(tasks)), "power": power}
+    if scheduler == "elastic_batch":
+        return {"tasks": list(tasks), "max_tasks": max(1, len(tasks))}
     if scheduler == "vgpu_fair":
         return {"tasks": list(tasks), "max_tasks": max(1, len(tasks)),
                 "weights": dict(TENANT_WEIGHTS)}

@@ -51,6 +51,7 @@ from simulator.ground_truth import GroundTruth
 from simulator.links import LinkTransfers
 from simulator.locality import LocalityConfig, WarmSet
 from simulator.metrics import Metrics
+from simulator.mig import batch_beta, batch_rate
 from simulator.node_runtime import StageRunner
 from simulator.runtime import Node, TaskState, build_node
 from simulator.shared_links import SharedLinksConfig, SharedLinkTransfers
@@ -137,16 +138,18 @@ class Simulator:
         return _Execution(self, policy, node_scheduler, cluster, tasks, seed).run()
 
     def upper_bound_per_min(self, cluster: ClusterSpec, tasks: list[Task],
-                            truth: GroundTruth | None = None) -> float:
+                            truth: GroundTruth | None = None,
+                            max_batch: int | None = None) -> float:
         """No schedule can beat this rate (tasks/min).
 
         Optimistic on every count: every core and GPU busy all the time, each GPU at the best
         combined co-location gain measured for its model, every GPU stage timed on the fastest
         GPU (a model at its spec speed) and every CPU stage on the fastest core, no queueing, no
-        transfer. Under those assumptions the best split of GPU-capable work between the CPU pool
-        and the GPU pool is a fractional knapsack (highest speed-up to the GPUs first); we
-        binary-search the largest rate both pools can sustain. It is also capped by the arrival
-        rate.
+        transfer. With batching on (``max_batch``, ``simulator.mig``) a GPU's gain is at least
+        the largest batch's, ``max_batch * batch_rate(max_batch, beta)``. Under those
+        assumptions the best split of GPU-capable work between the CPU pool and the GPU pool is
+        a fractional knapsack (highest speed-up to the GPUs first); we binary-search the largest
+        rate both pools can sustain. It is also capped by the arrival rate.
         """
         truth = truth or GroundTruth(self.costs, 0, self._colocation)
         if not tasks:
@@ -156,7 +159,9 @@ class Simulator:
                                        for n in cluster.nodes for g in n.gpus))
         best_cpu = max(n.cpu_speed for n in cluster.nodes)
         cpu_capacity = float(sum(n.cpu_cores for n in cluster.nodes))
-        gpu_capacity = float(sum(truth.max_combined_gain(g.model)
+        batch_gain = (max_batch * batch_rate(max_batch, batch_beta(self.costs.calibration))
+                      if max_batch else 1.0)
+        gpu_capacity = float(sum(max(truth.max_combined_gain(g.model), batch_gain)
                                  for n in cluster.nodes for g in n.gpus))
         cpu_only, flexible = 0.0, []  # per-task mean seconds
         for task in tasks:
@@ -364,7 +369,8 @@ class _Execution:
                                          done=True))
 
     def _metrics(self) -> Metrics:
-        upper_bound = self.sim.upper_bound_per_min(self.cluster, self.tasks, self.truth)
+        upper_bound = self.sim.upper_bound_per_min(self.cluster, self.tasks, self.truth,
+                                                   self.stages.max_batch)
         return self.meter.metrics(
             policy=self.policy.name, node_scheduler=self.scheduler.name, seed=self.seed,
             tasks=len(self.tasks), first_arrival_s=self.tasks[0].arrival_s if self.tasks else 0.0,

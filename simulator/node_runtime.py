@@ -11,6 +11,10 @@ time; a GPU up to ``gpu_max_corun``. Two stages on one GPU progress at the measu
 rates of the ground truth; more share it equally. A stage that does not fit in the GPU's memory,
 or whose pair was measured as unable to co-run, fails with out-of-memory and is ready again
 ``oom_retry_s`` later.
+
+Batching (off unless the scheduler has an integer ``max_batch`` >= 2, ``simulator.mig``): a GPU
+unit then takes up to ``max_batch`` stages of one stage type, which progress as one batch at
+``batch_rate(n, beta)`` each; stages of mixed types still co-run at most ``gpu_max_corun``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from workload.model import Assignment, ComputingUnit, NodeScheduler, Stage, Task
 from simulator.events import OOM_RETRY, STAGE_DONE, EventQueue
 from simulator.ground_truth import GroundTruth
 from simulator.links import LinkTransfers
+from simulator.mig import batch_beta, batch_rate
 from simulator.runtime import Node, Run, TaskState, Unit, advance
 from simulator.utilisation import UtilisationMeter
 
@@ -52,6 +57,10 @@ class StageRunner:
         # The cross-node stage placement axis (simulator.stage_split), set by the engine; only
         # called for a task a policy split over nodes.
         self.split = None
+        # The batching axis: on only when the scheduler asks for batches of 2 or more.
+        max_batch = getattr(scheduler, "max_batch", None)
+        self.max_batch = max_batch if isinstance(max_batch, int) and max_batch >= 2 else None
+        self.batch_beta = batch_beta(costs.calibration) if self.max_batch else None
 
     def true_best_s(self, node: Node, task: Task, stage: str) -> float:
         """True seconds of a stage on the node's best unit, alone (hidden noise included)."""
@@ -136,9 +145,12 @@ class StageRunner:
         assignments = self.scheduler.assign(list(node.ready), views, self.queue.now)
         by_id = {u.view.unit_id: u for u in node.units}
         room = {v.unit_id: v.capacity - len(v.running) for v in views}
+        types = {v.unit_id: list(v.running) for v in views}
         started = set()
         for assignment in assignments:
             self._check(assignment, by_id, room, started)
+            if self.max_batch:
+                self._check_batch(assignment, by_id, types)
             room[assignment.unit_id] -= 1
             started.add((assignment.stage.task_id, assignment.stage.stage))
             node.ready.remove(assignment.stage)
@@ -158,12 +170,26 @@ class StageRunner:
             free_at = now + max((r.remaining / r.rate if r.rate > 0 else 0.0
                                  for r in unit.runs), default=0.0)
             v = unit.view
+            capacity = max(v.capacity, self.max_batch) if self.max_batch and unit.is_gpu \
+                else v.capacity
             views.append(ComputingUnit(v.unit_id, v.kind, v.speed, v.model,
-                                       tuple(r.stage for r in unit.runs), v.capacity, free_at,
+                                       tuple(r.stage for r in unit.runs), capacity, free_at,
                                        1.0 if unit.runs else 0.0,
                                        (sum(r.memory_mb for r in unit.runs) / unit.memory_mb)
-                                       if unit.memory_mb else 0.0, unit.memory_mb))
+                                       if unit.memory_mb else 0.0, unit.memory_mb,
+                                       v.mig_profile))
         return views
+
+    def _check_batch(self, a: Assignment, by_id: dict, types: dict) -> None:
+        # With batching on, a GPU unit holds one batch of one type (up to max_batch) or mixed
+        # co-runners (up to gpu_max_corun), never a larger mixed group.
+        unit = by_id[a.unit_id]
+        types[a.unit_id].append(a.stage.stage)
+        on_unit = types[a.unit_id]
+        if unit.is_gpu and len(set(on_unit)) > 1 and len(on_unit) > unit.view.capacity:
+            raise ValueError(f"node scheduler {self.scheduler.name!r} put {len(on_unit)} stages "
+                             f"of mixed types on {a.unit_id} (a batch is one stage type; mixed "
+                             f"co-runners at most {unit.view.capacity})")
 
     def _check(self, a: Assignment, by_id: dict, room: dict, started: set) -> None:
         # A scheduler under test may be wrong: refuse its answer rather than run it.
@@ -218,13 +244,20 @@ class StageRunner:
     def _oom(self, unit: Unit, stage: str, memory_mb: float) -> bool:
         if sum(r.memory_mb for r in unit.runs) + memory_mb > unit.memory_mb:
             return True
+        # A batch member is not a co-runner: a measured "cannot co-run" pair of its own type
+        # does not apply to it (its memory, n x per-stage memory, is checked above).
         return any(self.truth.corun_rates(stage, r.stage, unit.view.model) == (0.0, 0.0)
-                   for r in unit.runs)
+                   for r in unit.runs if not (self.max_batch and r.stage == stage))
 
     def _reschedule_unit(self, node: Node, unit: Unit) -> None:
         # New rates for the unit's runs and new finish events; older events carry an older
         # version and are ignored when they fire.
-        if unit.is_gpu and len(unit.runs) == 2:
+        if self.max_batch and unit.is_gpu and len(unit.runs) > 1 \
+                and len({r.stage for r in unit.runs}) == 1:
+            # One stage type together on the unit: a batch (simulator.mig), not co-runners.
+            for run in unit.runs:
+                run.rate = batch_rate(len(unit.runs), self.batch_beta)
+        elif unit.is_gpu and len(unit.runs) == 2:
             a, b = unit.runs
             rate_a, rate_b = self.truth.corun_rates(a.stage, b.stage, unit.view.model)
             a.rate, b.rate = rate_a, rate_b

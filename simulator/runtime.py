@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from workload.estimates import CostModel, gpu_spec_speed
 from workload.model import ComputingUnit, NodeSpec, NodeState, Stage, Task
 
+from simulator.mig import slice_units
+
 __all__ = ["Run", "Unit", "TaskState", "Link", "Node", "build_node", "advance"]
 
 
@@ -44,6 +46,7 @@ class Unit:
     memory_mb: float = 0.0
     runs: list[Run] = field(default_factory=list)
     last_update_s: float = 0.0
+    compute_fraction: float = 1  # a MIG slice's share of its GPU (simulator.mig); 1 otherwise
 
     @property
     def is_gpu(self) -> bool:
@@ -97,9 +100,16 @@ class Node:
 
 
 def build_node(spec: NodeSpec, costs: CostModel, gpu_max_corun: int) -> Node:
-    """An idle node: one unit per CPU core (``cpu:<i>``), one per GPU (``gpu:<i>``)."""
+    """An idle node: one unit per CPU core (``cpu:<i>``), one per GPU (``gpu:<i>``), or with a
+    ``mig=`` label one per MIG slice of each GPU (``gpu:<i>/mig<j>:<profile>``, simulator.mig)."""
     units = [Unit(ComputingUnit(f"cpu:{i}", "cpu", speed=spec.cpu_speed))
              for i in range(spec.cpu_cores)]
+    slices = slice_units(spec, costs, gpu_max_corun)
+    if slices is not None:  # a `mig=` label: one unit per MIG slice (simulator.mig)
+        units.extend(Unit(view, memory_mb=memory, compute_fraction=fraction)
+                     for view, memory, fraction in slices)
+        return Node(spec, units, Link(spec.downlink_mbps * 1e6 / 8),
+                    Link(spec.uplink_mbps * 1e6 / 8))
     for i, gpu in enumerate(spec.gpus):
         # The unit carries its spec speed: CostModel.unit_ms scales the model's calibrated
         # per-stage times by it (workload.estimates), so GpuSpec.speed changes true times.

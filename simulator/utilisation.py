@@ -53,7 +53,8 @@ class UtilisationMeter:
         if dt > 0:
             cpu_busy = sum(1 for u in node.units if not u.is_gpu and u.runs)
             gpus = [u for u in node.units if u.is_gpu]
-            gpu_busy = sum(1 for u in gpus if u.runs)
+            # A busy MIG slice is its compute fraction of a busy GPU (1 for a whole GPU).
+            gpu_busy = sum(u.compute_fraction for u in gpus if u.runs)
             gpu_mem = sum(r.memory_mb for u in gpus for r in u.runs)
             host_bytes = node.host_bytes
             values = (cpu_busy, gpu_busy, gpu_mem, host_bytes,

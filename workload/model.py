@@ -249,6 +249,7 @@ class ComputingUnit:
     utilisation: float = 0.0
     memory_util: float = 0.0
     memory_mb: float = 0.0  # device memory of a GPU (0 for CPU cores: host memory not modelled)
+    mig_profile: str = ""   # a MIG slice of a GPU: its profile (e.g. "3g.20gb"); "" otherwise
 
     @property
     def has_room(self) -> bool:

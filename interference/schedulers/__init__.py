@@ -30,6 +30,7 @@ dual_agent_order  dual-agent RL: a bandit over stage-ordering rules
 edf_dvfs          EDF order; lowest-energy unit and DVFS level that meets the deadline
 vgpu_fair         tenants' credit-based fair shares of the GPUs (virtual channels)
 sjf_bco_order     SJF-BCO: the smallest estimated task's stages first, first fit
+elastic_batch     ElasticBatch: per stage type, batch size x MIG slice under a latency target
 ================  ===================================================================
 
 Example::
@@ -48,6 +49,7 @@ from interference.schedulers._checks import validate_assignments
 from interference.schedulers.comm_aware import CommAwareScheduler
 from interference.schedulers.dual_agent_order import DualAgentOrderScheduler
 from interference.schedulers.edf_dvfs import EdfDvfsScheduler
+from interference.schedulers.elastic_batch import ElasticBatchScheduler
 from interference.schedulers.fcfs import FcfsScheduler
 from interference.schedulers.gpu_share import GpuShareScheduler
 from interference.schedulers.heft import HeftScheduler
@@ -69,7 +71,7 @@ __all__ = ["NODE_SCHEDULERS", "make_node_scheduler", "validate_assignments", "Fc
            "IawpScheduler", "VaporScheduler", "SjfBsbfScheduler", "SchedTuneScheduler",
            "GpuShareScheduler", "OpportunisticScheduler", "CommAwareScheduler",
            "DualAgentOrderScheduler", "EdfDvfsScheduler", "VgpuFairScheduler",
-           "SjfBcoOrderScheduler"]
+           "SjfBcoOrderScheduler", "ElasticBatchScheduler"]
 
 #: Registry name -> scheduler class (the name is also the class's ``name``).
 NODE_SCHEDULERS: dict[str, type[NodeScheduler]] = {
@@ -78,7 +80,7 @@ NODE_SCHEDULERS: dict[str, type[NodeScheduler]] = {
                 IawpScheduler, VaporScheduler, SjfBsbfScheduler, SchedTuneScheduler,
                 GpuShareScheduler, OpportunisticScheduler, CommAwareScheduler,
                 DualAgentOrderScheduler, EdfDvfsScheduler, VgpuFairScheduler,
-                SjfBcoOrderScheduler)
+                SjfBcoOrderScheduler, ElasticBatchScheduler)
 }
 
 

@@ -207,7 +207,7 @@ def test_registry_and_factory(costs):
     assert set(NODE_SCHEDULERS) == {"fcfs", "mct", "pats", "heft", "mystic", "iawp", "vapor",
                                     "sjf_bsbf", "schedtune", "gpu_share", "opportunistic",
                                     "comm_aware", "dual_agent_order", "edf_dvfs", "vgpu_fair",
-                                    "sjf_bco_order"}
+                                    "sjf_bco_order", "elastic_batch"}
     for name, cls in NODE_SCHEDULERS.items():
         assert cls.name == name
         assert isinstance(make_node_scheduler(name.upper(), costs=costs, seed=3), cls)
