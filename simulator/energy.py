@@ -11,7 +11,8 @@ Accounting rule (idle baseline plus dynamic power, so nothing is counted twice):
   ``idle_w`` over the whole span of the run (default: first to last logged event), whether or
   not anything ran on it. An idle node therefore adds idle energy and nothing else.
 - **Busy (dynamic) energy**: while at least one stage runs on a unit (from its ``start`` to its
-  ``finish`` event), the unit draws ``busy_w(f) - idle_w`` on top, where ``busy_w(f)`` is its
+  ``finish`` event), the unit draws ``busy_w(f) - idle_w`` on top (a MIG slice of ``g`` of its
+  GPU's ``n`` compute slices: ``g / n`` of that; :meth:`PowerModel.unit_share`), where ``busy_w(f)`` is its
   busy power at its frequency level ``f`` (default: its highest level). A GPU running several
   stages at once is busy once: over every stretch where ``k`` stages co-run, the dynamic energy
   of that stretch is split equally (``1/k`` each) among them, i.e. by time.
@@ -157,6 +158,11 @@ class PowerModel:
     cpu_core: PowerSpec
     gpus: Mapping[str, PowerSpec]
     dvfs_exponent: float
+    #: MIG-capable GPU model -> its compute slices (``mig.models`` in the calibration): a busy
+    #: slice ``gpu:<i>/mig<j>:<g>g.<mem>`` draws ``g / slices`` of its GPU's dynamic power
+    #: (simulator.mig: a slice's speed is that share of the GPU's SMs; the GPU's idle power is
+    #: counted once, for the physical GPU).
+    mig_slices: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_calibration(cls, calibration) -> PowerModel:
@@ -181,11 +187,30 @@ class PowerModel:
                              f"model in gpu_models needs idle/busy watts")
         parsed = {str(name): PowerSpec.parse(str(name), entry, "gpus.")
                   for name, entry in gpus.items()}
-        return cls(cpu, parsed, exponent)
+        mig = (raw.get("mig") or {}).get("models") or {}
+        slices = {str(m): int(entry["compute_slices"]) for m, entry in mig.items()
+                  if isinstance(entry, Mapping) and int(entry.get("compute_slices", 0)) > 0}
+        return cls(cpu, parsed, exponent, slices)
+
+    def unit_share(self, node: NodeSpec, unit_id: str) -> float:
+        """The share of its device's dynamic power a busy unit draws: 1 for a core or a whole
+        GPU, ``g / slices`` for a MIG slice ``gpu:<i>/mig<j>:<g>g.<memory>``."""
+        device, _, slice_name = unit_id.partition("/")
+        if not slice_name:
+            return 1.0
+        model = node.gpus[int(device.partition(":")[2])].model
+        profile = slice_name.partition(":")[2]
+        g = profile.partition("g.")[0]
+        if model not in self.mig_slices or not g.isdigit() \
+                or not 0 < int(g) <= self.mig_slices[model]:
+            raise ValueError(f"energy: {unit_id!r} on node {node.node_id} is not a MIG slice "
+                             f"of a calibrated MIG model ({sorted(self.mig_slices)})")
+        return int(g) / self.mig_slices[model]
 
     def spec_for(self, node: NodeSpec, unit_id: str) -> PowerSpec:
-        """The spec of unit ``unit_id`` (``cpu:<i>`` / ``gpu:<i>``, the engine's names)."""
-        kind, _, index = unit_id.partition(":")
+        """The spec of unit ``unit_id`` (``cpu:<i>`` / ``gpu:<i>``, the engine's names; a MIG
+        slice ``gpu:<i>/mig<j>:<profile>`` has its GPU's spec, see :meth:`unit_share`)."""
+        kind, _, index = unit_id.partition("/")[0].partition(":")
         count = node.cpu_cores if kind == "cpu" else len(node.gpus) if kind == "gpu" else 0
         if not index.isdigit() or int(index) >= count:
             raise ValueError(f"energy: node {node.node_id} has no unit {unit_id!r} "
@@ -343,7 +368,8 @@ def energy_report(result, cluster: ClusterSpec, power: PowerModel,
     intervals: list[EnergyInterval] = []
     for (node_id, unit), unit_runs in sorted(runs.items()):
         spec = power.spec_for(nodes[node_id], unit)
-        dynamic = spec.dynamic_w(frequency_mhz.get((node_id, unit)), power.dvfs_exponent)
+        dynamic = spec.dynamic_w(frequency_mhz.get((node_id, unit)), power.dvfs_exponent) \
+            * power.unit_share(nodes[node_id], unit)
         intervals.extend(_split_by_time(unit_runs, dynamic, node_id, unit))
     for node in cluster.nodes:
         units = [f"cpu:{i}" for i in range(node.cpu_cores)] + \

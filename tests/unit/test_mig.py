@@ -293,3 +293,28 @@ def test_schedulers_that_know_nothing_of_mig_keep_working_on_the_mig_cluster(sch
         scheduler, costs), cluster, tasks, seed=2)
     assert result.metrics.completed == 30
     assert any("/mig" in e.unit for e in result.events if e.kind == "start")
+
+
+def test_a_busy_slice_draws_its_share_of_the_gpus_dynamic_power(costs):
+    """Energy on a partitioned GPU: each slice's busy time costs g/7 of the A100's dynamic
+    power; the GPU's idle power is counted once (one physical GPU)."""
+    from simulator.energy import PowerModel, energy_report
+    power = PowerModel.from_calibration(costs.calibration)
+    cluster = ClusterSpec((_node("3g.20gb,1g.5gb"),))
+    tasks = [Task(f"t{i}", "face_recognition", SIZE) for i in range(2)]
+    result = _sim(costs, gpu_max_corun=1).run(FirstNode(), FirstFit(), cluster, tasks, 0)
+    report = energy_report(result, cluster, power)
+    a100 = power.gpus["a100"]
+    dynamic = a100.dynamic_w(None, power.dvfs_exponent)
+    busy_by_unit: dict[str, float] = {}
+    for interval in report.intervals:
+        if interval.kind == "busy":
+            busy_by_unit[interval.unit] = busy_by_unit.get(interval.unit, 0.0) + interval.joules
+    for unit, g in (("gpu:0/mig0:3g.20gb", 3), ("gpu:0/mig1:1g.5gb", 1)):
+        busy_s = sum(e.time for e in result.events if e.kind == "finish" and e.unit == unit) \
+            - sum(e.time for e in result.events if e.kind == "start" and e.unit == unit)
+        assert busy_s > 0 and busy_by_unit[unit] == pytest.approx(dynamic * g / 7 * busy_s)
+    idle_units = {i.unit for i in report.intervals if i.kind == "idle"}
+    assert {u for u in idle_units if u.startswith("gpu")} == {"gpu:0"}
+    with pytest.raises(ValueError, match="not a MIG slice"):
+        power.unit_share(cluster.nodes[0], "gpu:0/mig0:9g.99gb")
