@@ -54,8 +54,10 @@ curve, :mod:`benchmarks.learning_curve`, as flink_e2e-learning.png); another spe
 from __future__ import annotations
 
 import argparse
+import logging
 import secrets
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -64,6 +66,8 @@ import requests
 from benchmarks._common import RESULTS, write_result
 from benchmarks.learning_curve import learning_curve, placement_drift
 from benchmarks.learning_curve import plot as plot_learning
+
+log = logging.getLogger(__name__)
 
 __all__ = ["main", "Bench", "bench_config", "simulate", "spec_record", "VARIANTS",
            "SIM_POLICIES", "DEFAULT_SPEC"]
@@ -211,13 +215,43 @@ def events_for(count: int, seed: int, prefix: str, payloads: bool = False) -> li
     return events
 
 
-def collect_results(cfg, topic: str, expected_ids: set[str], timeout_s: float) -> list[dict]:
-    """Read ``topic`` (read_committed) until every expected id arrived; each record gets the
-    wall time it became visible (``_seen_s``); a repeated id is kept once (its first sight)."""
+#: Job states after which no more results will come (the read stops instead of timing out).
+TERMINAL_JOB_STATES = frozenset({"FAILED", "CANCELED", "FINISHED"})
+
+
+def _stop_when_job_ends(cluster, job_id: str, stop: threading.Event,
+                        poll_s: float = 5.0) -> threading.Thread:
+    """A daemon thread that sets ``stop`` once ``job_id`` is in a terminal state (a job that
+    failed, e.g. for lack of slots, must cost seconds, not the whole read timeout)."""
+    def watch() -> None:
+        while not stop.wait(poll_s):
+            try:
+                state = (cluster.job(job_id) or {}).get("state")
+            except Exception:  # noqa: BLE001 - REST hiccup: try again at the next poll
+                continue
+            if state in TERMINAL_JOB_STATES:
+                log.warning("job %s is %s: no more results will come", job_id, state)
+                stop.set()
+    thread = threading.Thread(target=watch, name=f"watch-{job_id[:8]}", daemon=True)
+    thread.start()
+    return thread
+
+
+def collect_results(cfg, topic: str, expected_ids: set[str], timeout_s: float,
+                    cluster=None, job_id: str = "") -> list[dict]:
+    """Read ``topic`` (read_committed) until every expected id arrived, ``timeout_s`` passed,
+    or (given ``cluster`` and ``job_id``) the job ended; each record gets the wall time it
+    became visible (``_seen_s``); a repeated id is kept once (its first sight)."""
     from streamplace.kafka_io import read_topic
-    report = read_topic(cfg, topic, "TaskResult", expected=len(expected_ids),
-                        timeout_s=timeout_s, keep=lambda r: r["task_id"] in expected_ids,
-                        stamp_seen=True)
+    stop = threading.Event()
+    if cluster is not None and job_id:
+        _stop_when_job_ends(cluster, job_id, stop)
+    try:
+        report = read_topic(cfg, topic, "TaskResult", expected=len(expected_ids),
+                            timeout_s=timeout_s, keep=lambda r: r["task_id"] in expected_ids,
+                            stamp_seen=True, stop=stop)
+    finally:
+        stop.set()
     first: dict[str, dict] = {}
     for record in report.records:
         first.setdefault(record["task_id"], record)
@@ -375,14 +409,16 @@ class Bench:
             warm = events_for(warmup, seed=seed + 1000, prefix=f"{tag}-warm",
                               payloads=self.payloads)
             produce_task_events(cfg, warm)
-            collect_results(cfg, cfg.job.topic_results, {e["task_id"] for e in warm}, 300)
+            collect_results(cfg, cfg.job.topic_results, {e["task_id"] for e in warm}, 300,
+                            self.cluster, job_id)
             measured = events_for(tasks, seed=seed, prefix=f"{tag}-run", payloads=self.payloads)
             sent_at = time.time()
             report = produce_task_events(cfg, measured)
             if report.errors:
                 raise RuntimeError(f"producing failed: {report.errors[:3]}")
             results = collect_results(cfg, cfg.job.topic_results,
-                                      {e["task_id"] for e in measured}, 900)
+                                      {e["task_id"] for e in measured}, 900, self.cluster,
+                                      job_id)
             row = {"variant": label, "cluster_mode": mode, "seed": seed,
                    **summarise_run(results, sent_at, self.nodes)}
             if row["results"] < tasks:

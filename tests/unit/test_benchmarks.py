@@ -37,3 +37,31 @@ def test_summary_groups_by_scenario_rate_and_pair():
     rows = summarise(runs)
     assert len(rows) == 1 and rows[0]["seeds"] == 3
     assert rows[0]["throughput_per_min"]["mean"] == 2.0
+
+
+def test_the_e2e_read_stops_when_its_job_ends():
+    """A job that failed (no slots, a lost TaskManager) makes the result read stop within a
+    poll, not after its whole timeout."""
+    import threading
+    import time
+
+    from benchmarks.flink_e2e import _stop_when_job_ends
+
+    class Cluster:
+        def __init__(self):
+            self.states = iter(["RUNNING", "RUNNING", "FAILED"])
+
+        def job(self, job_id):
+            return {"state": next(self.states, "FAILED")}
+
+    stop = threading.Event()
+    started = time.monotonic()
+    _stop_when_job_ends(Cluster(), "job-1", stop, poll_s=0.01)
+    assert stop.wait(5.0) and time.monotonic() - started < 5.0
+    quiet = threading.Event()
+    thread = _stop_when_job_ends(type("Up", (), {"job": lambda self, j: {"state": "RUNNING"}})(),
+                                 "job-2", quiet, poll_s=0.01)
+    assert not quiet.wait(0.1)
+    quiet.set()
+    thread.join(1.0)
+    assert not thread.is_alive()
