@@ -138,25 +138,31 @@ def overhead_verdict(overhead: list[dict]) -> dict:
     return out
 
 
-def mirrored_plan(per_node: dict, instances: int = 3) -> str:
+def mirrored_plan(per_node: dict, instances: int = 3, capacity: dict | None = None) -> str:
     """A hook plan with ``instances`` executor instances spread over the nodes that ran a
-    rebalance run's results, in proportion to them (largest remainder, at least one each).
+    rebalance run's results, in proportion to them (largest remainder, at least one each),
+    at most ``capacity[node]`` on a node (the executor units its TaskManager offers: a plan
+    beyond them can never be scheduled, and the job would fail for lack of resources); the
+    plan may then hold fewer than ``instances``.
 
     >>> mirrored_plan({"tm_a": 0, "tm_b": 20000, "tm_c": 0})
     'tm_b=3'
     >>> mirrored_plan({"tm_a": 10, "tm_b": 20, "tm_c": 0})
     'tm_a=1,tm_b=2'
+    >>> mirrored_plan({"tm_a": 0, "tm_b": 20000, "tm_c": 0}, capacity={"tm_b": 2})
+    'tm_b=2'
     """
     used = {n: c for n, c in sorted(per_node.items()) if c > 0}
     if not used:
         raise ValueError("the rebalance run executed nothing: no layout to mirror")
+    room = {n: (capacity or {}).get(n, instances) for n in used}
     total = sum(used.values())
     exact = {n: instances * c / total for n, c in used.items()}
-    counts = {n: max(1, int(x)) for n, x in exact.items()}
+    counts = {n: min(room[n], max(1, int(x))) for n, x in exact.items()}
     for n in sorted(used, key=lambda n: exact[n] - int(exact[n]), reverse=True):
         if sum(counts.values()) >= instances:
             break
-        counts[n] += 1
+        counts[n] = min(room[n], counts[n] + 1)
     return ",".join(f"{n}={k}" for n, k in counts.items())
 CLUSTER_MODES = {"default": {}, "tasks_mode": {"taskmanager.load-balance.mode": "TASKS"}}
 
@@ -279,6 +285,9 @@ def router_gauges(rest_url: str, job_id: str, wait_s: float = 15.0) -> dict:
 def summarise_run(results: list[dict], sent_at: float, nodes=NODES) -> dict:
     results = sorted(results, key=lambda r: r["_seen_s"])
     n = len(results)
+    if not n:  # the job failed before committing anything: a row that says so, not a crash
+        return {"results": 0, "throughput_per_s": 0.0,
+                "per_node": {node: 0 for node in nodes}, "no_results": True}
     # Results become visible in bursts, one transaction per checkpoint (1 s), so the rate is
     # taken over the whole backlog: from sending it to the last committed result.
     span = max(1e-6, results[-1]["_seen_s"] - sent_at)
@@ -825,7 +834,8 @@ def main(argv=None) -> None:
                             args.warmup, seed=100 + r)
             (overhead_rows if is_light else rows).append(row)
             if label == OVERHEAD_VARIANTS[0][0]:
-                layout = mirrored_plan(row["per_node"])
+                layout = mirrored_plan(row["per_node"], capacity={
+                    tm.id: tm.slots for tm in load_spec(args.spec).taskmanagers})
                 row["layout"] = layout
             if not args.only:  # keep what is measured even if a later run fails
                 write_result(f"{name}.partial", {"runs": rows, "overhead_runs": overhead_rows,
