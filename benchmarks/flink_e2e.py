@@ -799,6 +799,7 @@ def main(argv=None) -> None:
     light_tasks = 3000 if args.quick else args.light_tasks
     bench = Bench(args.spec, payloads=args.payloads)
     rows, overhead_rows, training, isolation = [], [], None, None
+    failed_runs: list[dict] = []
     started = time.time()
     try:
         label, mode, settings = VARIANTS[-1]
@@ -832,6 +833,10 @@ def main(argv=None) -> None:
                 settings = {**settings, "plan": layout}
             row = bench.run(label, mode, settings, tag, light_tasks if is_light else tasks,
                             args.warmup, seed=100 + r)
+            if row.get("no_results"):  # the job failed: recorded, left out of the summaries
+                failed_runs.append({**row, "round": r})
+                tqdm.write(f"  {label:32s} no results (the job ended without committing any)")
+                continue
             (overhead_rows if is_light else rows).append(row)
             if label == OVERHEAD_VARIANTS[0][0]:
                 layout = mirrored_plan(row["per_node"], capacity={
@@ -883,7 +888,7 @@ def main(argv=None) -> None:
         "executor_capacity": EXECUTOR_CAPACITY, "checkpoint_interval_ms": 1000,
         "wall_s": time.time() - started, "real_engine_wall_s": real_wall,
         "training_run": training, "summary": summary,
-        "overhead": overhead, "verdict": verdict, "runs": rows, "overhead_runs": overhead_rows,
+        "overhead": overhead, "verdict": verdict, "runs": rows, "overhead_runs": overhead_rows, "failed_runs": failed_runs,
         "learning_curve": curve, "placement_drift": drift,
         **({"simulator": simulated} if simulated else {})})
     plot(summary, rows, overhead, RESULTS / f"{name}.png", nodes=nodes, simulator=simulated)
