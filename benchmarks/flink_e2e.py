@@ -888,7 +888,8 @@ def main(argv=None) -> None:
         "executor_capacity": EXECUTOR_CAPACITY, "checkpoint_interval_ms": 1000,
         "wall_s": time.time() - started, "real_engine_wall_s": real_wall,
         "training_run": training, "summary": summary,
-        "overhead": overhead, "verdict": verdict, "runs": rows, "overhead_runs": overhead_rows, "failed_runs": failed_runs,
+        "overhead": overhead, "verdict": verdict, "runs": rows, "overhead_runs": overhead_rows,
+        "failed_runs": failed_runs,
         "learning_curve": curve, "placement_drift": drift,
         **({"simulator": simulated} if simulated else {})})
     plot(summary, rows, overhead, RESULTS / f"{name}.png", nodes=nodes, simulator=simulated)
