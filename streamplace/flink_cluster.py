@@ -15,9 +15,6 @@ runs in its own emulated host at its own address, the JobManager binds the head 
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
 import re
 import shutil
 import subprocess
@@ -26,16 +23,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
 from streamplace.config import StreamplaceConfig
+from streamplace.flink_files import ProcessFiles, flink_home
 from streamplace.flink_hosts import (HostLauncher, IsolationPlan, plan_isolation,
-                                     taskmanager_address, taskmanager_host_options,
-                                     with_host_addresses)
+                                     taskmanager_address, with_host_addresses)
 from streamplace.processes import LaunchError, ManagedProcess, require_java, tail
-from workload.cluster_spec import (JVM_METASPACE_MB, LocalClusterSpec, TaskManagerSpec,
-                                   load_cluster_spec)
+from workload.cluster_spec import LocalClusterSpec, TaskManagerSpec, load_cluster_spec
 
 __all__ = ["FlinkCluster", "flink_home", "TaskManagerStatus", "ClusterStatus"]
 
@@ -45,31 +39,6 @@ REST_POLL_TIMEOUT_S = 5.0
 #: Seconds a job-control request (stop-with-savepoint, cancel) may take to be accepted.
 REST_CONTROL_TIMEOUT_S = 10.0
 
-LOG_CONFIG_FILES = ("log4j-console.properties", "log4j.properties", "log4j-cli.properties",
-                    "logback-console.xml", "logback.xml")
-
-
-def flink_home() -> Path:
-    """The Flink distribution inside the installed apache-flink wheel (no pyflink import)."""
-    spec = importlib.util.find_spec("pyflink")
-    if spec is None or not spec.submodule_search_locations:
-        raise LaunchError("apache-flink is not installed in this Python environment "
-                          f"({sys.executable}); run `make install`")
-    home = Path(list(spec.submodule_search_locations)[0])
-    if not (home / "bin" / "taskmanager.sh").is_file():
-        raise LaunchError(f"{home} does not contain Flink's bin/ scripts; reinstall apache-flink")
-    return home
-
-
-def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
-    flat: dict[str, object] = {}
-    for key, value in data.items():
-        full = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, full + "."))
-        else:
-            flat[full] = value
-    return flat
 
 
 @dataclass
@@ -129,7 +98,8 @@ class FlinkCluster:
         if self.isolation.emulated:  # no-op when load_config already moved the addresses
             config = with_host_addresses(config, self.spec, probe=lambda: (True, ""))
         self.config = config
-        self.hosts = HostLauncher(config, self.spec)
+        self.files = ProcessFiles(config, self.spec, self.isolation,
+                                  HostLauncher(config, self.spec))
         self.hosts_note: str | None = None   # what stop() did with the hosts, for the CLI
         self.dir = config.flink_dir
         self.rest_url = config.flink.rest_url
@@ -141,124 +111,27 @@ class FlinkCluster:
             ports=[(config.flink.host, config.flink.rest_port),
                    (config.flink.host, config.flink.rpc_port)])
 
+    @property
+    def hosts(self) -> HostLauncher:
+        """The emulated hosts' launcher (shared with :attr:`files`, which wraps commands in it)."""
+        return self.files.hosts
+
+    @hosts.setter
+    def hosts(self, launcher: HostLauncher) -> None:
+        self.files.hosts = launcher
+
     # Processes ---------------------------------------------------------------------------------
     def _tm_process(self, tm: TaskManagerSpec) -> ManagedProcess:
         base = self.dir / tm.id
         return ManagedProcess(name=f"Flink TaskManager {tm.id}", pid_file=base / "process.pid",
                               log_file=base / "log" / "console.out", marker=str(base / "conf"))
 
-    def conf_dir(self, name: str) -> Path:
-        return self.dir / name / "conf"
-
-    def _common_config(self) -> dict[str, object]:
-        shipped = yaml.safe_load((flink_home() / "conf" / "config.yaml").read_text()) or {}
-        conf = _flatten(shipped)
-        f = self.config.flink
-        venv_python = sys.executable
-        conf.update({
-            "jobmanager.rpc.address": f.host, "jobmanager.rpc.port": f.rpc_port,
-            "jobmanager.bind-host": f.host,
-            "rest.address": f.host, "rest.port": f.rest_port, "rest.bind-address": f.host,
-            "taskmanager.bind-host": f.host, "taskmanager.host": f.host,
-            "jobmanager.memory.process.size": f"{f.jobmanager_memory_mb}m",
-            "cluster.fine-grained-resource-management.enabled": True,
-            "parallelism.default": self.config.job.parallelism,
-            "execution.checkpointing.dir": (self.dir / "checkpoints").as_uri(),
-            "execution.checkpointing.savepoint-dir": (self.dir / "savepoints").as_uri(),
-            # Python workers (process mode) must use the interpreter that has streamplace.
-            "python.executable": venv_python, "python.client.executable": venv_python,
-            # Notice a dead TaskManager in seconds, not the default 50 s.
-            "heartbeat.interval": 2000, "heartbeat.timeout": 15000,
-            "restart-strategy.type": "fixed-delay",
-            "restart-strategy.fixed-delay.attempts": 50,
-            "restart-strategy.fixed-delay.delay": "2 s",
-            # A cancelled job keeps its last checkpoint, so a job whose pinned TaskManager died
-            # can be resubmitted from it on the remaining nodes (streamplace.supervisor).
-            "execution.checkpointing.externalized-checkpoint-retention":
-                "RETAIN_ON_CANCELLATION",
-        })
-        conf.update(f.extra_config)
-        return conf
-
-    def _write_conf(self, name: str, conf: dict[str, object]) -> Path:
-        conf_dir = self.conf_dir(name)
-        conf_dir.mkdir(parents=True, exist_ok=True)
-        for log_file in LOG_CONFIG_FILES:
-            source = flink_home() / "conf" / log_file
-            if source.is_file():
-                shutil.copyfile(source, conf_dir / log_file)
-        (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf, sort_keys=True, width=10_000))
-        return conf_dir
-
-    def _env(self, name: str) -> dict[str, str]:
-        env = dict(os.environ)
-        base = self.dir / name
-        (base / "log").mkdir(parents=True, exist_ok=True)
-        (base / "tmp").mkdir(parents=True, exist_ok=True)
-        env.update({"FLINK_CONF_DIR": str(self.conf_dir(name)), "FLINK_LOG_DIR": str(base / "log"),
-                    "FLINK_PID_DIR": str(base), "FLINK_HOME": str(flink_home())})
-        java = require_java()
-        env.setdefault("JAVA_HOME", str(Path(os.path.realpath(java)).parents[1]))
-        return env
-
-    def _tm_env(self, tm: TaskManagerSpec) -> dict[str, str]:
-        env = self._env(tm.id)
-        threads = str(tm.threads)
-        env.update({
-            "STREAMPLACE_NODE_ID": tm.id,
-            "STREAMPLACE_WORK_MULTIPLIER": str(tm.work_multiplier),
-            "STREAMPLACE_TASK_TYPE_MULTIPLIERS": json.dumps(tm.task_type_multipliers),
-            "STREAMPLACE_NODE_LABELS": ",".join(tm.labels),
-            "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-            "OPENBLAS_NUM_THREADS": threads, "STREAMPLACE_TORCH_THREADS": threads,
-            # A node without GPUs in the spec must not see the host's GPUs either.
-            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in tm.gpu_ids),
-        })
-        return env
-
-    def _tm_command(self, tm: TaskManagerSpec, taskset: str | None) -> list[str]:
-        """The TaskManager's command line: Flink's script, pinned with taskset when the spec
-        gives CPUs, and in host mode entered into the node's host (same pid)."""
-        cmd = [str(flink_home() / "bin" / "taskmanager.sh"), "start-foreground",
-               # A list-valued option must come as -D (the yaml list form is read as one name).
-               "-D", f"external-resources={tm.id}"]
-        if tm.cpu_affinity and taskset:
-            cmd = [taskset, "-c", ",".join(map(str, tm.cpu_affinity))] + cmd
-        if self.isolation.emulated:
-            cmd = self.hosts.wrap(tm.id, cmd)
-        return cmd
-
-    def _tm_config(self, tm: TaskManagerSpec, common: dict[str, object]) -> dict[str, object]:
-        conf = dict(common)
-        base = self.dir / tm.id
-        conf.update({
-            "taskmanager.resource-id": tm.id,
-            "taskmanager.cpu.cores": tm.cpu_cores,
-            "taskmanager.numberOfTaskSlots": tm.slots,
-            "taskmanager.memory.task.heap.size": f"{tm.task_heap_mb}m",
-            "taskmanager.memory.managed.size": f"{tm.managed_mb}m",
-            "taskmanager.memory.task.off-heap.size": "0m",
-            "taskmanager.memory.framework.heap.size": "128m",
-            "taskmanager.memory.framework.off-heap.size": "128m",
-            "taskmanager.memory.network.min": "64m", "taskmanager.memory.network.max": "64m",
-            "taskmanager.memory.jvm-metaspace.size": f"{JVM_METASPACE_MB}m",
-            "taskmanager.memory.jvm-overhead.min": "192m",
-            "taskmanager.memory.jvm-overhead.max": "192m",
-            f"external-resource.{tm.id}.amount": tm.slots,
-            "io.tmp.dirs": str(base / "tmp"),
-        })
-        if self.isolation.emulated:
-            conf.update(taskmanager_host_options(taskmanager_address(self.isolation, self.spec,
-                                                                     tm.id)))
-        conf.pop("taskmanager.memory.process.size", None)
-        return conf
-
     # Public API -------------------------------------------------------------------------------
     def start(self) -> "ClusterStatus":
         """Start whatever is not running yet and wait until every TaskManager registered."""
         require_java()  # fail with the install hint before writing any configuration
         self.spec.check_fits_machine()
-        common = self._common_config()
+        common = self.files.common_config()
         if self.isolation.emulated:  # the bridge (head address) must exist before any bind
             busy = any(self._tm_process(tm).is_running() for tm in self.spec.taskmanagers)
             self.hosts.ensure(busy=busy)
@@ -267,16 +140,16 @@ class FlinkCluster:
             jm_conf = dict(common)
             jm_conf["io.tmp.dirs"] = str(self.dir / "jobmanager" / "tmp")
             jm_conf["web.tmpdir"] = str(self.dir / "jobmanager" / "tmp")
-            self._write_conf("jobmanager", jm_conf)
+            self.files.write_conf("jobmanager", jm_conf)
             self.jobmanager.launch([str(flink_home() / "bin" / "jobmanager.sh"),
-                                    "start-foreground"], env=self._env("jobmanager"))
+                                    "start-foreground"], env=self.files.env("jobmanager"))
         taskset = shutil.which("taskset")
         for tm in self.spec.taskmanagers:
             proc = self._tm_process(tm)
             if proc.is_running():
                 continue
-            self._write_conf(tm.id, self._tm_config(tm, common))
-            proc.launch(self._tm_command(tm, taskset), env=self._tm_env(tm))
+            self.files.write_conf(tm.id, self.files.taskmanager_config(tm, common))
+            proc.launch(self.files.taskmanager_command(tm, taskset), env=self.files.taskmanager_env(tm))
         self.jobmanager.wait_ready(self._rest_up, self.config.flink.start_timeout_s,
                                    log_to_show=self._newest_log("jobmanager"))
         deadline = time.monotonic() + self.config.flink.start_timeout_s
@@ -365,8 +238,8 @@ class FlinkCluster:
         """``flink run -d -py script -- args`` against this cluster; returns the job id.
         ``restore_from``: a savepoint or retained checkpoint to start from (state of operators
         that no longer exist is skipped: ``--allowNonRestoredState``)."""
-        env = self._env("client")
-        env["FLINK_CONF_DIR"] = str(self.conf_dir("jobmanager"))
+        env = self.files.env("client")
+        env["FLINK_CONF_DIR"] = str(self.files.conf_dir("jobmanager"))
         restore = ["-s", restore_from, "-n"] if restore_from else []
         cmd = [str(flink_home() / "bin" / "flink"), "run", "-d",
                "-m", f"{self.config.flink.host}:{self.config.flink.rest_port}", *restore,

@@ -73,12 +73,12 @@ def test_taskmanager_configuration_pins_and_isolates(tmp_path):
     cfg = load_config(None, [f"home={tmp_path}"])
     cluster = FlinkCluster(cfg)
     tm = cluster.spec.node("tm_c")
-    conf = cluster._tm_config(tm, cluster._common_config())
+    conf = cluster.files.taskmanager_config(tm, cluster.files.common_config())
     assert conf["taskmanager.resource-id"] == "tm_c"
     assert conf["external-resource.tm_c.amount"] == tm.slots
     assert conf["cluster.fine-grained-resource-management.enabled"] is True
     assert "taskmanager.memory.process.size" not in conf  # explicit parts instead
-    env = cluster._tm_env(tm)
+    env = cluster.files.taskmanager_env(tm)
     assert env["STREAMPLACE_NODE_ID"] == "tm_c" and env["STREAMPLACE_WORK_MULTIPLIER"] == "2.0"
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["OMP_NUM_THREADS"] == "1"
 

@@ -399,7 +399,7 @@ def test_taskmanagers_set_what_the_code_reads_and_every_variable_is_read():
 def test_flink_settings_match_the_local_cluster():
     from streamplace.config import load_config
     from streamplace.flink_cluster import FlinkCluster
-    local = FlinkCluster(load_config())._common_config()
+    local = FlinkCluster(load_config()).files.common_config()
     svc = services()
     flink_services = {"jobmanager": svc["jobmanager"], **taskmanagers()}
 

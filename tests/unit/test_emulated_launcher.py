@@ -132,11 +132,11 @@ def test_cpuset_mode_commands_and_options_are_unchanged(tmp_path):
     spec = load_cluster_spec("default")
     cluster = _cluster(tmp_path, spec, None)
     tm_a = spec.node("tm_a")
-    cmd = cluster._tm_command(tm_a, "/usr/bin/taskset")
+    cmd = cluster.files.taskmanager_command(tm_a, "/usr/bin/taskset")
     assert cmd[:3] == ["/usr/bin/taskset", "-c", "0"]
     assert cmd[3].endswith("bin/taskmanager.sh")
     assert cmd[4:] == ["start-foreground", "-D", "external-resources=tm_a"]
-    conf = cluster._tm_config(tm_a, cluster._common_config())
+    conf = cluster.files.taskmanager_config(tm_a, cluster.files.common_config())
     assert conf["taskmanager.host"] == conf["taskmanager.bind-host"] == "127.0.0.1"
     assert conf["jobmanager.rpc.address"] == conf["rest.address"] == "127.0.0.1"
     assert cluster.rest_url == "http://127.0.0.1:8081"
@@ -148,14 +148,14 @@ def test_host_mode_enters_each_host_and_binds_its_own_address(tmp_path):
     plan = IsolationPlan(MODE_EMULATED, "root", HEAD, "10.213.0.0/24")
     cluster = _cluster(tmp_path, spec, plan)
     cluster.hosts = FakeHosts()
-    common = cluster._common_config()
+    common = cluster.files.common_config()
     assert common["jobmanager.rpc.address"] == common["jobmanager.bind-host"] == HEAD
     assert common["rest.address"] == common["rest.bind-address"] == HEAD
     assert cluster.rest_url == f"http://{HEAD}:8081"
     for index, tm in enumerate(spec.taskmanagers):
-        cmd = cluster._tm_command(tm, "/usr/bin/taskset")
+        cmd = cluster.files.taskmanager_command(tm, "/usr/bin/taskset")
         assert cmd[:3] == ["enter", tm.id, "--"] and cmd[3].endswith("taskmanager.sh")
-        conf = cluster._tm_config(tm, common)
+        conf = cluster.files.taskmanager_config(tm, common)
         address = f"10.213.0.{2 + index}"
         assert conf["taskmanager.host"] == conf["taskmanager.bind-host"] == address
         assert conf["jobmanager.rpc.address"] == HEAD

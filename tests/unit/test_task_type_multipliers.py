@@ -95,7 +95,7 @@ def test_each_taskmanager_gets_its_own_multipliers_in_its_environment(tmp_path):
          "task_type_multipliers": {"text_inference": 3}},
         {"id": "tm_b", "cpu_cores": 1, "cpu_affinity": [1]}]})
     cluster = FlinkCluster(load_config(overrides=[f"home={tmp_path}"]), spec=spec, plan=None)
-    exported = [json.loads(cluster._tm_env(tm)[ENV_TASK_TYPE_MULTIPLIERS])
+    exported = [json.loads(cluster.files.taskmanager_env(tm)[ENV_TASK_TYPE_MULTIPLIERS])
                 for tm in spec.taskmanagers]
     assert exported == [{"text_inference": 3.0}, {}]
 
