@@ -92,6 +92,9 @@ def train_variant(job: tuple) -> dict:
     extra = job[5] if len(job) > 5 else {}
     if variant == "residual":
         return train_residual(job)
+    if variant == "residual_energy":  # the energy-aware residual (benchmarks.energy_ldwp)
+        from benchmarks.energy_ldwp import train_energy
+        return train_energy(job)
     from interference.schedulers import make_node_scheduler
     from placement.ldwp.pretrain import collect_demonstrations, demonstrations_hash, pretrain
     from placement.policies import make_policy
@@ -142,9 +145,18 @@ def _saturated_throughput(agent, scheduler_name, seeds, tasks) -> float:
     return statistics.fmean(values)
 
 
-def train_residual(job: tuple) -> dict:
+def _throughput_check(agent, tasks: int, first: dict | None) -> tuple[float, dict]:
+    """The residual variant's checkpoint score: mean saturated throughput on TUNING_SEEDS."""
+    value = _saturated_throughput(agent, "heft", TUNING_SEEDS, tasks)
+    return value, {"tuning_throughput_per_min": value}
+
+
+def train_residual(job: tuple, overrides: dict | None = None, check=_throughput_check) -> dict:
     """The residual variant: starts as MCT, learns online on saturated TRAINING seeds, and
-    keeps the checkpoint with the best mean saturated throughput on TUNING_SEEDS."""
+    keeps the checkpoint with the best mean saturated throughput on TUNING_SEEDS.
+
+    ``overrides``: settings on top of the variant's; ``check(agent, tasks, first record)``:
+    (score, record) of a checkpoint, higher is better (``first``: episode 0's record)."""
     variant, pretrained, episodes, tasks, out_dir = job[:5]
     extra = job[5] if len(job) > 5 else {}
     import copy
@@ -153,12 +165,13 @@ def train_residual(job: tuple) -> dict:
     from simulator import Simulator
     from simulator.scenarios import saturated_workload
     costs, cluster = _setup()
-    agent = _agent(variant, cluster, costs, seed=0, exploration_steps=episodes * tasks)
+    agent = _agent("residual", cluster, costs, seed=0, exploration_steps=episodes * tasks,
+                   **(overrides or {}))
     simulator = Simulator(costs)
     learning, checks = [], []
-    best = (_saturated_throughput(agent, "heft", TUNING_SEEDS, tasks), 0,
-            copy.deepcopy(agent.q_network.state_dict()))
-    checks.append({"episode": 0, "tuning_throughput_per_min": best[0]})
+    score, first = check(agent, tasks, None)
+    best = (score, 0, copy.deepcopy(agent.q_network.state_dict()))
+    checks.append({"episode": 0, **first})
     for episode in range(episodes):
         seed = TRAINING_SEEDS[10 + episode]
         started = time.perf_counter()
@@ -169,8 +182,8 @@ def train_residual(job: tuple) -> dict:
                          "epsilon": agent.epsilon(), "updates": agent.updates,
                          "wall_s": time.perf_counter() - started})
         if (episode + 1) % RESIDUAL_CHECK == 0 or episode + 1 == episodes:
-            value = _saturated_throughput(agent, "heft", TUNING_SEEDS, tasks)
-            checks.append({"episode": episode + 1, "tuning_throughput_per_min": value})
+            value, record = check(agent, tasks, first)
+            checks.append({"episode": episode + 1, **record})
             if value > best[0]:
                 best = (value, episode + 1, copy.deepcopy(agent.q_network.state_dict()))
     agent.q_network.load_state_dict(best[2])

@@ -1,6 +1,6 @@
 """Train the model files that ship with streamplace (``placement/models/``), reproducibly.
 
-    python -m benchmarks.ship_models                       # every shipped model (~40 min, 2 cores)
+    python -m benchmarks.ship_models                       # every shipped model (~50 min, 2 cores)
     python -m benchmarks.ship_models --models residual     # one of them
     make models                                            # the same as the first line
 
@@ -19,6 +19,11 @@ used, the cluster and every training workload), so a file trained on generated d
   cluster), pre-trained on MCT's decisions, then 8 online episodes.
 - ``paper``: the paper's network (one output per node of the paper cluster), pre-trained the
   same way; it moves to another cluster only through ``placement.ldwp.transfer``.
+- ``energy``: the residual LDWP with the energy-aware reward (``LDWPSettings.energy_weight``,
+  lambda ``benchmarks.energy_ldwp.ENERGY_WEIGHT``, chosen on the tuning seeds by
+  ``python -m benchmarks.energy_ldwp --sweep``), the same 8 saturated episodes; its checkpoint is
+  the lowest tuning energy per task at 30 tasks/min that keeps 95% of MCT's saturated tuning
+  throughput (``benchmarks.energy_ldwp.energy_check``).
 - ``ncf``: the interference models in ``interference/models/`` (see
   ``interference.ncf.shipped``): matrix factorisation and the paper's NCF per GPU type, fitted
   (seed 0) on every feasible entry of Gavel's co-location matrix; seconds.
@@ -49,7 +54,7 @@ EPISODES = 8
 TASKS = 1500
 #: shipped name -> (benchmarks.ldwp variant, pre-trained on MCT's decisions)
 TRAINED_AS = {"residual": ("residual", True), "size_agnostic": ("node_scoring", True),
-              "paper": ("paper", True)}
+              "paper": ("paper", True), "energy": ("residual_energy", True)}
 
 
 def training_data_hash(variant: str, episodes: int, tasks: int) -> str:
@@ -62,15 +67,36 @@ def training_data_hash(variant: str, episodes: int, tasks: int) -> str:
                    "calibration.yaml").read_bytes())
     digest.update(repr(load_or_generate_colocation()).encode())
     digest.update(repr(paper_cluster()).encode())
-    seeds = [(TRAINING_SEEDS[10 + e], variant == "residual" or e % 2 == 0)
+    residual = variant in ("residual", "residual_energy")
+    seeds = [(TRAINING_SEEDS[10 + e], None if residual or e % 2 == 0 else 60)
              for e in range(episodes)]
-    seeds += [(s, True) for s in TUNING_SEEDS] if variant == "residual" else []
-    for seed, saturated in seeds:
-        workload = (saturated_workload(tasks, seed=seed) if saturated
-                    else paper_workload(60, tasks, seed=seed))
+    seeds += [(s, None) for s in TUNING_SEEDS] if residual else []
+    if variant == "residual_energy":  # its checkpoints are also judged at 30 tasks/min
+        from benchmarks.energy_ldwp import TUNING_RATE
+        seeds += [(s, TUNING_RATE) for s in TUNING_SEEDS]
+    for seed, rate in seeds:
+        workload = (saturated_workload(tasks, seed=seed) if rate is None
+                    else paper_workload(rate, tasks, seed=seed))
         for task in workload:
             digest.update(repr(task).encode())
     return digest.hexdigest()
+
+
+def ship_metadata(name: str, episodes: int = EPISODES) -> dict:
+    """What a shipped file's header records beside its settings: the command that rebuilds
+    it, its name, the hash of its training data (and, for ``energy``, how lambda was chosen)."""
+    variant = TRAINED_AS[name][0]
+    command = f"python -m benchmarks.ship_models --models {name}" + (
+        "" if episodes == EPISODES else f" --episodes {episodes}")
+    extra = {"command": command, "shipped_as": name,
+             "training_data_sha256": training_data_hash(variant, episodes, TASKS)}
+    if name == "energy":
+        from benchmarks.energy_ldwp import ENERGY_SWEEP, THROUGHPUT_FLOOR, TUNING_RATE
+        extra["energy_weight_chosen_by"] = (
+            f"python -m benchmarks.energy_ldwp --sweep: lambda in {list(ENERGY_SWEEP)} with the "
+            f"lowest tuning energy per task at {TUNING_RATE}/min, saturated tuning throughput "
+            f">= {THROUGHPUT_FLOOR} x MCT's")
+    return extra
 
 
 def ship(name: str, episodes: int | None = None, out: Path | None = None) -> dict:
@@ -79,10 +105,7 @@ def ship(name: str, episodes: int | None = None, out: Path | None = None) -> dic
     variant, pretrained = TRAINED_AS[name]
     episodes = episodes or EPISODES
     out = out or MODELS / SHIPPED_MODELS[name]
-    command = f"python -m benchmarks.ship_models --models {name}" + (
-        "" if episodes == EPISODES else f" --episodes {episodes}")
-    extra = {"command": command, "shipped_as": name,
-             "training_data_sha256": training_data_hash(variant, episodes, TASKS)}
+    extra = ship_metadata(name, episodes)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ship-models-") as tmp:
         trained = train_variant((variant, pretrained, episodes, TASKS, tmp, extra))

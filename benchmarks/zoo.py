@@ -5,7 +5,8 @@ Random / ETC / PATS, ten related GPU-cluster systems adapted to streaming stages
 more on energy, carbon, tenants, deadlines, batching, link contention and splitting a task's
 stages over nodes (part 2: PowerFlow, GreenFlow, HiveD, GAI, EDF-DVFS, vGPU fair, ElasticBatch,
 SJF-BCO, Pipe-Torch, IoT-Partition; the zoo's clusters have no MIG GPU, so ElasticBatch only
-batches here), and our LDWP + IAWP from the shipped model file) runs on identical tasks
+batches here), and our LDWP + IAWP from the shipped model file, plus the LDWP variant trained with an
+energy-aware reward, ``benchmarks/energy_ldwp.py``) runs on identical tasks
 for each seed, each task with a tenant, a priority and a deadline (``benchmarks.zoo_metrics``;
 systems that do not read them run exactly as before):
 
@@ -81,7 +82,11 @@ RELATED_2 = (
 OURS = (
     ("LDWP+IAWP (ours)", "ldwp", "iawp", "ours"),
     ("LDWP+HEFT (ours)", "ldwp", "heft", "ours"),
+    ("LDWP-energy+HEFT (ours)", "ldwp_energy", "heft", "ours"),
 )
+#: LDWP rows: zoo policy name -> shipped model name (``placement.ldwp.shipped``); "ldwp" reads
+#: the ``--model`` file instead when one is given (default: the shipped residual one).
+LDWP_MODELS = {"ldwp": "residual", "ldwp_energy": "energy"}
 SYSTEMS = tuple((label, policy, scheduler, "oracle" if policy == "oracle" else "baseline")
                 for label, policy, scheduler in PAIRS) + RELATED + RELATED_2 + OURS
 METRICS = ("throughput_per_min", "latency_p99_s", "gpu_utilisation",
@@ -135,9 +140,11 @@ def run_one(job: tuple) -> dict:
     settings = {}
     if policy_name == "oracle":
         policy = GreedyOracle()
-    elif policy_name == "ldwp":
+    elif policy_name in LDWP_MODELS:
         from placement.ldwp.agent import LDWPPolicy
-        policy = LDWPPolicy.from_file(model, cluster, costs)
+        from placement.ldwp.shipped import shipped_model
+        path = model if policy_name == "ldwp" else shipped_model(LDWP_MODELS[policy_name])
+        policy = LDWPPolicy.from_file(path, cluster, costs)
     else:
         settings = part2.policy_settings(policy_name, cluster, costs, workload, power)
         policy = make_policy(policy_name, cluster, costs, seed=seed, **settings)

@@ -53,7 +53,8 @@ from dataclasses import dataclass, field
 from workload.model import ClusterSpec, NodeSpec
 
 __all__ = ["PowerSpec", "PowerModel", "EnergyInterval", "TaskEnergy", "EnergyReport",
-           "energy_report", "MAX_EVENTS", "MAX_UNIT_WATTS", "MAX_FREQUENCY_MHZ", "SOURCES"]
+           "energy_report", "task_busy_energy_j", "MAX_EVENTS", "MAX_UNIT_WATTS",
+           "MAX_FREQUENCY_MHZ", "SOURCES"]
 
 #: Most event records one report reads (a bound against runaway inputs, ~10x the paper run's).
 MAX_EVENTS = 20_000_000
@@ -330,6 +331,33 @@ def _split_by_time(runs: list, dynamic_w: float, node: str, unit: str):
             else:
                 active.pop(index)
         previous = time
+
+
+def task_busy_energy_j(node: NodeSpec, stage_runs: Sequence, power: PowerModel) -> float:
+    """One task's busy (dynamic) joules from what its executor reports at completion:
+    ``stage_runs`` of ``(stage, unit_id, busy_share_s)``, where ``busy_share_s`` is the stage's
+    share of its unit's time (1/k over each stretch it ran with k stages on the unit), every
+    unit at its highest clock. The same rule as :func:`energy_report`, so on a simulated run
+    this equals its ``per_task[task].busy_j`` (tested); the idle share is not a task's own.
+
+    >>> from workload.model import GpuSpec
+    >>> from workload.estimates import load_calibration
+    >>> node = NodeSpec("n1", 2, 16, gpus=(GpuSpec("t4", 16),))
+    >>> power = PowerModel.from_calibration(load_calibration())
+    >>> joules = task_busy_energy_j(node, [("decode", "cpu:0", 2.0), ("detect", "gpu:0", 1.0)],
+    ...                             power)
+    >>> round(joules, 2)          # 2 s x (14.17 - 4.25) W + 1 s x (70 - 10) W
+    79.84
+    """
+    total = 0.0
+    for _stage, unit_id, share_s in stage_runs:
+        if not (isinstance(share_s, (int, float)) and math.isfinite(share_s) and share_s >= 0):
+            raise ValueError(f"energy: stage time share {share_s!r} on {unit_id} must be a "
+                             "finite number >= 0")
+        spec = power.spec_for(node, unit_id)
+        total += spec.dynamic_w(None, power.dvfs_exponent) * power.unit_share(node, unit_id) \
+            * share_s
+    return total
 
 
 def energy_report(result, cluster: ClusterSpec, power: PowerModel,

@@ -354,6 +354,9 @@ class _Execution:
         self.completion_times.append(now)
         self.completions.last_s = now
         self.completions.latencies.append(now - state.task.arrival_s)
+        runs = getattr(self.policy, "observe_stage_runs", None)
+        if runs is not None:  # where and how long each stage ran (an executor's timings)
+            runs(task_id, node_id, tuple(state.stage_runs))
         observe = getattr(self.policy, "observe_completion", None)
         if observe is not None:  # what the feedback topic tells a learner about this task
             observe(task_id, now - state.task.arrival_s, node_id)

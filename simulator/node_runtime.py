@@ -109,6 +109,7 @@ class StageRunner:
         task_id, stage_name = key
         state = node.tasks[task_id]
         state.done.add(stage_name)
+        state.stage_runs.append((stage_name, unit_id, run.busy_share_s))
         done_s = self.true_best_s(node, state.task, stage_name)
         state.true_left_s -= done_s
         node.true_left_s = max(0.0, node.true_left_s - done_s)

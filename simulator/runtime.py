@@ -36,6 +36,9 @@ class Run:
     stage: str = ""
     estimate_s: float = 0.0        # public estimate of its alone time on this unit
     partners: set = field(default_factory=set)  # stage types it shared the GPU with
+    # Its share of the elapsed time, 1/k over each stretch with k runs on the unit: what
+    # simulator.energy charges a stage of a shared unit's dynamic power (read at its finish).
+    busy_share_s: float = 0.0
 
 
 @dataclass
@@ -62,6 +65,9 @@ class TaskState:
     waiting_deps: dict[str, int]
     done: set = field(default_factory=set)
     first_start_s: float | None = None
+    # (stage, unit_id, busy_share_s) of every finished stage: what an executor reports of the
+    # task at its completion (policies with observe_stage_runs get it; energy-aware rewards)
+    stage_runs: list = field(default_factory=list)
     estimate_left_s: float = 0.0
     true_left_s: float = 0.0       # hidden truth, only the oracle reads it
     # Only for a task split over nodes (simulator.stage_split): the node of every stage. This
@@ -123,8 +129,11 @@ def build_node(spec: NodeSpec, costs: CostModel, gpu_max_corun: int) -> Node:
 
 
 def advance(runs: list[Run], since: float, now: float) -> None:
-    """Progress every run from ``since`` to ``now`` at its current rate."""
+    """Progress every run from ``since`` to ``now`` at its current rate; each run gains
+    ``dt / len(runs)`` of ``busy_share_s`` (the runs share the unit's time equally)."""
     dt = now - since
     if dt > 0:
+        share = dt / len(runs) if runs else 0.0
         for run in runs:
             run.remaining = max(0.0, run.remaining - run.rate * dt)
+            run.busy_share_s += share

@@ -23,6 +23,13 @@ agent is exactly the MCT rule; online learning corrects the public cost estimate
 feedback reports (node types that run slower or faster than profiled, co-location, the node
 scheduler's ordering). ``residual_l2`` keeps the correction small where data are scarce.
 
+Energy-aware variant (ours, off by default): with ``energy_weight`` (lambda) > 0 an outcome
+reward (``task_latency`` or ``drain_time``) becomes ``latency reward - lambda x E / energy_scale_j``
+where E is the task's busy joules from its executor's stage timings at completion
+(``observe_stage_runs``: each stage's unit and its share of that unit's time, priced by
+``simulator.energy.task_busy_energy_j`` with the calibration's PowerModel, the energy report's
+own rule). The shipped ``ldwp_energy_paper.spm`` is the residual variant trained so.
+
 Example::
 
     agent = LDWPPolicy(cluster, costs, LDWPSettings(network="node_scoring"))
@@ -32,6 +39,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -109,6 +117,11 @@ class LDWPSettings:
     #                                    (placement.ldwp.evidence); "full" always trusts it
     evidence_half: float = 50.0        # examples at which the correction gets half weight
     evidence_bandwidth: float = 0.05   # spec-column distance at which evidence fades to 1/e
+    energy_weight: float = 0.0         # (ours) lambda: outcome reward minus lambda x the task's
+    #                                    busy joules / energy_scale_j; 0 = off (the latency
+    #                                    reward exactly). Needs reward task_latency or drain_time
+    energy_scale_j: float = 1000.0     # (ours) joules worth one unit of reward at lambda 1;
+    #                                    ASSUMPTION: ~ a task's busy energy on the paper cluster
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -141,7 +154,22 @@ class LDWPSettings:
         if self.latency_transform not in ("linear", "log"):
             raise ValueError(f"latency_transform must be 'linear' or 'log', got "
                              f"{self.latency_transform!r}")
+        self._check_energy()
         self.hidden_sizes = tuple(self.hidden_sizes)
+
+    def _check_energy(self) -> None:
+        for name in ("energy_weight", "energy_scale_j"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.energy_scale_j <= 0:
+            raise ValueError(f"energy_scale_j must be > 0 (joules per unit of reward), got "
+                             f"{self.energy_scale_j!r}")
+        if self.energy_weight > 0 and self.reward not in ("task_latency", "drain_time"):
+            raise ValueError(f"energy_weight needs an outcome reward (task_latency or "
+                             f"drain_time): a task's energy is known at its completion, not "
+                             f"with reward={self.reward!r}")
 
 
 @dataclass
@@ -189,6 +217,11 @@ class LDWPPolicy(Policy):
         self._drain_waits: dict[str, list] = {}
         self._placed: dict[str, tuple] = {}
         self._work_cache: dict = {}
+        # energy_weight: a task's busy joules and its latency reward, whichever came first
+        # (drain_time may judge a decision before or after its own task completes)
+        self._energy_j: dict[str, float] = {}
+        self._latency_parts: dict[str, float] = {}
+        self._power = None
         self._stored = 0
         self._estimate_cache: dict = {}
         self._numpy_layers = None
@@ -370,7 +403,7 @@ class LDWPPolicy(Policy):
         if not self.training:
             return
         if self.settings.reward == "task_latency":
-            self._outcome(task_id, self.latency_reward(latency_s))
+            self._judged(task_id, self.latency_reward(latency_s))
         elif self.settings.reward == "drain_time":
             placed = self._placed.pop(task_id, None)
             if placed is None:
@@ -384,7 +417,47 @@ class LDWPPolicy(Policy):
             if reached:
                 self._drain_waits[node_id] = [w for w in waits if w[0] > done + 1e-9]
                 for _, decided_s, decided_task in reached:
-                    self._outcome(decided_task, self.latency_reward(now - decided_s))
+                    self._judged(decided_task, self.latency_reward(now - decided_s))
+
+    def observe_stage_runs(self, task_id: str, node_id: str, stage_runs) -> None:
+        """A placed task's stage timings at its completion (before ``observe_completion``):
+        ``(stage, unit_id, busy_share_s)`` each; only ``energy_weight`` > 0 reads them."""
+        if not self.training or self.settings.energy_weight == 0:
+            return
+        energy = self.task_energy_j(node_id, stage_runs)
+        latency = self._latency_parts.pop(task_id, None)
+        if latency is not None:
+            self._outcome(task_id, latency - self.energy_penalty(energy))
+            return
+        if len(self._energy_j) > 100_000:
+            self._energy_j.clear()  # energies of tasks placed while not training
+        self._energy_j[task_id] = energy
+
+    def task_energy_j(self, node_id: str, stage_runs) -> float:
+        """Busy joules of a task from its stage timings (simulator.energy's rule)."""
+        from simulator.energy import PowerModel, task_busy_energy_j
+        if self._power is None:
+            self._power = PowerModel.from_calibration(self.costs.calibration)
+        spec = next((n for n in self.cluster.nodes if n.node_id == node_id), None)
+        return task_busy_energy_j(spec, stage_runs, self._power) if spec is not None else 0.0
+
+    def energy_penalty(self, energy_j: float) -> float:
+        """What ``energy_j`` busy joules take off an outcome reward."""
+        return self.settings.energy_weight * energy_j / self.settings.energy_scale_j
+
+    def _judged(self, task_id: str, reward: float) -> None:
+        """An outcome reward; with ``energy_weight`` the task's energy term joins it once both
+        are known (without it, the reward as it is: the existing path, unchanged)."""
+        if self.settings.energy_weight == 0:
+            self._outcome(task_id, reward)
+            return
+        energy = self._energy_j.pop(task_id, None)
+        if energy is None:
+            if len(self._latency_parts) > 100_000:
+                self._latency_parts.clear()
+            self._latency_parts[task_id] = reward
+        else:
+            self._outcome(task_id, reward - self.energy_penalty(energy))
 
     def _outcome(self, task_id: str, reward: float) -> None:
         pending = self._awaiting_outcome.pop(task_id, None)
@@ -459,6 +532,9 @@ class LDWPPolicy(Policy):
     def metadata(self) -> dict:
         settings = asdict(self.settings)
         settings["hidden_sizes"] = list(self.settings.hidden_sizes)
+        if self.settings.energy_weight == 0:  # off: the header files had before the setting
+            for key in ("energy_weight", "energy_scale_j"):
+                settings.pop(key)
         return {"kind": self.settings.network, "nodes": list(self.cluster.node_ids),
                 "settings": settings, "updates": self.updates,
                 "task_types": task_encoding_metadata(self.settings.task_encoding),

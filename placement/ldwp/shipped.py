@@ -11,6 +11,8 @@ residual      ``ldwp_residual_paper.spm``        ``python -m benchmarks.ship_mod
 size_agnostic ``ldwp_size_agnostic_paper.spm``   ``... --models size_agnostic``
 paper         ``ldwp_paper_network_paper.spm``   ``... --models paper`` (11 output rows: the paper
                                                  cluster's nodes; other clusters via transfer)
+energy        ``ldwp_energy_paper.spm``          ``... --models energy`` (the residual LDWP with
+                                                 the energy-aware reward, ``energy_weight``)
 ============= ================================== ====================================================
 
 ``make models`` rebuilds every one.
@@ -31,7 +33,8 @@ __all__ = ["SHIPPED_MODELS", "shipped_model"]
 #: name -> file in ``placement/models/``
 SHIPPED_MODELS = {"residual": "ldwp_residual_paper.spm",
                   "size_agnostic": "ldwp_size_agnostic_paper.spm",
-                  "paper": "ldwp_paper_network_paper.spm"}
+                  "paper": "ldwp_paper_network_paper.spm",
+                  "energy": "ldwp_energy_paper.spm"}
 
 
 def shipped_model(name: str = "residual") -> Path:

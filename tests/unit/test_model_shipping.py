@@ -67,6 +67,8 @@ def test_training_data_hash_is_reproducible_and_tells_models_apart():
     assert first == training_data_hash("residual", 2, 50)
     assert first != training_data_hash("residual", 3, 50)
     assert first != training_data_hash("paper", 2, 50)  # other workloads (unsaturated episodes)
+    # the energy variant's checkpoints also see the tuning seeds at 30 tasks/min
+    assert first != training_data_hash("residual_energy", 2, 50)
     assert len(first) == 64 and int(first, 16) >= 0
 
 
@@ -91,7 +93,7 @@ def test_an_unknown_shipped_interference_model_names_what_ships():
         shipped_ncf_model("paper_ncf", "h100")
 
 
-@pytest.mark.parametrize("name", ["residual", "size_agnostic", "paper"])
+@pytest.mark.parametrize("name", ["residual", "size_agnostic", "paper", "energy"])
 def test_every_shipped_ldwp_model_loads_and_names_how_to_rebuild_it(name):
     from placement.ldwp.agent import LDWPPolicy
     from placement.ldwp.modelfile import load_model

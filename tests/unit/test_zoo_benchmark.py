@@ -19,7 +19,7 @@ def test_every_system_names_a_registered_policy_and_scheduler():
     from interference.schedulers import NODE_SCHEDULERS
     from placement.policies import POLICIES
     for label, policy, scheduler, family in SYSTEMS:
-        assert policy in POLICIES or policy in {"oracle", "ldwp"}, label
+        assert policy in POLICIES or policy in {"oracle", "ldwp", "ldwp_energy"}, label
         assert scheduler in NODE_SCHEDULERS, label
         assert family in {"baseline", "related", "related2", "ours", "oracle"}
     labels = [s[0] for s in SYSTEMS]
