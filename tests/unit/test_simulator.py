@@ -10,6 +10,8 @@ from workload.estimates import CostModel
 from workload.model import (Assignment, ClusterSpec, Decision, GpuSpec, NodeScheduler, NodeSpec,
                             Policy, Task)
 
+from sim_fakes import FirstFit
+
 
 class FirstNode(Policy):
     name = "first"
@@ -27,24 +29,6 @@ class RoundRobin(Policy):
     def decide(self, observation):
         self.turn += 1
         return Decision(observation.node_ids[self.turn % len(observation.node_ids)], "turn")
-
-
-class FirstFit(NodeScheduler):
-    """Ready order, first unit with room that can run the stage (GPUs listed first)."""
-
-    name = "first-fit"
-
-    def assign(self, ready, units, now_s):
-        room = {u.unit_id: u.capacity - len(u.running) for u in units}
-        order = sorted(units, key=lambda u: u.kind != "gpu")
-        out = []
-        for stage in ready:
-            for unit in order:
-                if room[unit.unit_id] > 0 and (unit.kind == "cpu" or stage.gpu_capable):
-                    room[unit.unit_id] -= 1
-                    out.append(Assignment(stage, unit.unit_id, "first fit"))
-                    break
-        return out
 
 
 @pytest.fixture(scope="module")

@@ -11,41 +11,11 @@ import simulator.locality as locality_module
 from simulator import LocalityConfig, SimulationConfig, Simulator, paper_cluster, paper_workload
 from simulator.locality import WarmSet, rack_of
 from workload.estimates import CostModel
-from workload.model import (Assignment, ClusterSpec, Decision, NodeScheduler, NodeSpec, Policy,
-                            Task)
+from workload.model import ClusterSpec, NodeSpec, Task
+
+from sim_fakes import FirstFit, Route
 
 LOAD = LocalityConfig(warm_ttl_s=60.0, cold_local_ms=2000.0, cold_remote_ms=8000.0)
-
-
-class Route(Policy):
-    """Sends each task to the node its id names in ``routes`` (round-robin for the rest)."""
-
-    name = "route"
-
-    def __init__(self, routes=None):
-        self.routes, self.turn = routes or {}, 0
-
-    def decide(self, observation):
-        node = self.routes.get(observation.task.task_id)
-        if node is None:
-            self.turn += 1
-            node = observation.node_ids[self.turn % len(observation.node_ids)]
-        return Decision(node, "routed")
-
-
-class FirstFit(NodeScheduler):
-    name = "first-fit"
-
-    def assign(self, ready, units, now_s):
-        room = {u.unit_id: u.capacity - len(u.running) for u in units}
-        out = []
-        for stage in ready:
-            for unit in sorted(units, key=lambda u: u.kind != "gpu"):
-                if room[unit.unit_id] > 0 and (unit.kind == "cpu" or stage.gpu_capable):
-                    room[unit.unit_id] -= 1
-                    out.append(Assignment(stage, unit.unit_id, "first fit"))
-                    break
-        return out
 
 
 @pytest.fixture(scope="module")

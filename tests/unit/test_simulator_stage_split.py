@@ -11,23 +11,10 @@ from placement.policies.mct import MinimumCompletionTimePolicy
 from simulator import LocalityConfig, SimulationConfig, Simulator, paper_cluster, paper_workload
 from workload.catalog import APPLICATIONS
 from workload.estimates import CostModel
-from workload.model import Assignment, ClusterSpec, Decision, NodeScheduler, NodeSpec, Policy, Task
+from workload.model import ClusterSpec, Decision, NodeSpec, Policy, Task
 from workload.stage_output import stage_output_fractions
 
-
-class FirstFit(NodeScheduler):
-    name = "first-fit"
-
-    def assign(self, ready, units, now_s):
-        room = {u.unit_id: u.capacity - len(u.running) for u in units}
-        out = []
-        for stage in ready:
-            for unit in units:
-                if room[unit.unit_id] > 0 and (unit.kind == "cpu" or stage.gpu_capable):
-                    room[unit.unit_id] -= 1
-                    out.append(Assignment(stage, unit.unit_id, "first fit"))
-                    break
-        return out
+from sim_fakes import FirstFit
 
 
 class Plan(Policy):
@@ -62,7 +49,7 @@ def costs():
 
 def _run(costs, cluster, tasks, policy, **config):
     config = SimulationConfig(service_noise_sigma=0.0, **config)
-    return Simulator(costs, config).run(policy, FirstFit(), cluster, tasks, seed=0)
+    return Simulator(costs, config).run(policy, FirstFit(gpus_first=False), cluster, tasks, seed=0)
 
 
 def _time(result, kind, task="t", stage="", node=""):
@@ -78,9 +65,9 @@ def _two(up_a=1000.0, down_b=1000.0, cores=1):
 def test_off_and_whole_plans_leave_the_event_log_unchanged(costs):
     cluster = paper_cluster(nodes=3)
     tasks = paper_workload(30, tasks=40, seed=3)
-    off = Simulator(costs).run(MinimumCompletionTimePolicy(cluster, costs), FirstFit(), cluster,
+    off = Simulator(costs).run(MinimumCompletionTimePolicy(cluster, costs), FirstFit(gpus_first=False), cluster,
                                tasks, seed=5)
-    whole = Simulator(costs).run(WholeAsPlan(cluster, costs), FirstFit(), cluster, tasks, seed=5)
+    whole = Simulator(costs).run(WholeAsPlan(cluster, costs), FirstFit(gpus_first=False), cluster, tasks, seed=5)
     assert off.events == whole.events and off.metrics == whole.metrics
     assert all(d.stage_nodes is None for _, d in off.decisions)
     assert not any(e.kind.startswith("output_") for e in off.events)
