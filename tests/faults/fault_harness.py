@@ -24,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from streamplace.cluster_health import heal_cluster
 from streamplace.jobs import submit_task_pipeline
 from streamplace.kafka_io import read_topic, synthetic_task_events
 from streamplace.topics import ensure_topics
@@ -49,6 +50,29 @@ def scenario_config(config, name: str):
     return cfg
 
 
+#: Seconds a scenario waits for the previous one's slots to be released: beyond Flink's
+#: task cancellation timeout (180 s), after which a TaskManager whose task would not cancel
+#: kills itself, and heal_cluster starts it again.
+IDLE_TIMEOUT_S = 240.0
+
+
+def wait_until_idle(cluster, timeout_s: float = IDLE_TIMEOUT_S) -> None:
+    """Every TaskManager running, registered and with all its slots free: a scenario must not
+    start while the previous scenario's cancelled job still holds a slot (a restored job would
+    then find no room on that node)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        heal_cluster(cluster)
+        tms = cluster.status().taskmanagers
+        if all(tm.slots_total is not None and tm.slots_free == tm.slots_total for tm in tms):
+            return
+        if time.monotonic() > deadline:
+            held = [(t.node_id, t.slots_free, t.slots_total) for t in tms]
+            raise AssertionError(f"slots still held {timeout_s:.0f} s after the previous "
+                                 f"scenario (node, free, total): {held}")
+        time.sleep(2.0)
+
+
 def submit(cfg, cluster, name: str, restore_from: str | None = None,
            wait_checkpoint: bool = True, **overrides) -> str:
     """The hooked task pipeline (IAWP executors, one per TaskManager) for scenario ``name``;
@@ -59,6 +83,7 @@ def submit(cfg, cluster, name: str, restore_from: str | None = None,
                     transactional_id_prefix=name, executor_capacity=8)
     settings.update(overrides)
     if restore_from is None:
+        wait_until_idle(cluster)
         job_id = submit_task_pipeline(cfg, cluster, **settings)
     else:
         from pathlib import Path
