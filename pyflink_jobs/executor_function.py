@@ -221,6 +221,7 @@ class NodeExecutorFunction(ExecutorFunctionBase):
         try:
             slo = task_slo_from_attributes(event.get("attributes"))
         except ValueError as exc:  # a bad record is this task's FAILED result, not a crash
+            slo = None
             outcome = self.executor.refuse(event["task_id"], event["app_id"],
                                            f"invalid task attributes: {exc}").result()
         else:
@@ -232,7 +233,7 @@ class NodeExecutorFunction(ExecutorFunctionBase):
         self._count(outcome.status == "OK")
         encoded = self._encode("TaskResult", result_record(
             event, outcome, self.node_id, routed.node if routed else ""))
-        self.feedback.task_finished(FinishedTask.from_task_outcome(event, outcome), routed,
+        self.feedback.task_finished(FinishedTask.from_task_outcome(event, outcome, slo), routed,
                                     bytes_in=routed.raw_bytes if routed else 0,
                                     bytes_out=len(encoded))
         return [encoded]

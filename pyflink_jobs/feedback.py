@@ -99,19 +99,21 @@ class FinishedTask:
     deadline_ms: float = -1.0     # relative to the router's decision; -1 = none
 
     @classmethod
-    def from_task_outcome(cls, event: dict, outcome) -> FinishedTask:
+    def from_task_outcome(cls, event: dict, outcome, slo=None) -> FinishedTask:
         """From a TaskEvent dict and the built-in executor's ``TaskOutcome``; the tenant and
-        deadline from the event's attributes (none when they do not pass their checks: such
-        a task is refused by the executor, and says nothing about a tenant)."""
+        deadline from ``slo`` (the executor's parse of the event's attributes), else parsed
+        here (none when they do not pass their checks: such a task is refused by the
+        executor, and says nothing about a tenant)."""
         work = float(sum(max(0, s.finished_at_ms - s.started_at_ms) for s in outcome.stages)) \
             if outcome.stages else -1.0
-        try:
-            slo = task_slo_from_attributes(event.get("attributes"))
-        except ValueError:
-            tenant, deadline_ms = "", -1.0
-        else:
-            tenant = slo.tenant
-            deadline_ms = slo.deadline_s * 1000.0 if slo.deadline_s is not None else -1.0
+        if slo is None:
+            try:
+                slo = task_slo_from_attributes(event.get("attributes"))
+            except ValueError:
+                slo = None
+        tenant = slo.tenant if slo is not None else ""
+        deadline_ms = slo.deadline_s * 1000.0 if slo is not None and slo.deadline_s is not None \
+            else -1.0
         return cls(event["task_id"], event["app_id"], int(event["input_size"]),
                    float(outcome.queue_ms), float(outcome.service_ms), work,
                    int(outcome.finished_at_ms), _stage_times(outcome.stages), tenant,

@@ -141,8 +141,9 @@ class HookSettings:
 
     def __post_init__(self) -> None:
         # Checked here, not when the job starts: a typo fails the submission, not the router.
-        if (isinstance(self.router_parallelism, bool) or not isinstance(self.router_parallelism, int)
-                or not 1 <= self.router_parallelism <= MAX_ROUTER_PARALLELISM):
+        routers = self.router_parallelism
+        if (isinstance(routers, bool) or not isinstance(routers, int)
+                or not 1 <= routers <= MAX_ROUTER_PARALLELISM):
             raise ValueError(f"router_parallelism must be an int in [1, "
                              f"{MAX_ROUTER_PARALLELISM}], got {self.router_parallelism!r}")
         if isinstance(self.tenant_shares, str):

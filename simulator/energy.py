@@ -11,8 +11,9 @@ Accounting rule (idle baseline plus dynamic power, so nothing is counted twice):
   ``idle_w`` over the whole span of the run (default: first to last logged event), whether or
   not anything ran on it. An idle node therefore adds idle energy and nothing else.
 - **Busy (dynamic) energy**: while at least one stage runs on a unit (from its ``start`` to its
-  ``finish`` event), the unit draws ``busy_w(f) - idle_w`` on top (a MIG slice of ``g`` of its
-  GPU's ``n`` compute slices: ``g / n`` of that; :meth:`PowerModel.unit_share`), where ``busy_w(f)`` is its
+  ``finish`` event), the unit draws ``busy_w(f) - idle_w`` on top (a MIG slice of ``g`` of
+  its GPU's ``n`` compute slices: ``g / n`` of that; :meth:`PowerModel.unit_share`), where
+  ``busy_w(f)`` is its
   busy power at its frequency level ``f`` (default: its highest level). A GPU running several
   stages at once is busy once: over every stretch where ``k`` stages co-run, the dynamic energy
   of that stretch is split equally (``1/k`` each) among them, i.e. by time.

@@ -50,7 +50,8 @@ from collections.abc import Mapping
 
 from workload.model import NodeState
 
-__all__ = ["PER_TASK_ARRAYS", "node_state_from_feedback", "feedback_emitted_at_ms", "feedback_age_s",
+__all__ = ["PER_TASK_ARRAYS", "node_state_from_feedback", "feedback_emitted_at_ms",
+           "feedback_age_s",
            "feedback_fraction", "feedback_count", "DEFAULT_LINK_MBPS", "MAX_QUEUE_DEPTH",
            "MAX_AGE_S", "MAX_EMITTED_AT_MS", "BYTES_PER_S_PER_MBPS"]
 

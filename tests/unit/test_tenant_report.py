@@ -166,3 +166,17 @@ def test_the_executors_feedback_names_each_tasks_tenant_and_deadline():
     decoded = decode("NodeFeedback", encode("NodeFeedback", record))
     assert decoded["completed_tenant"] == record["completed_tenant"]
     assert all(math.isfinite(x) for x in decoded["completed_energy_j"])
+
+
+def test_the_executors_own_parse_of_the_attributes_is_used_as_given():
+    from workload.task_attributes import TaskSLO
+
+    class Outcome:
+        queue_ms, service_ms, finished_at_ms, stages = 1.0, 100.0, 10_500, ()
+
+    event = {"task_id": "t1", "app_id": "video_synopsis", "input_size": 10,
+             "attributes": {"tenant": "ignored", "deadline_ms": "5"}}
+    finished = FinishedTask.from_task_outcome(event, Outcome(),
+                                              TaskSLO(tenant="gold", deadline_s=0.25))
+    assert (finished.tenant, finished.deadline_ms) == ("gold", 250.0)
+    assert finished.deadline_met(250.0) == 1 and finished.deadline_met(251.0) == 0
