@@ -164,6 +164,12 @@ def _default_colocation():
         return None
 
 
+#: Most unit times a CostModel remembers (cleared whole when full: bounded memory on a long
+#: stream of distinct input sizes).
+UNIT_MS_CACHE_ENTRIES = 200_000
+_MISSING = object()
+
+
 class CostModel:
     """Estimated stage and task times from the calibration.
 
@@ -182,6 +188,7 @@ class CostModel:
         self.colocation = _default_colocation() if colocation == "default" else colocation
         self._speed_cache: dict[tuple[str, str, float | None], float] = {}
         self._coefficient_cache: dict[tuple, dict[str, tuple[float, float]]] = {}
+        self._unit_ms_cache: dict[tuple, float | None] = {}
         self._memory = self.calibration.raw["stage_gpu_memory_mb_per_mpixel"]
 
     def stage(self, stage: str) -> StageCost:
@@ -270,9 +277,18 @@ class CostModel:
     def unit_ms(self, stage: str, input_size: int, unit: ComputingUnit) -> float | None:
         """Stage time on one unit: a core at its ``speed``, a GPU of its ``model`` at its
         ``speed`` (the spec speed, relative to the reference GPU)."""
-        if unit.kind == "cpu":
-            return self.cpu_ms(stage, input_size, unit.speed)
-        return self.gpu_ms(stage, input_size, unit.model, unit.speed)
+        # Node schedulers ask this for every (waiting stage, unit) pair at every decision: a
+        # saturated node asks the same few thousand questions millions of times.
+        key = (stage, input_size, unit.kind, unit.model, unit.speed)
+        cached = self._unit_ms_cache.get(key, _MISSING)
+        if cached is not _MISSING:
+            return cached
+        if len(self._unit_ms_cache) >= UNIT_MS_CACHE_ENTRIES:
+            self._unit_ms_cache.clear()
+        value = (self.cpu_ms(stage, input_size, unit.speed) if unit.kind == "cpu"
+                 else self.gpu_ms(stage, input_size, unit.model, unit.speed))
+        self._unit_ms_cache[key] = value
+        return value
 
     def gpu_memory_mb(self, stage: str, input_size: int) -> float:
         rate = self._memory.get(stage, self._memory["default"])

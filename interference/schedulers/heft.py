@@ -35,9 +35,10 @@ from collections.abc import Sequence
 from interference.schedulers._checks import ready_order
 from interference.schedulers.mct_unit import MctUnitScheduler, earliest_finish_placement
 from workload.catalog import APPLICATIONS
+from workload.estimates import CostModel
 from workload.model import Assignment, ComputingUnit, Stage
 
-__all__ = ["HeftScheduler", "successors"]
+__all__ = ["RANK_CACHE_ENTRIES", "HeftScheduler", "successors"]
 
 
 def successors(app_id: str, stage: str) -> tuple[str, ...]:
@@ -58,11 +59,27 @@ def _unit_kinds(units: Sequence[ComputingUnit]) -> list[ComputingUnit]:
     return list(kinds.values())
 
 
+def _kinds_signature(units: Sequence[ComputingUnit]) -> tuple:
+    return tuple((u.kind, u.model, u.speed) for u in _unit_kinds(units))
+
+
+#: Most upward ranks remembered per scheduler (cleared whole when full; a rank is cheap to
+#: recompute, so a bound keeps memory flat on a long stream of distinct input sizes).
+RANK_CACHE_ENTRIES = 50_000
+
+
 class HeftScheduler(MctUnitScheduler):
     """Decreasing upward rank, each stage to its earliest-finishing unit: MCT's placement and
     settings (``wait_for_busy``, ``reserve_waiting``), in rank order instead of arrival order."""
 
     name = "heft"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # (app, stage, input size, unit kinds) -> rank. Only for a CostModel, whose estimates
+        # are fixed once built (it caches its own speeds the same way); a stage waits through
+        # many assign() calls, and recomputing its rank each time was most of a saturated run.
+        self._ranks: dict[tuple, float] = {}
 
     def mean_ms(self, stage: str, input_size: int, units: Sequence[ComputingUnit]) -> float:
         """Mean estimated ms of ``stage`` over the unit kinds that can run it."""
@@ -76,6 +93,20 @@ class HeftScheduler(MctUnitScheduler):
 
     def upward_rank(self, stage: Stage, units: Sequence[ComputingUnit]) -> float:
         """HEFT's upward rank of ``stage`` (ms) on a node with these units."""
+        return self._ranked(stage, units, _kinds_signature(units))
+
+    def _ranked(self, stage: Stage, units: Sequence[ComputingUnit], kinds: tuple) -> float:
+        if not isinstance(self.costs, CostModel):  # estimates that learn: no memory across calls
+            return self._upward_rank(stage, units)
+        key = (stage.app_id, stage.stage, stage.input_size, kinds)
+        rank = self._ranks.get(key)
+        if rank is None:
+            if len(self._ranks) >= RANK_CACHE_ENTRIES:
+                self._ranks.clear()
+            rank = self._ranks[key] = self._upward_rank(stage, units)
+        return rank
+
+    def _upward_rank(self, stage: Stage, units: Sequence[ComputingUnit]) -> float:
         memo: dict[str, float] = {}
 
         def rank(name: str) -> float:
@@ -88,7 +119,8 @@ class HeftScheduler(MctUnitScheduler):
 
     def assign(self, ready: Sequence[Stage], units: Sequence[ComputingUnit],
                now_s: float) -> list[Assignment]:
-        ranks = {id(s): self.upward_rank(s, units) for s in ready}
+        kinds = _kinds_signature(units)
+        ranks = {id(s): self._ranked(s, units, kinds) for s in ready}
         # stable sort on arrival order: equal ranks keep arrival order
         ordered = sorted(ready_order(ready), key=lambda s: -ranks[id(s)])
 

@@ -68,3 +68,17 @@ def test_task_estimate_is_the_critical_path_plus_transfer(costs):
 def test_unknown_gpu_model_is_named(costs):
     with pytest.raises(KeyError, match="h999"):
         costs.gpu_ms("face_encoding", 10, "h999")
+
+
+def test_unit_times_are_remembered_within_a_bound(monkeypatch):
+    from workload import estimates
+    monkeypatch.setattr(estimates, "UNIT_MS_CACHE_ENTRIES", 4)
+    model = CostModel()
+    core, gpu = ComputingUnit("cpu:0", "cpu", speed=2.0), ComputingUnit("gpu:0", "gpu",
+                                                                        model="k80")
+    for size in range(1000, 1020):
+        assert model.unit_ms("tracking", size, core) == model.cpu_ms("tracking", size, 2.0)
+        assert model.unit_ms("face_detection", size, gpu) == model.gpu_ms("face_detection",
+                                                                          size, "k80")
+        assert model.unit_ms("tracking", size, gpu) is None  # CPU-only stage: remembered None
+        assert len(model._unit_ms_cache) <= 4

@@ -176,6 +176,38 @@ def test_heft_upward_ranks_are_exact(costs):
         == pytest.approx(rank["gaussian_pyramid"])
 
 
+def test_heft_remembers_ranks_only_for_fixed_estimates_and_within_its_bound(costs, monkeypatch):
+    from interference.schedulers import heft as heft_module
+
+    class LearningCosts:  # estimates that change between calls (as the executor's measured ones)
+        def __init__(self):
+            self.scale = 1.0
+
+        def unit_ms(self, stage, input_size, unit):
+            return self.scale * costs.unit_ms(stage, input_size, unit)
+
+        def cpu_ms(self, stage, input_size, cpu_speed=1.0):
+            return self.scale * costs.cpu_ms(stage, input_size, cpu_speed)
+
+    units = [cpu(0), gpu(0)]
+    fresh = HeftScheduler(costs)
+    first = fresh.upward_rank(st("gaussian_pyramid"), units)
+    assert fresh.upward_rank(st("gaussian_pyramid"), units) == first
+    # another node's unit kinds are another key, not the remembered rank
+    assert fresh.upward_rank(st("gaussian_pyramid"), [cpu(0)]) != first
+    learning = LearningCosts()
+    heft = HeftScheduler(learning)
+    before = heft.upward_rank(st("gaussian_pyramid"), units)
+    learning.scale = 2.0
+    assert heft.upward_rank(st("gaussian_pyramid"), units) == pytest.approx(2 * before)
+    assert heft._ranks == {}
+    monkeypatch.setattr(heft_module, "RANK_CACHE_ENTRIES", 3)
+    bounded = HeftScheduler(costs)
+    for size in range(1000, 1010):
+        bounded.upward_rank(st("tracking", size=size), units)
+        assert len(bounded._ranks) <= 3
+
+
 def test_pats_speedup_uses_the_best_gpu_model_of_the_node(costs):
     pats = PatsScheduler(costs)
     stage = st("face_detection")
