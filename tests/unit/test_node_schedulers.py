@@ -184,7 +184,8 @@ def test_heft_remembers_ranks_only_for_fixed_estimates_and_within_its_bound(cost
             self.scale = 1.0
 
         def unit_ms(self, stage, input_size, unit):
-            return self.scale * costs.unit_ms(stage, input_size, unit)
+            ms = costs.unit_ms(stage, input_size, unit)
+            return None if ms is None else self.scale * ms
 
         def cpu_ms(self, stage, input_size, cpu_speed=1.0):
             return self.scale * costs.cpu_ms(stage, input_size, cpu_speed)
