@@ -48,13 +48,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from placement.ldwp.features import (TASK_ENCODINGS, completion_prior, is_live_costs,
-                                     node_row_size, node_rows,
-                                     node_spec_features, paper_vector, paper_vector_size,
-                                     scaled_completion_q, task_encoding_metadata,
-                                     task_estimates)
-from placement.ldwp.networks import (NodeScoringQNetwork, PaperQNetwork, export_layers,
-                                     numpy_forward)
+from placement.ldwp.encoding import ObservationEncoder
+from placement.ldwp.features import (TASK_ENCODINGS, completion_prior, node_row_size,
+                                     paper_vector_size, task_encoding_metadata)
+from placement.ldwp.networks import (NodeScoringQNetwork, NumpyQ, PaperQNetwork,
+                                     export_layers, load_layers)
+from placement.ldwp.outcomes import OutcomeRewards
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, Decision, Observation, Policy, Transition
 
@@ -195,7 +194,7 @@ class LDWPPolicy(Policy):
         # type; its estimates are read live on every encode)
         self.settings = settings or LDWPSettings()
         self.name = f"ldwp-{self.settings.network}"
-        self.cluster = cluster
+        self._cluster = cluster
         self.costs = costs or CostModel()
         self.rng = random.Random(self.settings.seed)
         torch.manual_seed(self.settings.seed)
@@ -209,25 +208,27 @@ class LDWPPolicy(Policy):
         self.updates = 0
         self.losses: list[float] = []
         self._pending: dict[int, tuple] = {}
-        self._awaiting_outcome: dict[str, tuple] = {}
-        self._early_outcomes: dict[str, float] = {}   # task id -> reward, known before learn()
-        # drain_time bookkeeping: estimated work completed per node (from completions), the
-        # decisions waiting for their node to reach a work level, and what each task placed.
-        self._done_work: dict[str, float] = {}
-        self._drain_waits: dict[str, list] = {}
-        self._placed: dict[str, tuple] = {}
-        self._work_cache: dict = {}
-        # energy_weight: a task's busy joules and its latency reward, whichever came first
-        # (drain_time may judge a decision before or after its own task completes)
-        self._energy_j: dict[str, float] = {}
-        self._latency_parts: dict[str, float] = {}
-        self._power = None
+        # task_latency / drain_time / energy: rewards known only at completion
+        self.outcomes = OutcomeRewards(self.settings, cluster, self.costs, store=self._store)
         self._stored = 0
-        self._estimate_cache: dict = {}
+        s = self.settings
+        self.encoder = ObservationEncoder(
+            cluster, self.costs, s.network, s.task_encoding, s.spec_features,
+            paper_nodes=self.q_network.nodes if s.network == "paper" else None)
         self._numpy_layers = None
         # examples learned per (node signature, task type): how far decisions trust the
         # learned correction (placement.ldwp.evidence); None: no prior, or full trust
         self.evidence = self._new_evidence()
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return self._cluster
+
+    @cluster.setter
+    def cluster(self, cluster: ClusterSpec) -> None:
+        """A transfer to another cluster (placement.ldwp.transfer): the encoder and the outcome
+        bookkeeping follow."""
+        self._cluster = self.encoder.cluster = self.outcomes.cluster = cluster
 
     # -- construction ----------------------------------------------------------------------
     def _build(self) -> nn.Module:
@@ -258,65 +259,16 @@ class LDWPPolicy(Policy):
         """The network's input for ``observation``. ``estimates_s`` (node_scoring): per node
         the task's estimated seconds to use instead of asking the cost model now (the service
         keeps the ones current when the task was decided)."""
-        if self.settings.network == "paper":
-            if len(observation.nodes) != self.q_network.nodes:
-                raise ValueError(f"the paper network was built for {self.q_network.nodes} nodes "
-                                 f"and sees {len(observation.nodes)}; transfer it first "
-                                 "(placement.ldwp.transfer)")
-            return paper_vector(observation)
-        # a node the agent's cluster spec does not know gets no estimate (unknown, 0)
-        table = self._coefficients()
-        if estimates_s is None:
-            live = self.costs if is_live_costs(self.costs) else None
-            estimates, units = task_estimates(observation, table, live)
-        else:
-            units = {n: table[n][1] for n in observation.node_ids if n in table}
-            estimates = {n: float(estimates_s.get(n, 0.0)) for n in units}
-        return node_rows(observation, estimates, units,
-                         self._estimate_cache["specs"] if self.settings.spec_features else None,
-                         self.settings.task_encoding)
-
-    def _coefficients(self) -> dict:
-        """Per node of the agent's cluster: ({app: (fixed_s, per_pixel_s)}, parallel units),
-        built once per cluster so encoding costs no cost-model call on the router's hot path
-        (a learned cost model is asked live instead: its table stays empty)."""
-        key = tuple(self.cluster.node_ids)
-        if self._estimate_cache.get("key") != key:
-            live = is_live_costs(self.costs)
-            table = {spec.node_id: ({} if live else self.costs.task_time_coefficients(spec),
-                                    spec.cpu_cores + len(spec.gpus))
-                     for spec in self.cluster.nodes}
-            specs = {spec.node_id: node_spec_features(spec) for spec in self.cluster.nodes}
-            self._estimate_cache = {"key": key, "table": table, "specs": specs}
-        return self._estimate_cache["table"]
+        return self.encoder(observation, estimates_s)
 
     def q_values(self, state: np.ndarray, use_numpy: bool = False) -> np.ndarray:
         """Q per node for deciding: the learned correction weighted by its evidence."""
         trust = self.evidence.trust(state) if self.evidence is not None else None
         if use_numpy:
-            if self._numpy_layers is None:
-                self._numpy_layers = export_layers(self.q_network)
-                if self.settings.network == "node_scoring":
-                    # [row, mean] @ W1.T == row @ W1a.T + mean @ W1b.T: split W1 once so the
-                    # hot path never builds the concatenated (M, 2F) matrix.
-                    weight, bias = self._numpy_layers[0]
-                    half = weight.shape[1] // 2
-                    self._split_first = (np.ascontiguousarray(weight[:, :half].T),
-                                         np.ascontiguousarray(weight[:, half:].T), bias)
-            if self.settings.network == "node_scoring":
-                own, context, bias = self._split_first
-                hidden = state @ own + (state.mean(axis=0) @ context + bias)
-                np.maximum(hidden, 0.0, out=hidden)
-                out = numpy_forward(self._numpy_layers[1:], hidden)
-                if trust is not None:
-                    out = out * trust[:, None]
-                if self.settings.q_prior == "completion" and self.settings.residual == "scaled":
-                    return scaled_completion_q(state, out, lib=np)
-                q = out[:, 0]
-                if self.settings.q_prior == "completion":
-                    q = q + completion_prior(state)
-                return q
-            return numpy_forward(self._numpy_layers, state[None, :])[0]
+            if self._numpy_layers is None:  # reset to None after every training step
+                s = self.settings
+                self._numpy_layers = NumpyQ(self.q_network, s.network, s.q_prior, s.residual)
+            return self._numpy_layers(state, trust)
         with torch.no_grad():
             batch = torch.from_numpy(state).unsqueeze(0)
             out = self.q_network(batch) if trust is None else \
@@ -346,35 +298,8 @@ class LDWPPolicy(Policy):
             self._pending[id(observation)] = (state, index)
             self.global_step += 1
             if self.settings.reward == "drain_time":
-                self._register_drain(observation, index)
+                self.outcomes.register_drain(observation, index)
         return Decision(ids[index], reason, scores)
-
-    def _task_work_s(self, task, node_id: str) -> float:
-        """Estimated unit-seconds of the task on the node (what NodeState.backlog_s sums)."""
-        key = (task.app_id, task.input_size, node_id)
-        version = getattr(self.costs, "version", None)  # a learned model changes: re-ask it
-        if version != self._work_cache.get("version"):
-            self._work_cache = {"version": version}
-        work = self._work_cache.get(key)
-        if work is None:
-            spec = next((n for n in self.cluster.nodes if n.node_id == node_id), None)
-            work = self.costs.task_work_ms(task, spec) / 1000.0 if spec is not None else 0.0
-            if len(self._work_cache) > 100_000:
-                self._work_cache = {"version": version}
-            self._work_cache[key] = work
-        return work
-
-    def _register_drain(self, observation: Observation, index: int) -> None:
-        """drain_time: the decision is judged when its node has completed (estimated) work equal
-        to its backlog at the decision plus this task: a level of the node's completed-work
-        counter, reached whatever order the node scheduler runs the stages in."""
-        node = observation.nodes[index]
-        task = observation.task
-        work = self._task_work_s(task, node.node_id)
-        level = self._done_work.get(node.node_id, 0.0) + node.backlog_s + work
-        self._drain_waits.setdefault(node.node_id, []).append(
-            (level, observation.now_s, task.task_id))
-        self._placed[task.task_id] = (node.node_id, work, task.arrival_s)
 
     # -- learning ---------------------------------------------------------------------------
     def learn(self, transition: Transition) -> None:
@@ -388,92 +313,26 @@ class LDWPPolicy(Policy):
                       if transition.next_observation is not None else None)
         if self.settings.reward in ("task_latency", "drain_time"):
             # The reward is known only later, from completions (the feedback topic).
-            task_id = transition.observation.task.task_id
-            reward = self._early_outcomes.pop(task_id, None)
-            if reward is None:
-                self._awaiting_outcome[task_id] = (state, action, next_state, transition.done)
-            else:  # the outcome arrived before the next decision
-                self._store((state, action, reward, next_state, transition.done))
+            self.outcomes.await_outcome(transition.observation.task.task_id,
+                                        (state, action, next_state, transition.done))
             return
         self._store((state, action, transition.reward * self.settings.reward_scale, next_state,
                      transition.done))
 
     def observe_completion(self, task_id: str, latency_s: float, node_id: str) -> None:
         """A placed task finished (simulator, or the service reading the feedback topic)."""
-        if not self.training:
-            return
-        if self.settings.reward == "task_latency":
-            self._judged(task_id, self.latency_reward(latency_s))
-        elif self.settings.reward == "drain_time":
-            placed = self._placed.pop(task_id, None)
-            if placed is None:
-                return  # placed while not training
-            node_id, work, arrival_s = placed
-            now = arrival_s + latency_s
-            done = self._done_work.get(node_id, 0.0) + work
-            self._done_work[node_id] = done
-            waits = self._drain_waits.get(node_id, [])
-            reached = [w for w in waits if w[0] <= done + 1e-9]
-            if reached:
-                self._drain_waits[node_id] = [w for w in waits if w[0] > done + 1e-9]
-                for _, decided_s, decided_task in reached:
-                    self._judged(decided_task, self.latency_reward(now - decided_s))
+        if self.training:
+            self.outcomes.completed(task_id, latency_s, node_id)
 
     def observe_stage_runs(self, task_id: str, node_id: str, stage_runs) -> None:
         """A placed task's stage timings at its completion (before ``observe_completion``):
         ``(stage, unit_id, busy_share_s)`` each; only ``energy_weight`` > 0 reads them."""
-        if not self.training or self.settings.energy_weight == 0:
-            return
-        energy = self.task_energy_j(node_id, stage_runs)
-        latency = self._latency_parts.pop(task_id, None)
-        if latency is not None:
-            self._outcome(task_id, latency - self.energy_penalty(energy))
-            return
-        if len(self._energy_j) > 100_000:
-            self._energy_j.clear()  # energies of tasks placed while not training
-        self._energy_j[task_id] = energy
-
-    def task_energy_j(self, node_id: str, stage_runs) -> float:
-        """Busy joules of a task from its stage timings (simulator.energy's rule)."""
-        from simulator.energy import PowerModel, task_busy_energy_j
-        if self._power is None:
-            self._power = PowerModel.from_calibration(self.costs.calibration)
-        spec = next((n for n in self.cluster.nodes if n.node_id == node_id), None)
-        return task_busy_energy_j(spec, stage_runs, self._power) if spec is not None else 0.0
-
-    def energy_penalty(self, energy_j: float) -> float:
-        """What ``energy_j`` busy joules take off an outcome reward."""
-        return self.settings.energy_weight * energy_j / self.settings.energy_scale_j
-
-    def _judged(self, task_id: str, reward: float) -> None:
-        """An outcome reward; with ``energy_weight`` the task's energy term joins it once both
-        are known (without it, the reward as it is: the existing path, unchanged)."""
-        if self.settings.energy_weight == 0:
-            self._outcome(task_id, reward)
-            return
-        energy = self._energy_j.pop(task_id, None)
-        if energy is None:
-            if len(self._latency_parts) > 100_000:
-                self._latency_parts.clear()
-            self._latency_parts[task_id] = reward
-        else:
-            self._outcome(task_id, reward - self.energy_penalty(energy))
-
-    def _outcome(self, task_id: str, reward: float) -> None:
-        pending = self._awaiting_outcome.pop(task_id, None)
-        if pending is None:
-            if len(self._early_outcomes) > 100_000:
-                self._early_outcomes.clear()  # outcomes of decisions made while not training
-            self._early_outcomes[task_id] = reward
-            return
-        state, action, next_state, done = pending
-        self._store((state, action, reward, next_state, done))
+        if self.training and self.settings.energy_weight != 0:
+            self.outcomes.stage_runs(task_id, node_id, stage_runs)
 
     def latency_reward(self, latency_s: float) -> float:
         """The reward for ``latency_s`` seconds (task latency, or drain time)."""
-        if self.settings.latency_transform == "log":
-            return -float(np.log1p(max(0.0, latency_s)))
-        return -latency_s / self.settings.latency_scale_s
+        return self.outcomes.latency_reward(latency_s)
 
     def _store(self, item: tuple) -> None:
         self.replay.add(item)
@@ -570,17 +429,10 @@ class LDWPPolicy(Policy):
         if agent.settings.network == "paper" and list(cluster.node_ids) != list(model.nodes):
             raise ModelFileError(f"{path} is a paper-layout model for nodes {list(model.nodes)}"
                                  "; transfer it to this cluster first")
-        linears = [m for m in agent.q_network.modules() if isinstance(m, nn.Linear)]
-        if len(linears) != len(layers):
-            raise ModelFileError(f"{path} has {len(layers)} layers, the network needs "
-                                 f"{len(linears)}")
-        with torch.no_grad():
-            for module, (weight, bias) in zip(linears, layers):
-                if tuple(module.weight.shape) != weight.shape:
-                    raise ModelFileError(f"{path}: layer shape {weight.shape} does not fit "
-                                         f"{tuple(module.weight.shape)}")
-                module.weight.copy_(torch.from_numpy(weight))
-                module.bias.copy_(torch.from_numpy(bias))
+        try:
+            load_layers(agent.q_network, layers)
+        except ValueError as exc:
+            raise ModelFileError(f"{path} {exc}") from None
         agent.target_network.load_state_dict(agent.q_network.state_dict())
         from placement.ldwp.evidence import EvidenceError
         try:

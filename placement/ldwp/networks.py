@@ -30,8 +30,8 @@ from torch import nn
 
 from placement.ldwp.features import NODE_ROW_SIZE, completion_prior, scaled_completion_q
 
-__all__ = ["PaperQNetwork", "NodeScoringQNetwork", "numpy_forward", "export_layers",
-           "completion_prior"]
+__all__ = ["PaperQNetwork", "NodeScoringQNetwork", "NumpyQ", "numpy_forward", "export_layers",
+           "load_layers", "completion_prior"]
 
 PRIORS = ("none", "completion")
 RESIDUALS = ("additive", "scaled")
@@ -115,3 +115,56 @@ def numpy_forward(layers: list[tuple[np.ndarray, np.ndarray]], x: np.ndarray) ->
         if i < len(layers) - 1:
             np.maximum(x, 0.0, out=x)
     return x
+
+
+class NumpyQ:
+    """A frozen numpy copy of a Q-network for fast single decisions (no torch on the hot path).
+
+    Example::
+
+        fast = NumpyQ(agent.q_network, "node_scoring", q_prior="completion", residual="scaled")
+        q = fast(rows)          # one Q per node row, as the torch network gives
+    """
+
+    def __init__(self, net: nn.Module, network: str, q_prior: str = "none",
+                 residual: str = "additive"):
+        self.layers = export_layers(net)
+        self.network, self.q_prior, self.residual = network, q_prior, residual
+        if network == "node_scoring":
+            # [row, mean] @ W1.T == row @ W1a.T + mean @ W1b.T: split W1 once so the hot path
+            # never builds the concatenated (M, 2F) matrix.
+            weight, bias = self.layers[0]
+            half = weight.shape[1] // 2
+            self.split_first = (np.ascontiguousarray(weight[:, :half].T),
+                                np.ascontiguousarray(weight[:, half:].T), bias)
+
+    def __call__(self, state: np.ndarray, trust: np.ndarray | None = None) -> np.ndarray:
+        if self.network != "node_scoring":
+            return numpy_forward(self.layers, state[None, :])[0]
+        own, context, bias = self.split_first
+        hidden = state @ own + (state.mean(axis=0) @ context + bias)
+        np.maximum(hidden, 0.0, out=hidden)
+        out = numpy_forward(self.layers[1:], hidden)
+        if trust is not None:
+            out = out * trust[:, None]
+        if self.q_prior == "completion" and self.residual == "scaled":
+            return scaled_completion_q(state, out, lib=np)
+        q = out[:, 0]
+        if self.q_prior == "completion":
+            q = q + completion_prior(state)
+        return q
+
+
+def load_layers(net: nn.Module, layers: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Copy (weight, bias) pairs into ``net``'s Linear layers in order; ValueError (nothing
+    half-copied is left to trust: the caller drops the network) when count or shapes differ."""
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    if len(linears) != len(layers):
+        raise ValueError(f"has {len(layers)} layers, the network needs {len(linears)}")
+    with torch.no_grad():
+        for module, (weight, bias) in zip(linears, layers):
+            if tuple(module.weight.shape) != weight.shape:
+                raise ValueError(f"layer shape {weight.shape} does not fit "
+                                 f"{tuple(module.weight.shape)}")
+            module.weight.copy_(torch.from_numpy(weight))
+            module.bias.copy_(torch.from_numpy(bias))

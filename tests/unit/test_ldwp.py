@@ -195,7 +195,7 @@ def test_task_latency_reward_is_credited_when_each_task_completes(costs):
                        for e in done)
     rewards = sorted(-item[2] * agent.settings.latency_scale_s for item in agent.replay.items)
     assert rewards == pytest.approx(latencies)
-    assert not agent._awaiting_outcome
+    assert not agent.outcomes.awaiting
 
 
 # -- beyond the paper: Double DQN, Huber, the residual (MCT-prior) network, drain_time ---------
@@ -301,7 +301,7 @@ def test_drain_time_reward_is_the_time_until_the_node_worked_off_its_backlog(cos
                                                      learning_starts=10_000, seed=0))
     t1 = Task("t1", "face_recognition", 3_000_000, 0.0)
     t2 = Task("t2", "face_recognition", 3_000_000, 5.0)
-    w = agent._task_work_s(t1, "a")
+    w = agent.outcomes.task_work_s(t1, "a")
     o1 = Observation(t1, (NodeState("a"),), 0.0)
     o2 = Observation(t2, (NodeState("a", queue_depth=1, backlog_s=w),), 5.0)
     agent.decide(o1)

@@ -95,7 +95,7 @@ def test_lambda_zero_is_the_latency_reward_exactly(costs, reward):
         agent.observe_stage_runs("t1", "g", (("detect", "gpu:0", 3.0),))  # ignored at 0
         agent.observe_completion("t1", 7.0, "g")
     assert _reward(zero) == _reward(plain) == -math.log1p(7.0)
-    assert not zero._energy_j and not zero._latency_parts
+    assert not zero.outcomes.energy_j and not zero.outcomes.latency_parts
 
 
 def test_drain_time_joins_the_energy_term_whichever_outcome_comes_first(costs):
@@ -106,7 +106,7 @@ def test_drain_time_joins_the_energy_term_whichever_outcome_comes_first(costs):
         network="node_scoring", reward="drain_time", latency_transform="linear",
         latency_scale_s=1.0, learning_starts=10_000, energy_weight=1.0, seed=0))
     t1, t2 = (Task(f"t{i}", "face_recognition", 3_000_000, 5.0 * (i - 1)) for i in (1, 2))
-    work = agent._task_work_s(t1, "c")
+    work = agent.outcomes.task_work_s(t1, "c")
     o1 = Observation(t1, (NodeState("c"),), 0.0)
     o2 = Observation(t2, (NodeState("c", queue_depth=1, backlog_s=work),), 5.0)
     agent.decide(o1)
@@ -115,20 +115,20 @@ def test_drain_time_joins_the_energy_term_whichever_outcome_comes_first(costs):
     agent.learn(Transition(o2, None, 0.0, None, done=True))
     agent.observe_stage_runs("t2", "c", (("decode", "cpu:0", 10.0),))     # 99.2 J
     agent.observe_completion("t2", 20.0, "c")   # at 25: t1's drain is reached, t1 not done
-    assert len(agent.replay.items) == 0 and set(agent._latency_parts) == {"t1"}
+    assert len(agent.replay.items) == 0 and set(agent.outcomes.latency_parts) == {"t1"}
     agent.observe_stage_runs("t1", "c", (("decode", "cpu:1", 20.0),))     # 198.4 J
     assert [item[2] for item in agent.replay.items] == [pytest.approx(-25.0 - 0.1984)]
     agent.observe_completion("t1", 40.0, "c")   # at 40: t2's drain (both works) is reached
     assert sorted(item[2] for item in agent.replay.items) == [
         pytest.approx(-35.0 - 0.0992), pytest.approx(-25.0 - 0.1984)]
-    assert not agent._latency_parts and not agent._energy_j
+    assert not agent.outcomes.latency_parts and not agent.outcomes.energy_j
 
 
 def test_nothing_is_learned_from_completions_while_not_training(costs):
     agent = _agent(costs, energy_weight=1.0)
     agent.training = False
     agent.observe_stage_runs("t1", "g", (("detect", "gpu:0", 1.0),))
-    assert not agent._energy_j and not agent.replay.items
+    assert not agent.outcomes.energy_j and not agent.replay.items
 
 
 # -- validation --------------------------------------------------------------------------------
