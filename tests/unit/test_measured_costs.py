@@ -341,7 +341,7 @@ def test_the_learner_learns_unknown_types_and_skips_broken_timings(tmp_path):
                "service_ms": -5.0, "finished_at_ms": t0}]
     records.append(_feedback("tm_a", broken, t0 + 5_000))
     assert learner.take(records) == 30 and learner.timings_rejected == 4
-    first = learner._pending[0]
+    first = learner.examples._pending[0]
     # nothing learned yet: the default, over tm_b's spec speed
     assert first.estimates_s == {"tm_a": pytest.approx(0.1), "tm_b": pytest.approx(0.2),
                                  "tm_c": pytest.approx(0.1)}

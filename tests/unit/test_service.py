@@ -516,7 +516,7 @@ def test_the_queue_the_router_saw_replaces_the_executors_count_for_the_chosen_no
         report["routed_speed_factor"] = [2.5 if i % 2 == 0 else -1.0
                                          for i in range(len(report["completed"]))]
     service.learner.take(reports)
-    examples = list(service.learner._pending)
+    examples = list(service.learner.examples._pending)
     assert len(examples) == 30
     by_id = {e.task.task_id: e for e in examples}
     for report in reports:

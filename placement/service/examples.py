@@ -1,0 +1,312 @@
+"""Feedback to training examples: the first two steps of the service's online learner.
+
+See :mod:`placement.service.learner` for what each NodeFeedback record becomes (node states in
+a short per-node history, one contextual-bandit example per completed task timing) and the
+approximations stated there. This module is that part, on the consumer thread's side: cheap,
+bounded and hostile-input safe; the learner's thread pops the examples and trains.
+
+Example::
+
+    examples = FeedbackExamples(cluster_spec, MeasuredCosts(cluster_spec))
+    examples.take(records)          # consumer thread
+    examples.pop()                  # learner thread: a TrainingExample or None
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from placement.ldwp.features import is_live_costs
+from placement.speed import ObservedSpeed, timing_sample
+from workload.feedback import (DEFAULT_LINK_MBPS, feedback_age_s, feedback_emitted_at_ms,
+                               node_state_from_feedback)
+from workload.model import ClusterSpec, NodeSpec, NodeState, Task
+
+__all__ = ["FeedbackExamples", "TrainingExample", "NodeHistory", "RATE_WINDOW",
+           "RATE_MIN_SAMPLES"]
+
+log = logging.getLogger(__name__)
+
+RATE_WINDOW = 200       # service times kept per node for the measured service rate
+RATE_MIN_SAMPLES = 20   # below this, the plan uses the spec's capacity for the node
+
+
+def _feedback_state(record: Mapping, spec: NodeSpec | None = None) -> NodeState:
+    """The ``NodeState`` a NodeFeedback record describes, by the shared rule
+    (:func:`workload.feedback.node_state_from_feedback`), with link rates as fractions of the
+    node's links from ``spec`` (:data:`~workload.feedback.DEFAULT_LINK_MBPS` when unknown);
+    age 0 (:class:`NodeHistory` ages it when asked).
+
+    Example::
+
+        _feedback_state({"node_id": "tm_a", "cpu_util": 2.0}).cpu_util   # 1.0
+    """
+    if spec is None:
+        return node_state_from_feedback(record, DEFAULT_LINK_MBPS, DEFAULT_LINK_MBPS)
+    return node_state_from_feedback(record, spec.uplink_mbps, spec.downlink_mbps)
+
+
+class NodeHistory:
+    """The last ``size`` states of each node, by emission time, to answer "what did node X
+    report as of time t" (``state_at``) and "what is its newest report" (``latest``)."""
+
+    def __init__(self, size: int = 512):
+        self.size = size
+        self._times: dict[str, list[int]] = {}
+        self._states: dict[str, list[NodeState]] = {}
+        self._records: dict[str, dict] = {}
+        self._record_at: dict[str, int] = {}  # emission time of each node's newest record
+
+    def add(self, record: Mapping, state: NodeState) -> None:
+        # An unusable emission time reads as the epoch (workload.feedback): oldest, stalest.
+        node, at = record["node_id"], feedback_emitted_at_ms(record)
+        times = self._times.setdefault(node, [])
+        states = self._states.setdefault(node, [])
+        i = bisect.bisect_right(times, at)  # usually the end: reports arrive in order
+        times.insert(i, at)
+        states.insert(i, state)
+        if len(times) > self.size:
+            del times[0], states[0]
+        newest_at = self._record_at.get(node)
+        if newest_at is None or at >= newest_at:
+            self._records[node] = {k: v for k, v in record.items() if k != "completed"}
+            self._record_at[node] = at
+
+    def nodes(self) -> list[str]:
+        return list(self._times)
+
+    def state_at(self, node: str, at_ms: int) -> NodeState:
+        """Newest state emitted at or before ``at_ms`` (with its age then); a zero state when
+        the node had not reported yet (what a router saw then too)."""
+        times = self._times.get(node)
+        if times:
+            i = bisect.bisect_right(times, at_ms) - 1
+            if i >= 0:
+                state = self._states[node][i]
+                return _with_age(state, feedback_age_s(times[i], at_ms))
+        return NodeState(node)
+
+    def latest(self, node: str, now_ms: int | None = None) -> NodeState:
+        times = self._times.get(node)
+        if not times:
+            return NodeState(node)
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        return _with_age(self._states[node][-1], feedback_age_s(times[-1], now_ms))
+
+    def latest_record(self, node: str) -> dict | None:
+        """The newest NodeFeedback of ``node`` without its completed list."""
+        record = self._records.get(node)
+        return dict(record) if record else None
+
+
+def _with_age(state: NodeState, age_s: float) -> NodeState:
+    return dataclasses.replace(state, age_s=max(0.0, age_s))
+
+
+@dataclass(frozen=True)
+class TrainingExample:
+    """One completed task, ready to train on: the context and the outcome."""
+
+    task: Task
+    node: str
+    latency_ms: float
+    decided_at_ms: int
+    states: tuple[NodeState, ...]
+    estimates_s: dict | None = None   # per node, the learned cost model's before this timing
+
+
+def _timing_example_fields(timing: Mapping) -> tuple[str, float, int] | None:
+    """(task id, latency ms, finished at ms) of a timing, or None when they are unusable
+    (missing, not finite, negative latency parts)."""
+    try:
+        task_id = timing["task_id"]
+        queue_ms, service_ms = float(timing["queue_ms"]), float(timing["service_ms"])
+        finished = float(timing["finished_at_ms"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if not isinstance(task_id, str) or not all(math.isfinite(v) for v in
+                                                (queue_ms, service_ms, finished)) \
+            or queue_ms < 0.0 or service_ms < 0.0:
+        return None
+    return task_id, queue_ms + service_ms, int(finished)
+
+
+class FeedbackExamples:
+    """Steps 1 and 2 of :mod:`placement.service.learner`: NodeFeedback records in, node
+    histories and queued :class:`TrainingExample` out. Thread-safe: ``take`` runs on the
+    consumer thread, ``pop`` and the views on others; ``wake`` is set when examples arrive.
+
+    ``costs`` is the learner's cost model (a MeasuredCosts is taught by every timing);
+    ``max_unknown_nodes``, ``max_latency_s`` and ``max_task_size`` bound what hostile feedback
+    can make it learn from.
+
+    Example::
+
+        examples = FeedbackExamples(cluster_spec, MeasuredCosts(cluster_spec))
+        examples.take(feedback_records)      # how many timings were queued
+        example = examples.pop()             # the oldest, or None
+    """
+
+    def __init__(self, cluster: ClusterSpec, costs, metrics=None, history_per_node: int = 512,
+                 max_unknown_nodes: int = 64, max_latency_s: float = 3600.0,
+                 max_task_size: int = 10**11):
+        self.cluster = cluster
+        self.specs = {n.node_id: n for n in cluster.nodes}
+        self.costs = costs
+        self.metrics = metrics
+        self.max_unknown_nodes = max_unknown_nodes
+        # a timing beyond these is implausible (a clock jump, a hostile record): not learned
+        self.max_latency_ms, self.max_task_size = 1000.0 * max_latency_s, max_task_size
+        self.timings_rejected = 0   # timings skipped: fields missing, not finite or negative
+        self.nodes_ignored = 0      # records skipped: beyond max_unknown_nodes
+        self.records_taken = 0
+        self.history = NodeHistory(history_per_node)
+        self._node_order: list[str] = list(cluster.node_ids)
+        self._pending: deque[TrainingExample] = deque()
+        self._service_s: dict[str, deque] = {}
+        # the same measured speeds the routers keep (same timings, same rule), for the nodes
+        # whose decision-time numbers the feedback does not carry; with a MeasuredCosts it
+        # feeds that model and every factor is 1 (the learned estimates hold the speeds)
+        self.speeds = ObservedSpeed(cluster, costs)
+        self._lock = threading.Lock()        # guards history, pending queue, rates
+        self.wake = threading.Event()
+
+    def take(self, records: Iterable[Mapping]) -> int:
+        """Record node states and queue every completed task of these NodeFeedback records
+        (already de-duplicated) for training; returns how many task records were queued."""
+        queued = 0
+        with self._lock:
+            records = [r for r in records if self._accept_node(r.get("node_id"))]
+            reported = [_feedback_state(r, self.specs.get(r["node_id"])) for r in records]
+            for record, state in zip(records, reported):
+                self.history.add(record, state)
+            for record, state in zip(records, reported):
+                node = record["node_id"]
+                queues = record.get("routed_queue") or []
+                backlogs = record.get("routed_backlog_ms") or []
+                speeds = record.get("routed_speed_factor") or []
+                for i, timing in enumerate(record.get("completed") or ()):
+                    sample, fields_ = timing_sample(timing), _timing_example_fields(timing)
+                    if sample is None or fields_ is None or fields_[1] > self.max_latency_ms \
+                            or sample[1] > self.max_task_size:
+                        self.reject_timing()
+                        continue
+                    task_id, latency, finished = fields_
+                    decided = int(finished - latency)
+                    states = tuple(self._state_at(n, decided) for n in self._node_order)
+                    if i < len(queues) and queues[i] >= 0:
+                        # The router's own numbers for the chosen node when it decided: the
+                        # queue, backlog and speed its observation showed (the executor's
+                        # feedback only knows the few tasks inside the executor, not those
+                        # buffered on the way).
+                        chosen = {"queue_depth": int(queues[i])}
+                        if i < len(backlogs) and backlogs[i] >= 0:
+                            chosen["backlog_s"] = float(backlogs[i]) / 1000.0
+                        if i < len(speeds) and speeds[i] > 0:
+                            chosen["speed_factor"] = float(speeds[i])
+                        states = tuple(dataclasses.replace(st, **chosen)
+                                       if st.node_id == node else st for st in states)
+                    task = Task(task_id, sample[0], sample[1])
+                    estimates = None
+                    if is_live_costs(self.costs):  # before this timing teaches the model
+                        estimates = self.costs.estimates_s(
+                            [n for n in self._node_order if n in self.specs], task.app_id,
+                            task.input_size)
+                    self.speeds.observe(node, *sample)
+                    self._pending.append(TrainingExample(task, node, latency, decided, states,
+                                                  estimates))
+                    rates = self._service_s.setdefault(node, deque(maxlen=RATE_WINDOW))
+                    rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))
+                    queued += 1
+                if self.metrics is not None:  # the bounded count the history keeps
+                    self.metrics.queue_depth.labels(node=node).set(state.queue_depth)
+            self.records_taken += queued
+        if queued:
+            self.wake.set()
+        return queued
+
+    def reject_timing(self) -> None:
+        self.timings_rejected += 1
+        if self.timings_rejected == 1 or self.timings_rejected % 1000 == 0:
+            # logged, not per record: hostile feedback must not flood the log either
+            log.warning("feedback timings refused so far: %d (missing, non-finite or "
+                        "implausible fields; counted in learning_rejections{kind=\"timing\"})",
+                        self.timings_rejected)
+        if self.metrics is not None:
+            self.metrics.learning_rejections.labels(kind="timing").inc()
+
+    def _accept_node(self, node) -> bool:
+        """Whether records of ``node`` are learned from (adds a new node outside the spec
+        while fewer than ``max_unknown_nodes`` are known). Called with the lock held."""
+        if not isinstance(node, str):
+            return False
+        if node in self.specs or node in self._node_order:
+            return True
+        if len(self._node_order) - len(self.specs) >= self.max_unknown_nodes:
+            if not self.nodes_ignored:  # once: hostile feedback must not flood the log either
+                log.warning("feedback from node %r ignored: already %d nodes outside the "
+                            "cluster spec (counting the rest in nodes_ignored)", node[:80],
+                            self.max_unknown_nodes)
+            self.nodes_ignored += 1
+            return False
+        self._node_order.append(node)  # a node the spec does not know: learn anyway
+        return True
+
+    def _state_at(self, node: str, at_ms: int) -> NodeState:
+        """Node ``node`` as of ``at_ms``: its newest report then, with its measured speed.
+
+        Tried and reverted (2026-12-01): filling the in-flight count and backlog of the nodes
+        a task was NOT sent to from the routers' newest earlier stamps on them. In the real-engine
+        benchmark the model trained that way sent 65% of a backlog to the slow tm_c (33.5
+        tasks/s against 67-71 without it), so those nodes keep their reports' numbers."""
+        return dataclasses.replace(self.history.state_at(node, at_ms),
+                                   speed_factor=self.speeds.factor(node))
+
+    def pop(self) -> TrainingExample | None:
+        """The oldest queued example, or None."""
+        with self._lock:
+            return self._pending.popleft() if self._pending else None
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    # -- views for the API -------------------------------------------------------------------
+    def node_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._node_order)
+
+    def node_states(self, now_ms: int | None = None) -> list[NodeState]:
+        """Every known node's newest state (a zero state for nodes that never reported), with
+        its measured speed factor (what the model was trained with)."""
+        with self._lock:
+            return [dataclasses.replace(self.history.latest(n, now_ms),
+                                        speed_factor=self.speeds.factor(n))
+                    for n in self._node_order]
+
+    def latest_feedback(self) -> dict[str, dict]:
+        """node -> its newest NodeFeedback (without the completed list)."""
+        with self._lock:
+            return {n: r for n in self.history.nodes()
+                    if (r := self.history.latest_record(n)) is not None}
+
+    def measured_rates(self) -> dict[str, float]:
+        """node -> measured service rate in tasks/s: its parallel units (cores + GPUs) over the
+        mean service time of its last tasks; only nodes with enough samples. Approximate: it
+        mixes the applications and sizes the node happened to get."""
+        with self._lock:
+            rates = {}
+            for node, times in self._service_s.items():
+                if len(times) >= RATE_MIN_SAMPLES:
+                    spec = self.specs.get(node)
+                    units = spec.cpu_cores + len(spec.gpus) if spec else 1
+                    rates[node] = units * len(times) / sum(times)
+            return rates
