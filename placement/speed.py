@@ -161,5 +161,21 @@ class ObservedSpeed:
     def factors(self) -> dict[str, float]:
         return {node: self.factor(node) for node in self._coefficients}
 
+    def reported_factor(self, node: str) -> float:
+        """The node's slowness for people to read (metrics, stats): :meth:`factor` against the
+        calibration; when delegating (where ``factor`` is always 1) how many times longer
+        ``node`` takes than the other nodes, the geometric mean of the learned model's
+        ``relative_speed`` over the nodes it shares trusted task types with (1.0 when none)."""
+        if self.live is None:
+            return self.factor(node)
+        logs = [math.log(ratio) for other in self._coefficients if other != node
+                if (ratio := self.live.relative_speed(node, other)) is not None and ratio > 0]
+        if not logs:
+            return 1.0
+        return math.exp(min(self._high, max(self._low, sum(logs) / len(logs))))
+
+    def reported_factors(self) -> dict[str, float]:
+        return {node: self.reported_factor(node) for node in self._coefficients}
+
     def samples(self, node: str) -> int:
         return self._samples.get(node, 0)

@@ -337,6 +337,7 @@ class Router:
     def stats(self) -> dict:
         return {"routed": dict(self.routed), "in_flight": self.in_flight(),
                 "backlog_s": self.backlog_s(), "speed_factors": self.speeds.factors(),
+                "reported_slowness": self.speeds.reported_factors(),
                 "model_version": self.model_version, "policy": self.policy.name,
                 "fallback_decisions": self.fallback_decisions, "full_skips": self.full_skips,
                 "feedback_records": self.feedback_records,

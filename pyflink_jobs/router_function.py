@@ -231,9 +231,10 @@ class RouterFunction(BroadcastProcessFunction):
         group.gauge("streamplace_feedback_records", lambda: int(router.feedback_records))
         group.gauge("streamplace_models_refused",
                     lambda: int(self.refresher.refused) if self.refresher else 0)
-        for node in router.node_ids:  # measured speed factor x 1000 (Flink gauges are ints here)
+        for node in router.node_ids:  # measured slowness x 1000 (Flink gauges are ints here):
+            # against the calibration, or with learned costs against the other nodes
             group.gauge(f"streamplace_speed_milli_{node}",
-                        lambda node=node: int(1000 * router.speeds.factor(node)))
+                        lambda node=node: int(1000 * router.speeds.reported_factor(node)))
         if router.quotas is not None:
             self._register_tenant_gauges(group, router.quotas)
 

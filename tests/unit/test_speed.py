@@ -68,3 +68,25 @@ def test_bad_settings_are_refused(kwargs, message):
 ])
 def test_work_time_is_the_stages_run_time_when_reported(timing, expected):
     assert timing_work_s(timing) == pytest.approx(expected)
+
+
+def test_reported_slowness_with_learned_costs_compares_the_nodes_not_the_calibration():
+    from placement.measured_costs import MeasuredCosts
+    three = ClusterSpec((NodeSpec("a", 1, 8.0), NodeSpec("b", 1, 8.0), NodeSpec("c", 1, 8.0)))
+    speeds = ObservedSpeed(three, MeasuredCosts(three, min_samples=2, speed_refresh_samples=1))
+    assert speeds.reported_factors() == {"a": 1.0, "b": 1.0, "c": 1.0}  # nothing learned yet
+    for size in (1000, 2000, 3000, 4000):
+        speeds.observe("a", "my_op", size, 0.001 * size)
+        speeds.observe("b", "my_op", size, 0.003 * size)      # 3x a's time
+    # c never ran a shared type: nothing to compare, 1.0; a and b against each other only
+    assert speeds.reported_factor("b") == pytest.approx(3.0, rel=0.05)
+    assert speeds.reported_factor("a") == pytest.approx(1 / 3, rel=0.05)
+    assert speeds.reported_factor("c") == 1.0
+    # the factor the models use stays 1: the learned estimates hold the speeds
+    assert speeds.factors() == {"a": 1.0, "b": 1.0, "c": 1.0}
+
+
+def test_reported_slowness_against_the_calibration_is_the_factor():
+    speeds = ObservedSpeed(CLUSTER, min_samples=1)
+    speeds.observe("slow", APP, SIZE, 2.0 * speeds.estimate_s("slow", APP, SIZE))
+    assert speeds.reported_factor("slow") == speeds.factor("slow") == pytest.approx(2.0)
