@@ -256,6 +256,9 @@ def main(argv=None) -> int:
                              "rebalance(), both spread one instance per TaskManager")
     parser.add_argument("--routers", default="1,2",
                         help="--overhead: router parallelisms to measure, comma-separated")
+    parser.add_argument("--python-mode", choices=("process", "thread"), default="process",
+                        help="--overhead: the cluster's PyFlink python.execution-mode (thread: "
+                             "writes flink_e2e_overhead_thread.json)")
     args = parser.parse_args(argv)
     if args.overhead:
         return overhead(args)
@@ -334,6 +337,7 @@ def overhead(args) -> int:
     count = args.records or (6000 if args.quick else 20_000)
     runs = 1 if args.quick else args.runs
     cfg = bench_config("tasks_mode")
+    cfg.flink.python_execution_mode = args.python_mode
     broker, cluster = KafkaBroker(cfg), FlinkCluster(cfg)
     broker.stop(), cluster.stop()
     broker.start(), cluster.start()
@@ -364,10 +368,11 @@ def overhead(args) -> int:
         for label, _, _ in variants]
     plain = summary[0]["records_per_s"]["mean"]
     costs = {s["variant"]: 1.0 - s["records_per_s"]["mean"] / plain for s in summary[1:]}
-    write_result("flink_e2e_overhead", {"records": count, "rounds": runs, "summary": summary,
-                                        "runs": rows, "routers": routers,
-                                        "hook_cost": min(costs.values()),
-                                        "hook_cost_by_variant": costs})
+    name = "flink_e2e_overhead" + ("" if args.python_mode == "process" else "_thread")
+    write_result(name, {"records": count, "rounds": runs, "summary": summary,
+                        "python_execution_mode": args.python_mode, "runs": rows,
+                        "routers": routers, "hook_cost": min(costs.values()),
+                        "hook_cost_by_variant": costs})
     for s in summary[1:]:
         print(f"{s['variant']}: {s['records_per_s']['mean']:.1f} vs rebalance {plain:.1f} "
               f"rec/s: the hook costs {100 * costs[s['variant']]:.1f}%")

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 
 from pyflink_jobs.feedback import FeedbackPublisher, FinishedTask
-from pyflink_jobs.flink_ops import CountGauges
+from pyflink_jobs.flink_ops import CountGauges, subtask_index
 from pyflink_jobs.routed import RoutedRecord
 from workload.limits import MEMORY_FRACTION
 from workload.task_attributes import task_slo_from_attributes
@@ -141,7 +141,7 @@ class ExecutorFeedback:
     def _open_feedback(self, runtime_context, snapshot) -> None:
         from confluent_kafka import Producer
         self.node_id = os.environ.get("STREAMPLACE_NODE_ID") or self.planned_node or "unknown"
-        instance = runtime_context.get_index_of_this_subtask()
+        instance = subtask_index(runtime_context)
         s = self.settings
         producer = Producer({"bootstrap.servers": s.bootstrap_servers,
                              "linger.ms": 20, "compression.type": "lz4",

@@ -19,7 +19,7 @@ __all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter",
            "side_output", "CountGauges", "MAX_REASON_CHARS", "MAX_DEAD_LETTER_RAW_BYTES",
            "dead_letter_raw",
            "EXECUTOR_CPU", "EXECUTOR_HEAP_MB", "EXECUTOR_MANAGED_MB",
-           "IO_CPU", "IO_HEAP_MB", "IO_MANAGED_MB"]
+           "IO_CPU", "IO_HEAP_MB", "IO_MANAGED_MB", "subtask_index"]
 
 DEAD_LETTER_TAG_NAME = "dead-letter"
 
@@ -35,6 +35,23 @@ MAX_DEAD_LETTER_RAW_BYTES = 1 << 20
 #: external resource.
 EXECUTOR_CPU, EXECUTOR_HEAP_MB, EXECUTOR_MANAGED_MB = 0.1, 32, 16
 IO_CPU, IO_HEAP_MB, IO_MANAGED_MB = 0.1, 64, 32
+
+
+def subtask_index(runtime_context) -> int:
+    """This parallel instance's index (0 without a runtime context).
+
+    PyFlink 2.2's thread mode (``python.execution-mode: thread``) wraps the Java runtime
+    context and asks it ``getIndexOfThisSubtask()``, which Flink 2 moved to ``getTaskInfo()``:
+    the call raises there, so ask the task info directly."""
+    if runtime_context is None:
+        return 0
+    try:
+        return int(runtime_context.get_index_of_this_subtask())
+    except AttributeError:
+        java_context = getattr(runtime_context, "_runtime_context", None)
+        if java_context is None:
+            raise
+        return int(java_context.getTaskInfo().getIndexOfThisSubtask())
 
 
 def dead_letter_tag():

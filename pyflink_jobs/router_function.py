@@ -33,7 +33,7 @@ import time
 import uuid
 
 from placement.service.flink_rest import FlinkRestClient
-from pyflink_jobs.flink_ops import CountGauges, dead_letter_raw, make_dead_letter
+from pyflink_jobs.flink_ops import CountGauges, dead_letter_raw, make_dead_letter, subtask_index
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
 from pyflink_jobs.routed import RoutedRecord
 from workload.limits import DEFAULT_MAX_TASK_TYPE_CHARS, TaskLimits, short_repr
@@ -141,7 +141,7 @@ class OperatorRecords(RecordReader):
 
     def open(self, runtime_context) -> None:
         # Task ids must be unique across router restarts too (feedback de-duplicates by id).
-        index = runtime_context.get_index_of_this_subtask() if runtime_context else 0
+        index = subtask_index(runtime_context)
         self._prefix = f"{self.operator_name[:40]}-{uuid.uuid4().hex[:10]}-{index}-"
         self._next = 0
 

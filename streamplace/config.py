@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -65,6 +65,10 @@ class FlinkSettings(_Section):
     start_timeout_s: float = Field(120.0, gt=0, description="wait for every TaskManager")
     extra_config: dict[str, str] = Field(
         default_factory=dict, description="more Flink options for every process (flat keys)")
+    python_execution_mode: Literal["process", "thread"] = Field(
+        "process", description="PyFlink's python.execution-mode for the cluster's jobs: "
+        "'process' (Python workers beside the JVM, Flink's default) or 'thread' (Python inside "
+        "the TaskManager JVM through pemja: no serialisation hop per record)")
     hosts_prefix: str = Field("sp", pattern=r"^[a-z][a-z0-9]{0,9}$", description="name prefix "
                               "of the emulated hosts' namespaces, links and cgroups "
                               "(isolation: host)")

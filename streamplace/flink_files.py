@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import site
 import shutil
 import sys
 from pathlib import Path
@@ -100,8 +101,34 @@ class ProcessFiles:
             "execution.checkpointing.externalized-checkpoint-retention":
                 "RETAIN_ON_CANCELLATION",
         })
+        if f.python_execution_mode == "thread":
+            conf["python.execution-mode"] = "thread"
         conf.update(f.extra_config)
+        if f.python_execution_mode == "thread":
+            # pemja from the TaskManager's own classpath (thread_mode_lib), never a job's copy:
+            # its native library loads once per JVM
+            key = "classloader.parent-first-patterns.additional"
+            patterns = [p for p in str(conf.get(key, "")).split(";") if p]
+            conf[key] = ";".join(patterns + ([] if "pemja." in patterns else ["pemja."]))
         return conf
+
+    def thread_mode_lib(self) -> Path:
+        """Flink's lib folder for thread mode: the wheel's lib jars plus ``flink-python`` (which
+        Flink ships per job from opt/). pemja, inside it, loads its native library once per
+        JVM and on JDK 17 fails to load it again for a second job's class loader
+        (``NoSuchFieldException: loadedLibraryNames``); from the parent class loader every job
+        shares the one copy."""
+        lib = self.dir / "lib"
+        lib.mkdir(parents=True, exist_ok=True)
+        wanted = {jar.name: jar for jar in (flink_home() / "lib").glob("*.jar")}
+        wanted.update({jar.name: jar for jar in (flink_home() / "opt").glob("flink-python*.jar")})
+        for stale in lib.iterdir():
+            if stale.name not in wanted or not stale.exists():
+                stale.unlink()
+        for name, jar in wanted.items():
+            if not (lib / name).exists():
+                (lib / name).symlink_to(jar)
+        return lib
 
     def write_conf(self, name: str, conf: dict[str, object]) -> Path:
         conf_dir = self.conf_dir(name)
@@ -122,6 +149,12 @@ class ProcessFiles:
                     "FLINK_PID_DIR": str(base), "FLINK_HOME": str(flink_home())})
         java = require_java()
         env.setdefault("JAVA_HOME", str(Path(os.path.realpath(java)).parents[1]))
+        if self.config.flink.python_execution_mode == "thread":
+            env["FLINK_LIB_DIR"] = str(self.thread_mode_lib())
+            # Python inside the JVM (pemja) starts from the base installation, not this
+            # virtual environment: it finds pemja, pyflink and the dependencies on this path.
+            env["PYTHONPATH"] = os.pathsep.join(
+                [*site.getsitepackages(), *filter(None, [env.get("PYTHONPATH", "")])])
         return env
 
     def taskmanager_env(self, tm: TaskManagerSpec) -> dict[str, str]:

@@ -13,7 +13,7 @@ same function through the streamplace hook (one pinned executor per TaskManager;
 import argparse
 import os
 
-from pyflink.common import SimpleStringSchema, Types, WatermarkStrategy
+from pyflink.common import Configuration, SimpleStringSchema, Types, WatermarkStrategy
 from pyflink.datastream import CheckpointingMode, StreamExecutionEnvironment
 from pyflink.datastream.connectors.base import DeliveryGuarantee
 from pyflink.datastream.connectors.kafka import (KafkaOffsetsInitializer,
@@ -34,8 +34,14 @@ def main():
     parser.add_argument("--dead-letter-topic", default="")
     parser.add_argument("--job-name", default="passthrough")
     parser.add_argument("--hook", action="store_true")
+    parser.add_argument("--python-mode", choices=("process", "thread"), default=None,
+                        help="PyFlink's python.execution-mode for this job (default: the "
+                             "cluster's, streamplace's flink.python_execution_mode)")
     args = parser.parse_args()
-    env = StreamExecutionEnvironment.get_execution_environment()
+    config = Configuration()
+    if args.python_mode:
+        config.set_string("python.execution-mode", args.python_mode)
+    env = StreamExecutionEnvironment.get_execution_environment(config)
     env.add_jars(f"file://{os.path.abspath(args.connector_jar)}")
     env.enable_checkpointing(1000, CheckpointingMode.EXACTLY_ONCE)
     source = (KafkaSource.builder().set_bootstrap_servers(args.bootstrap_servers)
