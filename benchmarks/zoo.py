@@ -24,9 +24,9 @@ repeated run per system giving identical metrics (determinism per seed). Every c
 also timed inside the Flink router object (11 nodes, 5,000 decisions, completions fed back):
 p50 / p99 per decision.
 
-    python -m benchmarks.zoo               # default sweep (about 2 hours on 2 cores)
+    python -m benchmarks.zoo               # default sweep (about 45 minutes on 2 cores)
     python -m benchmarks.zoo --full        # the paper's whole arrival sweep (10-60 tasks/min)
-    python -m benchmarks.zoo --quick       # 300 tasks, 2 seeds: a smoke run (still ~30 min)
+    python -m benchmarks.zoo --quick       # 300 tasks, 2 seeds: a smoke run (a few minutes)
 
 Writes benchmarks/results/zoo.json (zoo-quick.json with --quick), a PNG beside it, and prints the
 README table.
