@@ -51,10 +51,18 @@ from interference.executor import power
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
 from workload.task_attributes import task_slo_from_attributes
 
-__all__ = ["FeedbackPublisher", "FinishedTask", "stage_batches", "MAX_STAGE_BATCHES"]
+__all__ = ["FeedbackPublisher", "FinishedTask", "stage_batches", "MAX_STAGE_BATCHES",
+           "MAX_TIMINGS_PER_RECORD", "MAX_PENDING_TIMINGS"]
 
 #: Rows of batching telemetry per report: an operator with hundreds of stages reports its first.
 MAX_STAGE_BATCHES = 64
+#: Timings per NodeFeedback record: a burst (thousands of light records a second) must not make
+#: one record bigger than Kafka's 1 MB message limit (a timing with a 200-character task id and
+#: its per-task arrays is under 400 bytes encoded, so 1,000 stay well under it).
+MAX_TIMINGS_PER_RECORD = 1000
+#: Timings kept while they cannot leave (Kafka down, or emits falling behind); beyond this the
+#: oldest are dropped and counted (``dropped_timings``).
+MAX_PENDING_TIMINGS = 50_000
 
 
 def stage_batches(report: dict) -> list[dict]:
@@ -192,7 +200,12 @@ class FeedbackPublisher:
         self._lock = threading.Lock()
         self._bytes_in = self._bytes_out = 0
         self._last_emit = clock()
+        self._last_emitted_ms = 0
         self._last_sequence = 0
+        self._continuation = False  # the last record left timings for the next one
+        self._rates = (0.0, 0.0)      # (uplink, downlink) bytes/s of the last first record
+        self._unit_power: dict = {}
+        self.dropped_timings = 0
         self.sent = 0
         self.delivery_errors = 0
         self._stop = threading.Event()
@@ -213,6 +226,8 @@ class FeedbackPublisher:
         met = finished.deadline_met(timing["queue_ms"] + timing["service_ms"])
         with self._lock:
             if routed is not None:
+                if len(self._completed) >= MAX_PENDING_TIMINGS:
+                    self._drop_oldest()
                 self._completed.append(timing)
                 self._routed.append(routed.context)
                 self._stages.append(finished.stages)
@@ -220,29 +235,56 @@ class FeedbackPublisher:
             self._bytes_in += bytes_in
             self._bytes_out += bytes_out
 
+    def _drop_oldest(self) -> None:
+        """Called with the lock held when MAX_PENDING_TIMINGS wait (feedback cannot leave, or
+        a burst outran it): the oldest timing goes, counted, so memory stays bounded."""
+        for pending in (self._completed, self._routed, self._stages, self._tenants):
+            del pending[0]
+        self.dropped_timings += 1
+        if self.dropped_timings == 1 or self.dropped_timings % 10_000 == 0:
+            log.warning("feedback timings dropped so far on %s: %d (more than %d waiting)",
+                        self.node_id, self.dropped_timings, MAX_PENDING_TIMINGS)
+
+    def pending(self) -> int:
+        """Timings collected and not yet in a record."""
+        with self._lock:
+            return len(self._completed)
+
     def build_record(self) -> dict:
-        """The next NodeFeedback (takes the timings collected so far)."""
+        """The next NodeFeedback: the node's numbers and the oldest timings collected so far, at
+        most MAX_TIMINGS_PER_RECORD (the rest stay for the next record, which repeats the
+        node's numbers: :meth:`emit` sends them all at once)."""
         now = self.clock()
         with self._lock:
-            completed, self._completed = self._completed, []
-            routed, self._routed = self._routed, []
-            stages, self._stages = self._stages, []
-            tenants, self._tenants = self._tenants, []
-            bytes_in, bytes_out = self._bytes_in, self._bytes_out
-            self._bytes_in = self._bytes_out = 0
-        elapsed = max(1e-3, now - self._last_emit)
-        self._last_emit = now
+            cut = MAX_TIMINGS_PER_RECORD
+            completed, self._completed = self._completed[:cut], self._completed[cut:]
+            routed, self._routed = self._routed[:cut], self._routed[cut:]
+            stages, self._stages = self._stages[:cut], self._stages[cut:]
+            tenants, self._tenants = self._tenants[:cut], self._tenants[cut:]
+            continuation, self._continuation = self._continuation, bool(self._completed)
+            if not continuation:
+                bytes_in, bytes_out = self._bytes_in, self._bytes_out
+                self._bytes_in = self._bytes_out = 0
         snap = self.snapshot()
-        current = _unit_power({}, snap.get("unit_power_w"))
-        unit_power = _unit_power(self._unit_power_w, current)
-        self._unit_power_w = current
+        if not continuation:  # a continuation repeats the rates of the record before it
+            elapsed = max(1e-3, now - self._last_emit)
+            self._last_emit = now
+            self._rates = (float(snap.get("uplink_bytes_per_s", bytes_out / elapsed)),
+                           float(snap.get("downlink_bytes_per_s", bytes_in / elapsed)))
+            current = _unit_power({}, snap.get("unit_power_w"))
+            self._unit_power = _unit_power(self._unit_power_w, current)
+            self._unit_power_w = current
         # one entry per completed timing, same order (a task id may repeat: keyed by position)
         energies = power.task_energies_j(
-            {i: rows for i, rows in enumerate(stages) if rows}, unit_power) if completed else {}
+            {i: rows for i, rows in enumerate(stages) if rows}, self._unit_power) \
+            if completed else {}
         completed_energy = [energies.get(i, power.NOT_REPORTED) for i in range(len(completed))]
         power_w, power_source = power.bounded_power(snap.get("power_w"),
                                                     snap.get("power_source"))
-        emitted_ms = int(now * 1000)
+        # strictly increasing per instance: the records of one emit are distinct, and the
+        # service's de-duplication key (node, sequence, emitted_at_ms) never joins two of them
+        emitted_ms = max(int(now * 1000), self._last_emitted_ms + 1)
+        self._last_emitted_ms = emitted_ms
         sequence = max(self._last_sequence + 1, emitted_ms * 1000 + self.instance)
         self._last_sequence = sequence
         return {"node_id": self.node_id, "emitted_at_ms": emitted_ms,
@@ -252,10 +294,8 @@ class FeedbackPublisher:
                 "gpu_mem_util": float(snap.get("gpu_mem_util", 0.0)),
                 # the host's interface counters where it has them (every byte on its link),
                 # else the bytes of the records this executor received and sent
-                "uplink_bytes_per_s": float(snap.get("uplink_bytes_per_s",
-                                                     bytes_out / elapsed)),
-                "downlink_bytes_per_s": float(snap.get("downlink_bytes_per_s",
-                                                       bytes_in / elapsed)),
+                "uplink_bytes_per_s": self._rates[0],
+                "downlink_bytes_per_s": self._rates[1],
                 "queue_depth": int(snap.get("queue_depth", 0)),
                 "stage_batches": list(snap.get("stage_batches", ()))[:MAX_STAGE_BATCHES],
                 "in_flight": int(snap.get("in_flight", 0)), "backpressure": 0.0,
@@ -274,14 +314,20 @@ class FeedbackPublisher:
             log.warning("feedback delivery failed: %s", err)
 
     def emit(self) -> dict:
+        """Send every timing collected so far, in as many records as MAX_TIMINGS_PER_RECORD
+        needs (one record when there are none: the node's numbers still go); returns the
+        last record."""
         from workload.codec import encode
-        record = self.build_record()
-        if self.producer is not None:
-            self.producer.produce(self.topic, key=self.node_id.encode(),
-                                  value=encode("NodeFeedback", record), on_delivery=self._delivered)
-            self.producer.poll(0)
-            self.sent += 1
-        return record
+        while True:
+            record = self.build_record()
+            if self.producer is not None:
+                self.producer.produce(self.topic, key=self.node_id.encode(),
+                                      value=encode("NodeFeedback", record),
+                                      on_delivery=self._delivered)
+                self.producer.poll(0)
+                self.sent += 1
+            if not self._continuation:
+                return record
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="streamplace-feedback",

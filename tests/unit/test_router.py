@@ -417,11 +417,57 @@ def test_feedback_publisher_reports_each_finished_task_once_with_rates():
     assert first["uplink_bytes_per_s"] == pytest.approx(100.0)
     assert (first["cpu_util"], first["in_flight"], first["queue_depth"]) == (0.5, 3, 1)
     assert first["sequence"] == 102_000 * 1000 + 1
-    clock.now = 102.0  # same millisecond: the sequence still grows
+    clock.now = 102.0  # same millisecond: the stamp and the sequence still grow
     second = publisher.build_record()
-    assert second["completed"] == [] and second["sequence"] == first["sequence"] + 1
+    assert second["completed"] == [] and second["sequence"] > first["sequence"]
+    assert second["emitted_at_ms"] == first["emitted_at_ms"] + 1
     from workload.codec import decode, encode
     assert decode("NodeFeedback", encode("NodeFeedback", first))["completed"][1]["task_id"] == "t2"
+
+
+def test_a_burst_of_timings_leaves_in_records_kafka_accepts_and_memory_stays_bounded(
+        monkeypatch):
+    from pyflink_jobs import feedback as feedback_module
+
+    class Producer:
+        def __init__(self):
+            self.values = []
+
+        def produce(self, topic, key, value, on_delivery):
+            self.values.append(value)
+
+        def poll(self, timeout):
+            return 0
+
+    clock = FakeClock(100.0)
+    producer = Producer()
+    publisher = FeedbackPublisher("tm_a", lambda: {"cpu_util": 0.5}, producer=producer,
+                                  clock=clock)
+    for i in range(2500):
+        publisher.task_finished(finished(event(i), Outcome(1.0, 2.0, 100_000 + i)),
+                                routed(event(i), "tm_a", 99_999), bytes_in=10, bytes_out=5)
+    clock.now = 101.0
+    last = publisher.emit()
+    from workload.codec import decode
+    records = [decode("NodeFeedback", v) for v in producer.values]
+    assert [len(r["completed"]) for r in records] == [1000, 1000, 500]
+    assert last["completed"] == records[-1]["completed"]
+    ids = [t["task_id"] for r in records for t in r["completed"]]
+    assert ids == [f"t{i}" for i in range(2500)]  # every timing once, in order
+    assert all(len(v) < 1_000_000 for v in producer.values)
+    # one node report repeated: the rates of the whole interval, never a zero for the rest
+    assert {(r["downlink_bytes_per_s"], r["uplink_bytes_per_s"]) for r in records} == \
+        {(25_000.0, 12_500.0)}
+    stamps = [(r["emitted_at_ms"], r["sequence"]) for r in records]
+    assert stamps == sorted(set(stamps)) and len({s for _, s in stamps}) == 3
+    assert publisher.pending() == 0 and publisher.dropped_timings == 0
+    # nothing can leave: at most MAX_PENDING_TIMINGS wait, the oldest dropped and counted
+    monkeypatch.setattr(feedback_module, "MAX_PENDING_TIMINGS", 100)
+    for i in range(130):
+        publisher.task_finished(finished(event(i), Outcome(1.0, 2.0, 200_000 + i)),
+                                routed(event(i), "tm_a", 199_999), bytes_in=0, bytes_out=0)
+    assert publisher.pending() == 100 and publisher.dropped_timings == 30
+    assert publisher.build_record()["completed"][0]["task_id"] == "t30"
 
 
 # -- hook settings -------------------------------------------------------------------------
