@@ -83,8 +83,11 @@ def _producer(config: StreamplaceConfig):
 
 
 def produce_raw(config: StreamplaceConfig, topic: str, payloads: Iterable[bytes],
-                timeout_s: float = 60.0, progress=None) -> ProduceReport:
-    """Send raw payloads (no encoding); ``flush`` waits for every delivery report."""
+                timeout_s: float = 60.0, progress=None,
+                partition: int | None = None) -> ProduceReport:
+    """Send raw payloads (no encoding); ``flush`` waits for every delivery report.
+    ``partition``: all to that partition, in order (default: the producer's partitioner spreads
+    them, and a reader may see them in another order than sent)."""
     report = ProduceReport()
     producer = _producer(config)
 
@@ -99,7 +102,11 @@ def produce_raw(config: StreamplaceConfig, topic: str, payloads: Iterable[bytes]
     for payload in payloads:
         while True:
             try:
-                producer.produce(topic, value=payload, on_delivery=on_delivery)
+                if partition is None:
+                    producer.produce(topic, value=payload, on_delivery=on_delivery)
+                else:
+                    producer.produce(topic, value=payload, partition=partition,
+                                     on_delivery=on_delivery)
                 break
             except BufferError:  # local queue full: serve delivery callbacks, then retry
                 producer.poll(0.1)

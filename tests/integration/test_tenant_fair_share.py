@@ -71,7 +71,10 @@ def quota_run(stack_config, flink_cluster):
     light = [_event(f"light-{i:03d}", "light", now) for i in range(LIGHT)]
     events = first + flood + light
     for batch in (first, flood, light):  # in send order: the flood reaches the executor first
-        report = produce_raw(cfg, cfg.job.topic_tasks, [encode("TaskEvent", e) for e in batch])
+        # one partition: the job reads them in the order sent (across partitions the light
+        # tasks could come long after the flood, or before it)
+        report = produce_raw(cfg, cfg.job.topic_tasks, [encode("TaskEvent", e) for e in batch],
+                             partition=0)
         assert report.errors == [] and report.delivered == len(batch)
     results = read_topic(cfg, cfg.job.topic_results, "TaskResult", expected=len(events),
                          timeout_s=600, settle_s=5)
@@ -125,6 +128,29 @@ def test_the_service_reports_what_each_tenant_got(quota_run, flink_cluster, tmp_
     for name in expected:
         assert tenants[name]["mean_latency_ms"] > 0, tenants[name]
         assert tenants[name]["deadlines_known"] == 0  # no deadline_ms attribute was sent
+
+
+def test_the_feedback_carries_each_tasks_energy_and_the_nodes_power(quota_run):
+    """Energy per task on the real engines: each NodeFeedback carries the node's power (NVML on
+    a GPU host, the stated CPU estimate here) and one energy figure per completed timing, each
+    finite and positive for a task whose stages ran (``interference.executor.power``)."""
+    import math
+
+    from interference.executor.power import SOURCE_CPU, SOURCE_NVML_CPU
+    cfg = quota_run["cfg"]
+    feedback = read_topic(cfg, "quota-feedback", "NodeFeedback", expected=None, timeout_s=30,
+                          idle_s=5).records
+    ours = {e["task_id"] for e in quota_run["events"]}
+    energies = {}
+    for record in feedback:
+        assert record["power_source"] in (SOURCE_CPU, SOURCE_NVML_CPU), record["power_source"]
+        assert math.isfinite(record["power_w"]) and record["power_w"] > 0, record["power_w"]
+        assert len(record["completed_energy_j"]) == len(record["completed"])
+        for timing, joules in zip(record["completed"], record["completed_energy_j"]):
+            if timing["task_id"] in ours:
+                energies[timing["task_id"]] = joules
+    assert set(energies) == ours  # every task's timing came with its energy
+    assert all(math.isfinite(j) and j > 0 for j in energies.values()), energies
 
 
 def test_job_still_running(quota_run, flink_cluster):
