@@ -19,7 +19,8 @@ __all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter",
            "side_output", "CountGauges", "MAX_REASON_CHARS", "MAX_DEAD_LETTER_RAW_BYTES",
            "dead_letter_raw",
            "EXECUTOR_CPU", "EXECUTOR_HEAP_MB", "EXECUTOR_MANAGED_MB",
-           "IO_CPU", "IO_HEAP_MB", "IO_MANAGED_MB", "subtask_index"]
+           "IO_CPU", "IO_HEAP_MB", "IO_MANAGED_MB", "subtask_index",
+           "python_execution_mode"]
 
 DEAD_LETTER_TAG_NAME = "dead-letter"
 
@@ -52,6 +53,20 @@ def subtask_index(runtime_context) -> int:
         if java_context is None:
             raise
         return int(java_context.getTaskInfo().getIndexOfThisSubtask())
+
+
+def python_execution_mode(stream) -> str:
+    """The job's ``python.execution-mode`` ("process" or "thread") as the stream's environment
+    has it; "process" (Flink's default) when it cannot be read (no JVM behind the stream)."""
+    try:
+        from pyflink.java_gateway import get_gateway
+        from pyflink.util.java_utils import get_j_env_configuration
+        conf = get_j_env_configuration(stream._j_data_stream.getExecutionEnvironment())
+        mode = conf.get(get_gateway().jvm.org.apache.flink.python.PythonOptions
+                        .PYTHON_EXECUTION_MODE)
+    except Exception:  # noqa: BLE001 - a stand-in stream (tests) or an older PyFlink
+        return "process"
+    return str(mode or "process").lower()
 
 
 def dead_letter_tag():

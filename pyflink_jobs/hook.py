@@ -60,7 +60,8 @@ from workload.operators import as_operator
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
 from pyflink_jobs.flink_ops import (dead_letter_tag, executor_slot_sharing_group,
-                                    io_slot_sharing_group, kafka_bytes_sink, side_output)
+                                    io_slot_sharing_group, kafka_bytes_sink,
+                                    python_execution_mode, side_output)
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
 from interference.executor.direct import direct_operator
@@ -479,6 +480,13 @@ class StreamplaceHook:
         """``stream`` through ``function`` as an unordered async operator."""
         from pyflink.common import Time, Types
         from pyflink.datastream import AsyncDataStream
+        if python_execution_mode(stream) == "thread":
+            raise ValueError(
+                "this operator runs in streamplace's batching executor, a PyFlink AsyncFunction, "
+                "and PyFlink 2.2 does not run AsyncFunctions in thread mode: set "
+                "python.execution-mode to 'process' for this job (streamplace's "
+                "flink.python_execution_mode: process); one-step CPU operators (a plain "
+                "function or MapFunction) run inline and work in thread mode too")
         s = self.settings
         return AsyncDataStream.unordered_wait(
             stream, function, Time.milliseconds(int(s.executor_timeout_s * 1000)),

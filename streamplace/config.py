@@ -68,7 +68,8 @@ class FlinkSettings(_Section):
     python_execution_mode: Literal["process", "thread"] = Field(
         "process", description="PyFlink's python.execution-mode for the cluster's jobs: "
         "'process' (Python workers beside the JVM, Flink's default) or 'thread' (Python inside "
-        "the TaskManager JVM through pemja: no serialisation hop per record)")
+        "the TaskManager JVM through pemja: no serialisation hop per record; the hook then "
+        "runs one-step CPU operators only, PyFlink 2.2 has no async functions in thread mode)")
     hosts_prefix: str = Field("sp", pattern=r"^[a-z][a-z0-9]{0,9}$", description="name prefix "
                               "of the emulated hosts' namespaces, links and cgroups "
                               "(isolation: host)")

@@ -80,3 +80,15 @@ def test_subtask_index_in_both_modes():
     import pytest
     with pytest.raises(AttributeError):
         subtask_index(Broken())
+
+
+def test_the_batching_executor_is_refused_in_thread_mode_with_the_reason(monkeypatch):
+    import pytest
+
+    from pyflink_jobs import hook as hook_module
+    from pyflink_jobs.flink_ops import python_execution_mode
+    assert python_execution_mode(object()) == "process"  # no JVM behind it: Flink's default
+    monkeypatch.setattr(hook_module, "python_execution_mode", lambda stream: "thread")
+    hook = hook_module.StreamplaceHook.create("127.0.0.1:9092")
+    with pytest.raises(ValueError, match="does not run AsyncFunctions in thread mode"):
+        hook._execute(object(), object(), pickled=True)
