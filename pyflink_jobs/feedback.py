@@ -45,7 +45,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from interference.executor import power
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
@@ -174,6 +176,16 @@ def _unit_power(previous: dict, current) -> dict:
     return out
 
 
+class _PendingTiming(NamedTuple):
+    """One completed timing waiting for its record, with what travels beside it."""
+
+    timing: dict
+    context: DecisionContext                   # what its routing decision saw
+    stages: tuple[tuple[str, int, int], ...]   # its stage times (energy per task)
+    tenant: str
+    deadline_met: int
+
+
 class FeedbackPublisher:
     """Collects finished-task timings and sends NodeFeedback every ``interval_s``.
 
@@ -191,11 +203,7 @@ class FeedbackPublisher:
         self.interval_s = interval_s
         self.instance = instance
         self.clock = clock
-        self._completed: list[dict] = []
-        # per completed timing, what its routing decision saw and its stage times
-        self._routed: list[DecisionContext] = []
-        self._stages: list[tuple[tuple[str, int, int], ...]] = []
-        self._tenants: list[tuple[str, int]] = []   # (tenant, deadline met) per timing
+        self._pending: deque[_PendingTiming] = deque()
         self._unit_power_w: dict[str, float] = {}  # the last report's watts per unit
         self._lock = threading.Lock()
         self._bytes_in = self._bytes_out = 0
@@ -226,20 +234,17 @@ class FeedbackPublisher:
         met = finished.deadline_met(timing["queue_ms"] + timing["service_ms"])
         with self._lock:
             if routed is not None:
-                if len(self._completed) >= MAX_PENDING_TIMINGS:
+                if len(self._pending) >= MAX_PENDING_TIMINGS:
                     self._drop_oldest()
-                self._completed.append(timing)
-                self._routed.append(routed.context)
-                self._stages.append(finished.stages)
-                self._tenants.append((finished.tenant, met))
+                self._pending.append(_PendingTiming(timing, routed.context, finished.stages,
+                                                    finished.tenant, met))
             self._bytes_in += bytes_in
             self._bytes_out += bytes_out
 
     def _drop_oldest(self) -> None:
         """Called with the lock held when MAX_PENDING_TIMINGS wait (feedback cannot leave, or
         a burst outran it): the oldest timing goes, counted, so memory stays bounded."""
-        for pending in (self._completed, self._routed, self._stages, self._tenants):
-            del pending[0]
+        self._pending.popleft()
         self.dropped_timings += 1
         if self.dropped_timings == 1 or self.dropped_timings % 10_000 == 0:
             log.warning("feedback timings dropped so far on %s: %d (more than %d waiting)",
@@ -248,7 +253,7 @@ class FeedbackPublisher:
     def pending(self) -> int:
         """Timings collected and not yet in a record."""
         with self._lock:
-            return len(self._completed)
+            return len(self._pending)
 
     def build_record(self) -> dict:
         """The next NodeFeedback: the node's numbers and the oldest timings collected so far, at
@@ -256,12 +261,9 @@ class FeedbackPublisher:
         node's numbers: :meth:`emit` sends them all at once)."""
         now = self.clock()
         with self._lock:
-            cut = MAX_TIMINGS_PER_RECORD
-            completed, self._completed = self._completed[:cut], self._completed[cut:]
-            routed, self._routed = self._routed[:cut], self._routed[cut:]
-            stages, self._stages = self._stages[:cut], self._stages[cut:]
-            tenants, self._tenants = self._tenants[:cut], self._tenants[cut:]
-            continuation, self._continuation = self._continuation, bool(self._completed)
+            taken = [self._pending.popleft()
+                     for _ in range(min(MAX_TIMINGS_PER_RECORD, len(self._pending)))]
+            continuation, self._continuation = self._continuation, bool(self._pending)
             if not continuation:
                 bytes_in, bytes_out = self._bytes_in, self._bytes_out
                 self._bytes_in = self._bytes_out = 0
@@ -276,9 +278,9 @@ class FeedbackPublisher:
             self._unit_power_w = current
         # one entry per completed timing, same order (a task id may repeat: keyed by position)
         energies = power.task_energies_j(
-            {i: rows for i, rows in enumerate(stages) if rows}, self._unit_power) \
-            if completed else {}
-        completed_energy = [energies.get(i, power.NOT_REPORTED) for i in range(len(completed))]
+            {i: p.stages for i, p in enumerate(taken) if p.stages}, self._unit_power) \
+            if taken else {}
+        completed_energy = [energies.get(i, power.NOT_REPORTED) for i in range(len(taken))]
         power_w, power_source = power.bounded_power(snap.get("power_w"),
                                                     snap.get("power_source"))
         # strictly increasing per instance: the records of one emit are distinct, and the
@@ -299,14 +301,14 @@ class FeedbackPublisher:
                 "queue_depth": int(snap.get("queue_depth", 0)),
                 "stage_batches": list(snap.get("stage_batches", ()))[:MAX_STAGE_BATCHES],
                 "in_flight": int(snap.get("in_flight", 0)), "backpressure": 0.0,
-                "completed": completed, "sequence": sequence,
-                "routed_queue": [r.queue for r in routed],
-                "routed_backlog_ms": [r.backlog_ms for r in routed],
-                "routed_speed_factor": [r.speed for r in routed],
+                "completed": [p.timing for p in taken], "sequence": sequence,
+                "routed_queue": [p.context.queue for p in taken],
+                "routed_backlog_ms": [p.context.backlog_ms for p in taken],
+                "routed_speed_factor": [p.context.speed for p in taken],
                 "power_w": power_w, "power_source": power_source,
                 "completed_energy_j": completed_energy,
-                "completed_tenant": [tenant for tenant, _ in tenants],
-                "completed_deadline_met": [met for _, met in tenants]}
+                "completed_tenant": [p.tenant for p in taken],
+                "completed_deadline_met": [p.deadline_met for p in taken]}
 
     def _delivered(self, err, msg) -> None:
         if err is not None:

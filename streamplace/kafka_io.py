@@ -90,6 +90,7 @@ def produce_raw(config: StreamplaceConfig, topic: str, payloads: Iterable[bytes]
     them, and a reader may see them in another order than sent)."""
     report = ProduceReport()
     producer = _producer(config)
+    where = {} if partition is None else {"partition": partition}
 
     def on_delivery(err, msg):
         if err is not None:
@@ -102,11 +103,7 @@ def produce_raw(config: StreamplaceConfig, topic: str, payloads: Iterable[bytes]
     for payload in payloads:
         while True:
             try:
-                if partition is None:
-                    producer.produce(topic, value=payload, on_delivery=on_delivery)
-                else:
-                    producer.produce(topic, value=payload, partition=partition,
-                                     on_delivery=on_delivery)
+                producer.produce(topic, value=payload, on_delivery=on_delivery, **where)
                 break
             except BufferError:  # local queue full: serve delivery callbacks, then retry
                 producer.poll(0.1)
