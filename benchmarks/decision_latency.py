@@ -8,7 +8,9 @@ the paper-faithful network (one untrained network per node count: its input and 
 depend on M), each series DECISIONS timed decisions after WARM_UP untimed ones:
 
 - "decide": ``NumpyLDWPPolicy.decide(observation)``, what the router calls (encoding, network,
-  the Decision with its reason and scores);
+  the Decision with its reason and scores): node_scoring models on the compiled path
+  (``placement.ldwp.compiled``, numba) when numba is installed;
+- "decide_numpy": the same on the numpy path (``STREAMPLACE_JIT=0``: a router without numba);
 - "network": the network alone on an already encoded observation (``fast_q`` + argmax);
 - "plain": the shared, straightforward path (``encode`` + ``q_values`` + argmax), for scale.
 
@@ -60,7 +62,7 @@ OBSERVATION_SEED = 7
 #: the arrival rate (tasks/min) of the paper workload whose tasks are decided: it sets only the
 #: mix of task types and sizes here, not a timing
 TASK_RATE = 50
-SERIES = ("decide", "network", "plain")
+SERIES = ("decide", "decide_numpy", "network", "plain")
 PERCENTILES = {"p50": 50.0, "p99": 99.0, "p999": 99.9}
 
 
@@ -126,11 +128,26 @@ def _summary(values_ns: list[int]) -> dict:
     return out
 
 
-def measure(policy, cluster, decisions: int, warm_up: int) -> dict:
+def numpy_path_policy(path, cluster, costs):
+    """The policy as a router without numba builds it (``STREAMPLACE_JIT=0``)."""
+    from placement.ldwp.compiled import JIT_ENV
+    from placement.ldwp.inference import NumpyLDWPPolicy
+    before = os.environ.get(JIT_ENV)
+    os.environ[JIT_ENV] = "0"
+    try:
+        return NumpyLDWPPolicy.from_file(path, cluster, costs)
+    finally:
+        if before is None:
+            os.environ.pop(JIT_ENV)
+        else:
+            os.environ[JIT_ENV] = before
+
+
+def measure(policy, cluster, decisions: int, warm_up: int, numpy_policy=None) -> dict:
     """Wall and CPU time per call of each series, on fresh observations (the same sequence for
     each series). The series alternate in blocks of BLOCK calls: each runs in its own steady
     loop, as the router's decide does, and a change of the machine's load hits all alike."""
-    timed = {"decide": policy.decide,
+    timed = {"decide": policy.decide, "decide_numpy": (numpy_policy or policy).decide,
              "network": lambda encoded: int(policy.fast_q(encoded).argmax()),
              "plain": lambda obs: int(np.argmax(policy.q_values(policy.encode(obs))))}
     prepare = {"network": policy.fast_encode}   # untimed: the encoding is not this series'
@@ -175,6 +192,14 @@ def timer_overhead(samples: int = 20_000) -> dict:
             "cpu_us_p50": float(np.median(cpu)) / 1000.0}
 
 
+def _numba_version() -> str | None:
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.__version__
+
+
 def growth(rows: list[dict], model: str, clock: str = "cpu_us") -> dict:
     """p50 and p99 of "decide" per node count, and the least-squares microseconds per node."""
     points = sorted((r["nodes"], r[clock]["decide"]) for r in rows if r["model"] == model)
@@ -193,6 +218,7 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="2,000 decisions per series, 3 and 11 nodes")
     args = parser.parse_args(argv)
+    from placement.ldwp.compiled import decision_path
     from placement.ldwp.inference import NumpyLDWPPolicy
     from simulator.scenarios import paper_costs
     decisions, warm_up = (2_000, 200) if args.quick else (DECISIONS, WARM_UP)
@@ -207,8 +233,14 @@ def main(argv=None) -> None:
             for model, path in (("residual", residual_path),
                                 ("paper", paper_model(cluster, Path(tmp)))):
                 policy = NumpyLDWPPolicy.from_file(path, cluster, costs)
+                first = next(_observations(cluster, 1, OBSERVATION_SEED + 1))
+                cold = time.perf_counter()
+                policy.decide(first)   # the first call loads (or compiles) the compiled code
+                cold_ms = (time.perf_counter() - cold) * 1e3
                 row = {"model": model, "nodes": nodes,
-                       **measure(policy, cluster, decisions, warm_up)}
+                       **measure(policy, cluster, decisions, warm_up,
+                                 numpy_path_policy(path, cluster, costs)),
+                       "decide_path": decision_path(policy), "first_decide_ms": cold_ms}
                 rows.append(row)
                 print(f"{model:8s} {nodes:4d} nodes  " + "  ".join(
                     f"{s} p50/p99/p99.9 wall {row['wall_us'][s]['p50']:.1f}/"
@@ -239,11 +271,16 @@ def main(argv=None) -> None:
                                        f"(seed {MODEL_SEED}; hidden (256, 128))"}},
         "settings": {"decisions": decisions, "warm_up": warm_up, "node_counts": list(counts),
                      "observation_seed": OBSERVATION_SEED, "task_rate_per_min": TASK_RATE,
-                     "series": {"decide": "NumpyLDWPPolicy.decide(observation)",
+                     "series": {"decide": "NumpyLDWPPolicy.decide(observation): the compiled "
+                                          "path for node_scoring models when numba is "
+                                          "installed (decide_path per row)",
+                                "decide_numpy": "the same policy built with STREAMPLACE_JIT=0"
+                                                " (the numpy path)",
                                 "network": "fast_q(fast_encode(observation)) + argmax, the "
                                            "encoding untimed",
                                 "plain": "argmax(q_values(encode(observation))): the shared "
                                          "float32 encoding and a plain float64 forward pass"},
+                     "numba": _numba_version(),
                      "nice": os.nice(0),
                      "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")},
         "timer_overhead": timer_overhead(),
@@ -264,7 +301,8 @@ def _plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
-    styles = {("residual", "decide"): "tab:blue", ("residual", "network"): "tab:cyan",
+    styles = {("residual", "decide"): "tab:blue", ("residual", "decide_numpy"): "tab:purple",
+              ("residual", "network"): "tab:cyan",
               ("residual", "plain"): "tab:gray", ("paper", "decide"): "tab:orange"}
     for axis, clock, title in ((axes[0], "wall_us", "wall clock"),
                                (axes[1], "cpu_us", "thread CPU time")):

@@ -44,6 +44,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from placement.ldwp.compiled import decision_path
 from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
 from placement.speed import ObservedSpeed, timing_sample
@@ -339,6 +340,7 @@ class Router:
                 "backlog_s": self.backlog_s(), "speed_factors": self.speeds.factors(),
                 "reported_slowness": self.speeds.reported_factors(),
                 "model_version": self.model_version, "policy": self.policy.name,
+                "decision_path": decision_path(self.policy),
                 "fallback_decisions": self.fallback_decisions, "full_skips": self.full_skips,
                 "feedback_records": self.feedback_records,
                 "decision_p50_us": self.latency_percentile_us(50),

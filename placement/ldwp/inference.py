@@ -31,6 +31,9 @@ Two paths, one answer (issue 14, item 6: p99 <= 50 us per decision on 11 nodes):
   the type columns) built once and cached, reads each node's numbers with one C-level getter,
   and the network runs in float64. Its rows round to exactly ``node_rows`` (a test checks it
   bit for bit); its Q-values differ from the float32 path by float rounding only.
+- On node_scoring models, :meth:`NumpyLDWPPolicy.decide` first tries the compiled path
+  (``placement.ldwp.compiled``, numba): the same encoding and network in one call, about half
+  the time at 11 nodes; the numpy path above when numba is missing or ``STREAMPLACE_JIT=0``.
 
 Example::
 
@@ -54,6 +57,7 @@ from placement.ldwp.features import (APPS, COMPLETION_SCALE, NODE_ROW_SIZE, NODE
                                      is_live_costs, node_row_size, node_rows,
                                      node_spec_features, paper_vector, scaled_completion_q,
                                      task_estimates, task_size_feature, type_code)
+from placement.ldwp.compiled import compiled_scorer
 from placement.ldwp.evidence import BANDWIDTH, EVIDENCE_HALF, EvidenceError, model_evidence
 from placement.ldwp.model_settings import read_model_settings
 from placement.ldwp.modelfile import ModelFileError, load_model, parse_model
@@ -90,6 +94,10 @@ _ONE_COLUMN = NODE_ROW_SIZE - 1   # 1.0 in every row ("this node exists")
 #: the divisors of the log1p columns (queue depth, backlog, estimate, completion), as in
 #: features.node_rows (divided, not multiplied by a reciprocal: the same rounding)
 _LOG_DIVISORS = np.array([5.0, 10.0, 10.0, COMPLETION_SCALE])
+#: the column layout the compiled path (placement.ldwp.compiled) writes, from this module's
+_COMPILED_CONSTANTS = {"size_column": _SIZE_COLUMN, "first_column": _FIRST, "low": _LOW,
+                       "high": _HIGH, "log_divisors": _LOG_DIVISORS,
+                       "completion_scale": COMPLETION_SCALE}
 
 
 def load_model_bytes(data: bytes) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
@@ -168,14 +176,30 @@ def _remember(cache: dict, key, value, limit: int):
     return value
 
 
+def _decide_without_model(kind: str, state: np.ndarray, q: np.ndarray, ids) -> Decision:
+    """A decision when the network gives a non-finite Q (finite weights can still overflow
+    on extreme inputs): never argmax over NaN (it picks the first node every time), but the
+    MCT rule the residual model starts from, or the best finite Q of a paper network."""
+    if kind == "node_scoring":
+        scores, rule = completion_prior(state).astype(np.float64), "MCT prior"
+    else:
+        scores, rule = q.astype(np.float64), "best finite Q"
+    # what is still not finite scores as "never": a finite number, so the reply stays JSON
+    scores = np.where(np.isfinite(scores), scores, -1e30)
+    index = int(np.argmax(scores))
+    return Decision(ids[index], f"LDWP gave non-finite Q-values; {rule}: {ids[index]}",
+                    {n: float(v) for n, v in zip(ids, scores)})
+
+
 class _NodeSet:
     """What never changes for one observed node set: (parallel units, 1) per node, the known
     nodes, the base template (spec and constant columns), 1/M per node (the mean's weights)."""
 
-    __slots__ = ("divisors", "known", "base", "mean_weights", "types", "estimates")
+    __slots__ = ("divisors", "units", "known", "base", "mean_weights", "types", "estimates")
 
     def __init__(self, divisors, known, base):
         self.divisors, self.known, self.base = divisors, known, base
+        self.units = np.ascontiguousarray(divisors[:, 0])
         self.mean_weights = np.full(len(base), 1.0 / len(base))
         self.types: dict = {}
         self.estimates: dict = {}
@@ -210,21 +234,7 @@ class FastNodeRows:
         is each node's backlog over its parallel units (the wait) and ``costs[:, 1]`` the
         task's estimated seconds there times the node's speed factor, both clamped as in
         node_rows (the scaled residual's Q reads them without recovering them from logs)."""
-        nodes = observation.nodes
-        ids = tuple(map(_NODE_ID, nodes))
-        m = len(ids)
-        if not m:
-            raise ValueError("an observation needs at least one node")
-        node_set = self._node_sets.get(ids) or self._node_set(ids)
-        task = observation.task
-        app, size = task.app_id, task.input_size
-        template, fixed, slope = node_set.types.get(app) or self._task_type(node_set, ids, app)
-        alone = self._estimates(node_set, ids, app, size, fixed, slope)
-        try:
-            numbers = np.fromiter(chain.from_iterable(map(_NODE_NUMBERS, nodes)), np.float64,
-                                  m * _READ).reshape(m, _READ)
-        except (TypeError, ValueError):  # None, numeric strings: as node_rows' np.array reads
-            numbers = np.array(list(map(_NODE_NUMBERS, nodes)), dtype=np.float64)
+        ids, node_set, template, alone, numbers, size = self.inputs(observation)
         estimate = numbers[:, 8]         # the speed factor, times the estimate alone:
         np.multiply(estimate, alone, out=estimate)
         # fmax/fmin, not clip: NaN reads as the lower bound (node_rows: nan_to_num, then clip)
@@ -245,6 +255,27 @@ class FastNodeRows:
         if fastest < np.inf:
             np.divide(fastest, estimate, out=rows[:, _FIRST + 10], where=known)
         return ids, rows, costs, node_set.mean_weights
+
+    def inputs(self, observation: Observation) -> tuple:
+        """What :meth:`encode` (and the compiled path, ``placement.ldwp.compiled``) starts
+        from: (node ids, the node set's constants, the task type's row template, the task's
+        estimated seconds alone per node, each node's raw numbers (M, 9) float64, the size)."""
+        nodes = observation.nodes
+        ids = tuple(map(_NODE_ID, nodes))
+        m = len(ids)
+        if not m:
+            raise ValueError("an observation needs at least one node")
+        node_set = self._node_sets.get(ids) or self._node_set(ids)
+        task = observation.task
+        app, size = task.app_id, task.input_size
+        template, fixed, slope = node_set.types.get(app) or self._task_type(node_set, ids, app)
+        alone = self._estimates(node_set, ids, app, size, fixed, slope)
+        try:
+            numbers = np.fromiter(chain.from_iterable(map(_NODE_NUMBERS, nodes)), np.float64,
+                                  m * _READ).reshape(m, _READ)
+        except (TypeError, ValueError):  # None, numeric strings: as node_rows' np.array reads
+            numbers = np.array(list(map(_NODE_NUMBERS, nodes)), dtype=np.float64)
+        return ids, node_set, template, alone, numbers, size
 
     def _estimates(self, node_set: _NodeSet, ids, app: str, size, fixed, slope) -> np.ndarray:
         if self.live is not None:
@@ -340,7 +371,11 @@ class NumpyLDWPPolicy(Policy):
             half = node_row_size(self.task_encoding, self.spec_features)
             self._own, self._context = first[:half], first[half:]
             self._fused = _fuse_node_scoring(self._layers, half)
+            # the same encoding and network in one numba call (None: numpy decides)
+            self.compiled = compiled_scorer(self._layers, half, self.q_prior, self.residual,
+                                            _COMPILED_CONSTANTS)
         else:
+            self.compiled = None
             self._fused, self._paper_templates = _bias_carrying(self._layers), {}
         # Per node: ({app: (fixed_s, per_pixel_s)}, parallel units). Fitting them walks every
         # application's DAG; a router that swaps models every few seconds passes the previous
@@ -434,16 +469,31 @@ class NumpyLDWPPolicy(Policy):
         if type(observation.task.app_id) is not str:
             state = self.encode(observation)
             return observation.node_ids, self.q_values(state), state
+        if self.compiled is not None and self.compiled.failed is None:
+            ids, node_set, template, alone, numbers, size = self.fast_rows.inputs(observation)
+            trust = self._trust(ids, observation)
+            answer = self.compiled.q_values(numbers, alone, template, task_size_feature(size),
+                                            node_set.units, trust)
+            if answer is not None:
+                return ids, answer[1], answer[0]
         encoded = self.fast_encode(observation)
         state = encoded[1] if self.kind == "node_scoring" else encoded[1][:-1]
-        trust = None
-        if self.evidence is not None:  # fixed per (node set, type) for this model: cached
-            key = (encoded[0], observation.task.app_id)
-            trust = self._trust_cache.get(key)
-            if trust is None:
-                trust = _remember(self._trust_cache, key, self.evidence.trust(state),
-                                  TASK_TYPE_CACHE_SIZE)
-        return encoded[0], self.fast_q(encoded, trust), state
+        return encoded[0], self.fast_q(encoded, self._trust(encoded[0], observation, state)), state
+
+    def _trust(self, ids: tuple, observation: Observation, state=None) -> np.ndarray | None:
+        """The evidence weights per node (placement.ldwp.evidence), or None: fixed per (node
+        set, task type) for this model, so computed once (from ``state``, or encoded here)."""
+        if self.evidence is None:
+            return None
+        key = (ids, observation.task.app_id)
+        trust = self._trust_cache.get(key)
+        if trust is None:
+            if state is None:
+                encoded = self.fast_encode(observation)
+                state = encoded[1] if self.kind == "node_scoring" else encoded[1][:-1]
+            trust = _remember(self._trust_cache, key, self.evidence.trust(state),
+                              TASK_TYPE_CACHE_SIZE)
+        return trust
 
     def fast_encode(self, observation: Observation) -> tuple:
         """The input of :meth:`fast_q` (node ids first, then the arrays): node_scoring
@@ -509,7 +559,7 @@ class NumpyLDWPPolicy(Policy):
         # one sum answers "all finite?" (a sum of finite Q-values can only overflow when they
         # are near 1e308; then the exact check decides)
         if not math.isfinite(sum(scores)) and not np.isfinite(q).all():
-            return self._decide_without_model(state, q, ids)
+            return _decide_without_model(self.kind, state, q, ids)
         best = max(scores)
         index = scores.index(best)   # the first of equals, as np.argmax
         runner = ""
@@ -520,17 +570,3 @@ class NumpyLDWPPolicy(Policy):
             runner = f", next {ids[others.index(second)]} {second:.3f}"
         return Decision(ids[index], f"LDWP: highest Q {best:.3f} on {ids[index]}{runner}",
                         dict(zip(ids, scores)))
-
-    def _decide_without_model(self, state: np.ndarray, q: np.ndarray, ids) -> Decision:
-        """A decision when the network gives a non-finite Q (finite weights can still overflow
-        on extreme inputs): never argmax over NaN (it picks the first node every time), but the
-        MCT rule the residual model starts from, or the best finite Q of a paper network."""
-        if self.kind == "node_scoring":
-            scores, rule = completion_prior(state).astype(np.float64), "MCT prior"
-        else:
-            scores, rule = q.astype(np.float64), "best finite Q"
-        # what is still not finite scores as "never": a finite number, so the reply stays JSON
-        scores = np.where(np.isfinite(scores), scores, -1e30)
-        index = int(np.argmax(scores))
-        return Decision(ids[index], f"LDWP gave non-finite Q-values; {rule}: {ids[index]}",
-                        {n: float(v) for n, v in zip(ids, scores)})

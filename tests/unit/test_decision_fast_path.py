@@ -3,7 +3,10 @@ reference: one Python loop per node building each row from its definition (featu
 docstrings), the concatenated [row, mean] network in float64 from the file's arrays, and the
 residual's Q from its formula. Same node, same Q-values to 1e-9 relative, on random seeded
 observations for 3, 11 and 100 nodes; and the fast rows round to exactly the shared encoding
-(``features.node_rows``, which the torch agent trains on). No torch: random weights."""
+(``features.node_rows``, which the torch agent trains on). No torch: random weights.
+
+Every test runs twice: on the compiled path (``placement.ldwp.compiled``, numba) and on the
+numpy path (``STREAMPLACE_JIT=0``, what a router without numba runs)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import math
 import numpy as np
 import pytest
 
+from placement.ldwp import compiled
+from placement.ldwp.compiled import JIT_ENV, jit_available
 from placement.ldwp.features import (APPS, COMPLETION_SCALE, MAX_ENCODED_SIZE,
                                      task_encoding_metadata, type_code)
 from placement.ldwp.inference import (ESTIMATE_CACHE_SIZE, NODE_SET_CACHE_SIZE,
@@ -32,6 +37,15 @@ VARIANTS = {
                                         (32, 16)),
     "plain node scoring": ({}, (32,)),
 }
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def decision_path(request, monkeypatch):
+    """Which path the policies built in the test decide on (chosen when they are built)."""
+    if request.param == "compiled" and not jit_available():
+        pytest.skip("numba (or scipy) is not installed: the numpy path is tested alone")
+    monkeypatch.setenv(JIT_ENV, "1" if request.param == "compiled" else "0")
+    return request.param
 
 
 def _cluster(nodes: int) -> ClusterSpec:
@@ -172,11 +186,30 @@ def _assert_agrees(policy, layers, obs) -> None:
 # -- the tests ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("nodes", [3, 11, 100])
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_the_fast_path_gives_the_references_node_and_q_values(nodes, variant):
+def test_the_fast_path_gives_the_references_node_and_q_values(nodes, variant, decision_path):
     cluster = _cluster(nodes)
     policy, layers = _node_scoring_policy(cluster, variant, seed=nodes)
     for obs in _observations(cluster.node_ids, 40, seed=nodes, stranger=nodes == 11):
         _assert_agrees(policy, layers, obs)
+    # the path under test really decided (a failed compiled call would fall back silently)
+    used = policy.compiled is not None and policy.compiled.failed is None
+    assert used == (decision_path == "compiled")
+
+
+def test_a_failing_compiled_call_falls_back_to_numpy_with_the_same_answer(decision_path,
+                                                                            monkeypatch):
+    if decision_path != "compiled":
+        pytest.skip("the compiled path's fallback")
+    cluster = _cluster(11)
+    policy, layers = _node_scoring_policy(cluster, "residual (the benchmark's)")
+
+    def broken(*_args):
+        raise RuntimeError("no LLVM here")
+
+    monkeypatch.setattr(compiled, "_KERNEL", broken)
+    for obs in _observations(cluster.node_ids, 5, seed=3):
+        _assert_agrees(policy, layers, obs)
+    assert policy.compiled.failed == "RuntimeError: no LLVM here"
 
 
 @pytest.mark.parametrize("nodes", [3, 11, 100])

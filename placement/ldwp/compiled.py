@@ -1,0 +1,218 @@
+"""The router's decision for node_scoring models compiled with numba: one call per decision.
+
+Why: at 11 nodes the numpy fast path (``placement.ldwp.inference.FastNodeRows`` +
+``NumpyLDWPPolicy.fast_q``) spends most of its time in about thirty numpy calls of a
+microsecond or more each, not in arithmetic (issue 14, item 6: p99 <= 50 us per decision).
+:func:`node_scoring_q` does the same encoding and the same network in one compiled function:
+clamping, the log columns, the relative-speed column, the context mean, the layers (their matrix
+products through numba's ``np.dot``, i.e. BLAS from scipy), the evidence weights and the residual
+prior. The numbers equal the numpy path's up to float rounding of reordered sums (about 1e-15;
+``tests/unit/test_decision_fast_path.py`` runs every test on both paths: Q-values to 1e-9 of a
+float64 reference, rows equal to the shared float32 encoding).
+
+numba is a well-kept compiler for exactly this (numeric Python loops); a hand-written C extension
+would need a build step in every install. It is optional: without numba (or scipy, which numba's
+``np.dot`` needs), or with ``STREAMPLACE_JIT=0`` in the environment, :func:`compiled_scorer`
+answers None and the policy keeps the numpy path. numba is imported on first use, not with this
+module. A compile or call that fails once switches
+that policy back to numpy for good (:class:`CompiledNodeScoring`), so a missing LLVM feature can
+cost speed, never a decision.
+
+Example::
+
+    >>> scorer = compiled_scorer(policy)                    # doctest: +SKIP
+    >>> ids, q, rows = scorer.q_values(inputs, trust)       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+__all__ = ["JIT_ENV", "jit_available", "compiled_scorer", "CompiledNodeScoring",
+           "RESIDUAL_MODES", "decision_path"]
+
+#: environment variable: "0" turns the compiled path off (the numpy path decides)
+JIT_ENV = "STREAMPLACE_JIT"
+#: what the network's output means (``q_prior`` / ``residual`` in the model's settings)
+RESIDUAL_MODES = {"plain": 0, "additive": 1, "scaled": 2}
+
+#: numba's module once imported (None: not yet tried; False: not installed). Imported on the
+#: first compiled_scorer call, not with this module: numba and scipy take about 0.7 s to import,
+#: which a router that decides with another policy should not pay.
+_numba = None
+
+
+def _import_numba():
+    global _numba
+    if _numba is None:
+        try:  # optional: numba and scipy (numba's np.dot calls scipy's BLAS)
+            import numba
+            import scipy.linalg  # noqa: F401  (numba needs it importable for np.dot)
+            _numba = numba
+        except ImportError:  # exercised where numba is not installed
+            _numba = False
+    return _numba or None
+
+
+def jit_available() -> bool:
+    """True when numba (and scipy) import and ``STREAMPLACE_JIT`` is not "0"."""
+    return os.environ.get(JIT_ENV, "1").strip() != "0" and _import_numba() is not None
+
+
+def _node_scoring_q(numbers, alone, template, size_column, size_feature, first_column,
+                    units, low, high, log_divisors, own, context, first_bias, weights, biases,
+                    trust, mode, completion_scale):
+    """(rows, Q) for one observation; mirrors FastNodeRows.encode + NumpyLDWPPolicy.fast_q.
+
+    ``numbers`` (M, 9): each node's six utilisations, queue depth, backlog, speed factor
+    (overwritten); ``alone`` (M,): the task's estimated seconds alone on each node; ``template``
+    (M, width): the node set's and task type's constant columns; ``units`` (M,): parallel units;
+    ``low``/``high`` (9,): clamps; ``log_divisors`` (4,); ``own``/``context`` (width, H1) and
+    ``first_bias`` (H1,): the first layer split; ``weights``/``biases``: the later layers;
+    ``trust`` (M,) or empty: the evidence weights; ``mode``: RESIDUAL_MODES."""
+    m, read = numbers.shape
+    width = template.shape[1]
+    rows = template.copy()
+    wait_estimate = np.empty((m, 2))
+    fastest = np.inf
+    for i in range(m):
+        numbers[i, 8] *= alone[i]          # speed factor x estimate alone
+        for c in range(read):
+            v = numbers[i, c]
+            if not v >= low[c]:            # NaN reads as the lower bound (np.fmax)
+                v = low[c]
+            elif v > high[c]:
+                v = high[c]
+            rows[i, first_column + c] = v
+        wait = rows[i, first_column + 7] / units[i]
+        estimate = rows[i, first_column + 8]
+        wait_estimate[i, 0] = wait
+        wait_estimate[i, 1] = estimate
+        rows[i, first_column + 9] = wait + estimate
+        for c in range(4):                 # queue depth, backlog, estimate, completion
+            column = first_column + 6 + c
+            rows[i, column] = math.log1p(rows[i, column]) / log_divisors[c]
+        rows[i, size_column] = size_feature
+        if estimate > 0.0 and estimate < fastest:
+            fastest = estimate
+    if fastest < np.inf:                   # relative speed: 0 where the estimate is unknown
+        for i in range(m):
+            if wait_estimate[i, 1] > 0.0:
+                rows[i, first_column + 10] = fastest / wait_estimate[i, 1]
+    mean = np.zeros(width)
+    for i in range(m):
+        for k in range(width):
+            mean[k] += rows[i, k]
+    for k in range(width):
+        mean[k] /= m
+    hidden = np.dot(rows, own)
+    shared = np.dot(mean, context) + first_bias    # the context term, the same for every node
+    for i in range(m):
+        for j in range(hidden.shape[1]):
+            hidden[i, j] += shared[j]
+    for layer in range(len(weights)):
+        for i in range(m):
+            for j in range(hidden.shape[1]):
+                if hidden[i, j] < 0.0:
+                    hidden[i, j] = 0.0
+        hidden = np.dot(hidden, weights[layer])
+        bias = biases[layer]
+        for i in range(m):
+            for j in range(hidden.shape[1]):
+                hidden[i, j] += bias[j]
+    q = np.empty(m)
+    for i in range(m):
+        weight = trust[i] if trust.shape[0] else 1.0
+        if mode == 2:
+            g = hidden[i, 0] * weight
+            h = hidden[i, 1] * weight
+            q[i] = -math.log1p(math.exp(g) * wait_estimate[i, 0]
+                               + math.exp(h) * wait_estimate[i, 1])
+        elif mode == 1:
+            q[i] = hidden[i, 0] * weight - completion_scale * rows[i, first_column + 9]
+        else:
+            q[i] = hidden[i, 0]
+    return rows, q
+
+
+#: the compiled _node_scoring_q, made on first use (numba compiles it on its first call, or loads
+#: it from its cache: cache=True, so a new Python worker does not compile again; nogil: routers
+#: in threads do not serialise)
+_KERNEL = None
+
+
+def _kernel():
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = _import_numba().njit(cache=True, nogil=True)(_node_scoring_q)
+    return _KERNEL
+
+
+class CompiledNodeScoring:
+    """One node_scoring model's weights laid out for :func:`_node_scoring_q`.
+
+    ``layers``: (weight (in, out), bias) per layer in float64, as NumpyLDWPPolicy keeps them;
+    ``row_size``: the node row's width; ``mode``: a key of RESIDUAL_MODES.
+    """
+
+    def __init__(self, layers, row_size: int, mode: str, constants: dict):
+        (first, first_bias), tail = layers[0], layers[1:]
+        self.own = np.ascontiguousarray(first[:row_size])
+        self.context = np.ascontiguousarray(first[row_size:])
+        self.first_bias = np.ascontiguousarray(first_bias)
+        # numba takes a tuple of equal-typed arrays (one compiled signature for any depth)
+        self.weights = tuple(np.ascontiguousarray(w) for w, _ in tail)
+        self.biases = tuple(np.ascontiguousarray(b) for _, b in tail)
+        if not self.weights:
+            raise ValueError("the compiled path needs at least one hidden layer")
+        self.mode = RESIDUAL_MODES[mode]
+        self.constants = constants
+        self.failed: str | None = None   # why the compiled path was given up, if it was
+
+    def q_values(self, numbers, alone, template, size_feature, units, trust):
+        """(rows, Q) or None when the compiled call failed (the reason in ``failed``)."""
+        c = self.constants
+        try:
+            return _kernel()(numbers, alone, template, c["size_column"], size_feature,
+                           c["first_column"], units, c["low"], c["high"], c["log_divisors"],
+                           self.own, self.context, self.first_bias, self.weights, self.biases,
+                           _NO_TRUST if trust is None else trust, self.mode,
+                           c["completion_scale"])
+        except Exception as exc:  # noqa: BLE001 - any compile/runtime failure: use numpy
+            self.failed = f"{type(exc).__name__}: {exc}"
+            return None
+
+
+_NO_TRUST = np.empty(0)
+
+
+def compiled_scorer(layers, row_size: int, q_prior: str | None, residual: str | None,
+                    constants: dict) -> CompiledNodeScoring | None:
+    """A :class:`CompiledNodeScoring` for a node_scoring model, or None where the compiled
+    path does not apply (numba missing or turned off, no hidden layer, or an output layout it
+    does not know)."""
+    if len(layers) < 2 or not jit_available():
+        return None
+    if q_prior != "completion":
+        mode = "plain"
+    elif residual == "scaled":
+        mode = "scaled"
+    else:
+        mode = "additive"
+    out = layers[-1][0].shape[1]
+    if (mode == "scaled" and out != 2) or (mode != "scaled" and out < 1):
+        return None
+    _kernel()
+    return CompiledNodeScoring(layers, row_size, mode, constants)
+
+
+def decision_path(policy) -> str:
+    """Which path ``policy.decide`` takes, for stats and benchmarks: "compiled", "numpy", or
+    "numpy (compiled failed: <why>)" (any policy: those without a compiled path say numpy)."""
+    scorer = getattr(policy, "compiled", None)
+    if scorer is None:
+        return "numpy"
+    return "compiled" if scorer.failed is None else f"numpy (compiled failed: {scorer.failed})"

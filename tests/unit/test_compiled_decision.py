@@ -1,0 +1,62 @@
+"""When the router's compiled decision (placement.ldwp.compiled) applies, and when the numpy
+path decides instead. The numbers of both paths are checked in test_decision_fast_path.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from placement.ldwp import compiled
+from placement.ldwp.compiled import JIT_ENV, compiled_scorer, decision_path, jit_available
+
+CONSTANTS = {"size_column": 4, "first_column": 5, "low": np.zeros(9), "high": np.ones(9),
+             "log_divisors": np.ones(4), "completion_scale": 10.0}
+
+
+def _layers(*sizes):
+    return [(np.zeros((a, b)), np.zeros(b)) for a, b in zip(sizes, sizes[1:])]
+
+
+needs_numba = pytest.mark.skipif(compiled._import_numba() is None,
+                                 reason="numba is not installed")
+
+
+@needs_numba
+@pytest.mark.parametrize("env, layers, q_prior, residual, expected", [
+    ("1", _layers(32, 8, 2), "completion", "scaled", "scaled"),
+    ("1", _layers(32, 8, 4, 1), "completion", None, "additive"),
+    ("1", _layers(32, 8, 1), None, None, "plain"),
+    ("0", _layers(32, 8, 2), "completion", "scaled", None),        # turned off
+    (" 0 ", _layers(32, 8, 2), "completion", "scaled", None),
+    ("1", _layers(32, 2), "completion", "scaled", None),          # no hidden layer
+    ("1", _layers(32, 8, 1), "completion", "scaled", None),       # scaled needs two outputs
+])
+def test_the_compiled_path_applies_only_where_it_computes_the_same_function(
+        monkeypatch, env, layers, q_prior, residual, expected):
+    monkeypatch.setenv(JIT_ENV, env)
+    scorer = compiled_scorer(layers, 16, q_prior, residual, CONSTANTS)
+    if expected is None:
+        assert scorer is None
+    else:
+        assert scorer.mode == compiled.RESIDUAL_MODES[expected]
+        assert scorer.own.shape == (16, 8) and scorer.context.shape == (16, 8)
+
+
+def test_without_numba_the_numpy_path_decides(monkeypatch):
+    monkeypatch.setattr(compiled, "_numba", False)   # as after a failed import
+    monkeypatch.delenv(JIT_ENV, raising=False)
+    assert not jit_available()
+    assert compiled_scorer(_layers(32, 8, 2), 16, "completion", "scaled", CONSTANTS) is None
+
+
+@needs_numba
+def test_decision_path_says_which_path_decides(monkeypatch):
+    monkeypatch.setenv(JIT_ENV, "1")
+
+    class Policy:
+        compiled = compiled_scorer(_layers(32, 8, 2), 16, "completion", "scaled", CONSTANTS)
+
+    assert decision_path(Policy()) == "compiled"
+    Policy.compiled.failed = "RuntimeError: boom"
+    assert decision_path(Policy()) == "numpy (compiled failed: RuntimeError: boom)"
+    assert decision_path(object()) == "numpy"
