@@ -14,10 +14,10 @@ depend on M), each series DECISIONS timed decisions after WARM_UP untimed ones:
 - "network": the network alone on an already encoded observation (``fast_q`` + argmax);
 - "plain": the shared, straightforward path (``encode`` + ``q_values`` + argmax), for scale.
 
-The three alternate in blocks of BLOCK calls (each in its own steady loop, as the router's
-decide; a change of the machine's load hits all three alike), and each observation is built
-(untimed) right before it is decided, as the router does. Both wall time (perf_counter_ns) and the thread's
-CPU time (thread_time_ns: it leaves out the time the process waited for a CPU, the main effect
+The series alternate in blocks of BLOCK calls (each in its own steady loop, as the router's
+decide; a change of the machine's load hits all alike), and each observation is built
+(untimed) right before it is decided, as the router does. Both wall time (perf_counter_ns) and
+the thread's CPU time (thread_time_ns: it leaves out the time the process waited for a CPU, the main effect
 of a shared machine) are recorded, with the machine's load average around each series: the
 goal is for a quiet machine, and this one is shared (run it under ``nice -n 10``).
 

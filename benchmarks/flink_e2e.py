@@ -577,6 +577,8 @@ def summarise(rows: list[dict], nodes=NODES) -> list[dict]:
             entry["decision_p99_us"] = max(r.get("streamplace_decision_p99_us", 0)
                                            for r in routers)
             entry["model_version"] = max(r.get("streamplace_model_version", 0) for r in routers)
+            entry["decision_compiled"] = max(r.get("streamplace_decision_compiled", 0)
+                                             for r in routers)
         out.append(entry)
     return out
 

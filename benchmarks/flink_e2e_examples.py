@@ -189,6 +189,7 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             "p50_commit_s": latencies[len(latencies) // 2] if latencies else None,
             "p99_commit_s": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
             "routed": routed, "decision_p99_us": gauges.get("streamplace_decision_p99_us"),
+            "decision_compiled": gauges.get("streamplace_decision_compiled"),
             "cluster_restarted_before": restarted,
             "model_version": gauges.get("streamplace_model_version")}
 

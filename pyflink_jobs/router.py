@@ -335,12 +335,16 @@ class Router:
         ordered = sorted(self._latencies_us)
         return ordered[min(len(ordered) - 1, int(q / 100.0 * len(ordered)))]
 
+    def stats_decision_path(self) -> str:
+        """Which path the current policy decides on (placement.ldwp.compiled.decision_path)."""
+        return decision_path(self.policy)
+
     def stats(self) -> dict:
         return {"routed": dict(self.routed), "in_flight": self.in_flight(),
                 "backlog_s": self.backlog_s(), "speed_factors": self.speeds.factors(),
                 "reported_slowness": self.speeds.reported_factors(),
                 "model_version": self.model_version, "policy": self.policy.name,
-                "decision_path": decision_path(self.policy),
+                "decision_path": self.stats_decision_path(),
                 "fallback_decisions": self.fallback_decisions, "full_skips": self.full_skips,
                 "feedback_records": self.feedback_records,
                 "decision_p50_us": self.latency_percentile_us(50),

@@ -79,6 +79,24 @@ class ClusterStatus:
         return "\n".join(lines)
 
 
+def newest_checkpoint_path(checkpoints: dict) -> str | None:
+    """The external path of the newest completed checkpoint or savepoint in a REST
+    ``/jobs/<id>/checkpoints`` body, or None."""
+    latest = checkpoints.get("latest") or {}
+    candidates = [c for c in (latest.get("completed"), latest.get("savepoint")) if c]
+    if not candidates:
+        return None
+    newest = max(candidates, key=lambda c: c.get("latest_ack_timestamp", 0))
+    return newest.get("external_path")
+
+
+def newest_retained_checkpoint(folder: Path) -> str | None:
+    """The URI of the highest ``chk-N`` in ``folder`` that holds its ``_metadata``, or None."""
+    done = [(int(p.name[4:]), p) for p in folder.glob("chk-*")
+            if p.name[4:].isdigit() and (p / "_metadata").is_file()]
+    return max(done)[1].as_uri() if done else None
+
+
 class FlinkCluster:
     """The local cluster described by ``config.flink`` and its cluster spec.
 
@@ -277,23 +295,14 @@ class FlinkCluster:
 
     def latest_checkpoint(self, job_id: str) -> str | None:
         """External path of the job's newest completed checkpoint (or savepoint), if any."""
-        info = self._get(f"/jobs/{job_id}/checkpoints") or {}
-        latest = info.get("latest") or {}
-        candidates = [c for c in (latest.get("completed"), latest.get("savepoint")) if c]
-        if not candidates:
-            return None
-        newest = max(candidates, key=lambda c: c.get("latest_ack_timestamp", 0))
-        return newest.get("external_path")
+        return newest_checkpoint_path(self._get(f"/jobs/{job_id}/checkpoints") or {})
 
     def latest_checkpoint_on_disk(self, job_id: str) -> str | None:
         """The newest completed checkpoint of ``job_id`` in this cluster's checkpoint folder
         (``chk-N`` with its ``_metadata``): what a job is restored from when the JobManager,
         and with it REST and the checkpoint history, is gone. Retained checkpoints only
         (``externalized-checkpoint-retention``, set by this launcher)."""
-        folder = self.dir / "checkpoints" / job_id
-        done = [(int(p.name[4:]), p) for p in folder.glob("chk-*")
-                if p.name[4:].isdigit() and (p / "_metadata").is_file()]
-        return max(done)[1].as_uri() if done else None
+        return newest_retained_checkpoint(self.dir / "checkpoints" / job_id)
 
     def restart_jobmanager(self, hard: bool = True) -> float:
         """Stop the JobManager (SIGKILL with ``hard``, as a crash would) and start it again;

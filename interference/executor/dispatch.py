@@ -67,6 +67,49 @@ _CANCEL_SWEEP_S = 0.05
 _SLOT_POLL_S = SLOT_POLL_S
 
 
+class ExecutorCounts:
+    """The node's work counters, one lock: queued (admitted, not started), executing,
+    completed, failed (refusals included) and stages run. Any thread may read them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queued = self._executing = self._completed = self._failed = self._stages = 0
+
+    def read(self) -> dict:
+        with self._lock:
+            return {"in_flight": self._executing, "queue_depth": self._queued,
+                    "completed": self._completed, "failed": self._failed,
+                    "stages_run": self._stages}
+
+    def queued_one(self) -> None:
+        with self._lock:
+            self._queued += 1
+
+    def started_one(self) -> None:
+        with self._lock:
+            self._queued -= 1
+            self._executing += 1
+
+    def stages(self, n: int) -> None:
+        with self._lock:
+            self._stages += n
+
+    def refused_one(self) -> None:
+        with self._lock:
+            self._failed += 1
+
+    def finished_one(self, started: bool, ok: bool) -> None:
+        with self._lock:
+            if started:
+                self._executing -= 1
+            else:
+                self._queued -= 1
+            if ok:
+                self._completed += 1
+            else:
+                self._failed += 1
+
+
 class ExecutorCore:
     """The shared part of a node executor (see the module doc).
 
@@ -93,9 +136,7 @@ class ExecutorCore:
         self.learner = CoRunLearner(baseline, scheduler, self._warn_once)
         self.lanes = UnitLanes(self.units, settings.node_id, self.learner.tracker)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        # Counters (read by snapshot() from any thread).
-        self._count_lock = threading.Lock()
-        self._queued = self._executing = self._completed = self._failed = self._stages_run = 0
+        self._counts = ExecutorCounts()   # read by snapshot() from any thread
         self._slots = AdmissionGate(settings.max_in_flight, _SLOT_POLL_S)
         self.memory = MemoryBudget.for_settings(settings)
         if getattr(settings, "limit_address_space", False):
@@ -112,11 +153,8 @@ class ExecutorCore:
     def snapshot(self) -> dict:
         """The node's state for the router's feedback: counts and utilisations in [0, 1]."""
         sample = self.telemetry.sample()
-        with self._count_lock:
-            counts = {"in_flight": self._executing, "queue_depth": self._queued,
-                      "completed": self._completed, "failed": self._failed,
-                      "stages_run": self._stages_run}
-        return {"node_id": self.settings.node_id, **counts, **feedback_numbers(sample)}
+        return {"node_id": self.settings.node_id, **self._counts.read(),
+                **feedback_numbers(sample)}
 
     def learned_slowdowns(self) -> dict:
         """Measured co-execution: ``{(stage, partner types, unit kind): {"mean_rate",
@@ -181,40 +219,27 @@ class ExecutorCore:
             if self._closed:
                 self._slots.release()
                 raise RuntimeError(f"executor {self.settings.node_id!r} is closed")
-            with self._count_lock:
-                self._queued += 1
+            self._counts.queued_one()
             self._inbox.put((kind, item))
 
     def _count_started(self) -> None:
-        with self._count_lock:
-            self._queued -= 1
-            self._executing += 1
+        self._counts.started_one()
 
     def _count_stages(self, n: int = 1) -> None:
-        with self._count_lock:
-            self._stages_run += n
+        self._counts.stages(n)
 
     def _refused(self, outcome: Any) -> concurrent.futures.Future:
         """A future already resolved with ``outcome``: a request refused before admission
         (it never held a slot), counted as failed."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         future.set_result(outcome)
-        with self._count_lock:
-            self._failed += 1
+        self._counts.refused_one()
         return future
 
     def _resolve(self, future: concurrent.futures.Future, outcome: Any, started: bool,
                  ok: bool) -> None:
         """Count an admitted item as finished, free its slot, resolve its future."""
-        with self._count_lock:
-            if started:
-                self._executing -= 1
-            else:
-                self._queued -= 1
-            if ok:
-                self._completed += 1
-            else:
-                self._failed += 1
+        self._counts.finished_one(started, ok)
         self._slots.release()
         if not future.cancelled():
             try:

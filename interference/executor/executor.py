@@ -193,19 +193,8 @@ class NodeExecutor(ExecutorCore):
 
     def _submit(self, task_id, app_id, input_size, payload, block: bool,
                 slo: TaskSLO | None = None, arrived_s: float | None = None):
-        if app_id not in APPLICATIONS:
-            return self._failed_now(task_id, app_id, f"unknown application {app_id!r}; known: "
-                                    f"{', '.join(sorted(APPLICATIONS))}")
-        if isinstance(input_size, bool) or not isinstance(input_size, int) or input_size < 1:
-            return self._failed_now(task_id, app_id, "input_size must be a positive integer "
-                                    f"(pixels of the clip), got {input_size!r}")
-        if (error := check_payload_type(payload)) is not None or \
-                (error := self.memory.refusal(input_size, BYTES_PER_PIXEL, "input_size",
-                                              "pixels")) is not None:
+        if (error := _refusal(app_id, input_size, payload, slo, self.memory)) is not None:
             return self._failed_now(task_id, app_id, error)
-        if slo is not None and not isinstance(slo, TaskSLO):
-            return self._failed_now(task_id, app_id, "slo must be a workload.task_attributes."
-                                    f"TaskSLO or None, got {type(slo).__name__}")
         arrived_s = time.perf_counter() if arrived_s is None else arrived_s
         urgency = urgency_of(slo, arrived_s)
         if not self._take_slot(block, admission_key(urgency, arrived_s)):
@@ -377,12 +366,7 @@ class NodeExecutor(ExecutorCore):
             del self._tasks[task.task_id]
         started = task.started_s if task.started_s is not None else task.accepted_s
         ok = task.error is None
-        digest = ""
-        if ok:
-            h = hashlib.blake2b(digest_size=16)
-            for name in (s.name for s in task.app.stages if s.name in task.sink_digests):
-                h.update(name.encode() + task.sink_digests[name].encode())
-            digest = h.hexdigest()
+        digest = _task_digest(task) if ok else ""
         # Here, before the outputs are freed; a bounded summary (~0.1-0.3 ms) is cheap enough
         # for the dispatcher, and it reads several stages' outputs, not only the sinks.
         output = task_summary(task.app_id, task.outputs, self._warn_once) if ok else None
@@ -395,6 +379,29 @@ class NodeExecutor(ExecutorCore):
         task.outputs.clear()  # free the tensors now, not when the caller drops the outcome
         task.clip.clear()
         self._resolve(task.future, outcome, task.started_s is not None, ok)
+
+
+def _refusal(app_id, input_size, payload, slo, memory) -> str | None:
+    """Why a task is refused before admission, or None: an unknown app, a size that is not a
+    positive integer or over the memory budget, a payload that is not bytes, a bad SLO."""
+    if app_id not in APPLICATIONS:
+        return f"unknown application {app_id!r}; known: {', '.join(sorted(APPLICATIONS))}"
+    if isinstance(input_size, bool) or not isinstance(input_size, int) or input_size < 1:
+        return f"input_size must be a positive integer (pixels of the clip), got {input_size!r}"
+    error = check_payload_type(payload)
+    if error is None:
+        error = memory.refusal(input_size, BYTES_PER_PIXEL, "input_size", "pixels")
+    if error is None and slo is not None and not isinstance(slo, TaskSLO):
+        error = f"slo must be a workload.task_attributes.TaskSLO or None, got {type(slo).__name__}"
+    return error
+
+
+def _task_digest(task: _Task) -> str:
+    """One digest of the task's sink outputs, in the app's stage order."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in (s.name for s in task.app.stages if s.name in task.sink_digests):
+        h.update(name.encode() + task.sink_digests[name].encode())
+    return h.hexdigest()
 
 
 _SINKS: dict[str, frozenset[str]] = {}

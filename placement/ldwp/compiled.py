@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 
@@ -33,6 +34,8 @@ import numpy as np
 
 __all__ = ["JIT_ENV", "jit_available", "compiled_scorer", "CompiledNodeScoring",
            "RESIDUAL_MODES", "decision_path"]
+
+log = logging.getLogger(__name__)
 
 #: environment variable: "0" turns the compiled path off (the numpy path decides)
 JIT_ENV = "STREAMPLACE_JIT"
@@ -205,7 +208,12 @@ def compiled_scorer(layers, row_size: int, q_prior: str | None, residual: str | 
     out = layers[-1][0].shape[1]
     if (mode == "scaled" and out != 2) or (mode != "scaled" and out < 1):
         return None
-    _kernel()
+    try:
+        _kernel()   # numba refuses cache=True where no cache folder is writable, for one
+    except Exception as exc:  # noqa: BLE001 - any refusal: the numpy path decides
+        log.warning("the compiled decision is off (%s: %s); numpy decides", type(exc).__name__,
+                    exc)
+        return None
     return CompiledNodeScoring(layers, row_size, mode, constants)
 
 

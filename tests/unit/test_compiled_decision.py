@@ -60,3 +60,14 @@ def test_decision_path_says_which_path_decides(monkeypatch):
     Policy.compiled.failed = "RuntimeError: boom"
     assert decision_path(Policy()) == "numpy (compiled failed: RuntimeError: boom)"
     assert decision_path(object()) == "numpy"
+
+
+@needs_numba
+def test_a_compiler_that_refuses_leaves_the_numpy_path(monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise RuntimeError("cannot cache function: no locator available")
+
+    monkeypatch.setenv(JIT_ENV, "1")
+    monkeypatch.setattr(compiled, "_KERNEL", None)
+    monkeypatch.setattr(compiled._import_numba(), "njit", refuse)
+    assert compiled_scorer(_layers(32, 8, 2), 16, "completion", "scaled", CONSTANTS) is None

@@ -291,6 +291,7 @@ def test_router_uses_the_fallback_then_swaps_in_new_models_and_survives_outages(
     assert router.policy.name == "least_loaded"
     router.decide_event(event(0))
     assert router.fallback_decisions == 1
+    assert router.stats()["decision_path"] == "numpy"    # the fallback rule has no compiled path
 
     cluster, agent = _agent(seed=1)
     agent.save(tmp_path / "v1")
@@ -311,6 +312,8 @@ def test_router_uses_the_fallback_then_swaps_in_new_models_and_survives_outages(
     service.down = True
     assert refresher.poll_once() is False and refresher.failures == 1
     assert router.decide_event(event(1)).reason.startswith("LDWP")  # keeps the last model
+    from placement.ldwp.compiled import jit_available
+    assert router.stats()["decision_path"] == ("compiled" if jit_available() else "numpy")
 
     service.down = False
     data = bytearray((tmp_path / "v1").read_bytes())
