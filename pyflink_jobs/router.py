@@ -400,6 +400,10 @@ class ModelRefresher(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - keep routing on the last model
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
+            if self.failures == 1 or self.failures % 100 == 0:   # said, not flooded
+                log.warning("model refresh failed %d time(s), keeping version %s: %s",
+                            self.failures, self.router.model_version, self.last_error,
+                            exc_info=self.failures == 1)
             return False
 
     def run(self) -> None:

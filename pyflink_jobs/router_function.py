@@ -227,6 +227,8 @@ class RouterFunction(BroadcastProcessFunction):
         group.gauge("streamplace_decision_p50_us", lambda: int(router.latency_percentile_us(50)))
         group.gauge("streamplace_decision_p99_us", lambda: int(router.latency_percentile_us(99)))
         group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
+        group.gauge("streamplace_model_refresh_failures",
+                    lambda: int(self.refresher.failures if self.refresher else 0))
         # 1 while the policy decides on the compiled path (placement.ldwp.compiled), else 0
         group.gauge("streamplace_decision_compiled",
                     lambda: int(router.stats_decision_path() == "compiled"))

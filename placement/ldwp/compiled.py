@@ -26,9 +26,11 @@ Example::
 
 from __future__ import annotations
 
+import builtins
 import logging
 import math
 import os
+import sys
 
 import numpy as np
 
@@ -51,13 +53,28 @@ _numba = None
 def _import_numba():
     global _numba
     if _numba is None:
+        _print_findable()
         try:  # optional: numba and scipy (numba's np.dot calls scipy's BLAS)
             import numba
             import scipy.linalg  # noqa: F401  (numba needs it importable for np.dot)
             _numba = numba
-        except ImportError:  # exercised where numba is not installed
+        except Exception as exc:  # noqa: BLE001 - not installed, or refusing this interpreter
+            if not isinstance(exc, ImportError):
+                log.warning("numba did not import (%s: %s); numpy decides",
+                            type(exc).__name__, exc)
             _numba = False
     return _numba or None
+
+
+def _print_findable() -> None:
+    """PyFlink's Python worker replaces ``builtins.print`` with a function of its module
+    ``beam_sdk_worker_main`` that the module does not hold as an attribute; numba's import
+    looks each typed builtin up in its ``__module__`` and fails with AttributeError. Make the
+    replacement findable there (it changes nothing else)."""
+    replaced = builtins.print
+    module = sys.modules.get(getattr(replaced, "__module__", None) or "builtins")
+    if module is not None and not hasattr(module, "print"):
+        setattr(module, "print", replaced)
 
 
 def jit_available() -> bool:

@@ -71,3 +71,35 @@ def test_a_compiler_that_refuses_leaves_the_numpy_path(monkeypatch):
     monkeypatch.setattr(compiled, "_KERNEL", None)
     monkeypatch.setattr(compiled._import_numba(), "njit", refuse)
     assert compiled_scorer(_layers(32, 8, 2), 16, "completion", "scaled", CONSTANTS) is None
+
+
+def test_a_replaced_print_is_made_findable_for_numbas_import(monkeypatch):
+    """As in PyFlink's worker: print replaced by a function whose module lacks it."""
+    import builtins
+    import types
+    fake_module = types.ModuleType("fake_worker_main")
+
+    def replacement(*args, **kwargs):
+        return None
+
+    replacement.__module__ = "fake_worker_main"
+    monkeypatch.setitem(__import__("sys").modules, "fake_worker_main", fake_module)
+    monkeypatch.setattr(builtins, "print", replacement)
+    compiled._print_findable()
+    assert fake_module.print is replacement
+
+
+def test_a_numba_import_that_raises_anything_leaves_the_numpy_path(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def refusing(name, *args, **kwargs):
+        if name == "numba":
+            raise AttributeError("module 'x' has no attribute 'print'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(compiled, "_numba", None)
+    monkeypatch.setattr(builtins, "__import__", refusing)
+    monkeypatch.delitem(__import__("sys").modules, "numba", raising=False)
+    monkeypatch.delenv(JIT_ENV, raising=False)
+    assert not jit_available()
