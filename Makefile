@@ -23,6 +23,8 @@ $(STAMP): pyproject.toml constraints.txt
 	# constraints.txt pins the whole tree so pip never backtracks; the pip cache keeps the
 	# multi-GB torch wheel for the next fresh install.
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	# compile the router's decision once into numba's cache (routers then load it, not compile)
+	$(PY) -m placement.ldwp.compiled
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -241,3 +241,28 @@ def decision_path(policy) -> str:
     if scorer is None:
         return "numpy"
     return "compiled" if scorer.failed is None else f"numpy (compiled failed: {scorer.failed})"
+
+
+def warm_up() -> str:
+    """Compile the kernel once on a tiny input, so numba's cache holds it and every router
+    process after this loads it (about 0.4 s) instead of compiling (seconds of CPU, on a
+    machine that is also running the job). ``make install`` runs this. Returns what happened."""
+    if not jit_available():
+        return "numba is not available or STREAMPLACE_JIT=0: routers decide on the numpy path"
+    layers = [(np.zeros((4, 2)), np.zeros(2)), (np.zeros((2, 2)), np.zeros(2))]
+    constants = {"size_column": 0, "first_column": 1, "low": np.zeros(9), "high": np.ones(9),
+                 "log_divisors": np.ones(4), "completion_scale": 10.0}
+    scorer = compiled_scorer(layers, 2, "completion", "scaled", constants)
+    answer = None if scorer is None else scorer.q_values(
+        np.zeros((1, 9)), np.ones(1), np.zeros((1, 2)), 0.0, np.ones(1), None)
+    if answer is None:
+        reason = scorer.failed if scorer is not None else "the compiler refused"
+        return f"the compiled decision is off ({reason}): routers decide on the numpy path"
+    return "the compiled decision is ready (numba's cache holds it)"
+
+
+if __name__ == "__main__":   # python -m placement.ldwp.compiled: never fails an install
+    try:
+        print(warm_up())
+    except Exception as exc:  # noqa: BLE001
+        print(f"the compiled decision is off ({type(exc).__name__}: {exc})")

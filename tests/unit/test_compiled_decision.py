@@ -103,3 +103,11 @@ def test_a_numba_import_that_raises_anything_leaves_the_numpy_path(monkeypatch):
     monkeypatch.delitem(__import__("sys").modules, "numba", raising=False)
     monkeypatch.delenv(JIT_ENV, raising=False)
     assert not jit_available()
+
+
+@needs_numba
+def test_warm_up_compiles_once_and_says_so(monkeypatch):
+    monkeypatch.setenv(JIT_ENV, "1")
+    assert compiled.warm_up() == "the compiled decision is ready (numba's cache holds it)"
+    monkeypatch.setenv(JIT_ENV, "0")
+    assert "numpy path" in compiled.warm_up()
