@@ -95,6 +95,11 @@ def _node_scoring_q(numbers, alone, template, size_column, size_feature, first_c
     ``trust`` (M,) or empty: the evidence weights; ``mode``: RESIDUAL_MODES."""
     m, read = numbers.shape
     width = template.shape[1]
+    # numba does not check indices: refuse any shape the writes below would overrun
+    if read != 9 or alone.shape[0] < m or units.shape[0] < m or template.shape[0] != m or \
+            (trust.shape[0] and trust.shape[0] < m) or width < first_column + 12 or \
+            size_column >= width or own.shape[0] != width or context.shape[0] != width:
+        raise ValueError("the compiled decision got inputs of inconsistent shapes")
     rows = template.copy()
     wait_estimate = np.empty((m, 2))
     fastest = np.inf
@@ -249,12 +254,13 @@ def warm_up() -> str:
     machine that is also running the job). ``make install`` runs this. Returns what happened."""
     if not jit_available():
         return "numba is not available or STREAMPLACE_JIT=0: routers decide on the numpy path"
-    layers = [(np.zeros((4, 2)), np.zeros(2)), (np.zeros((2, 2)), np.zeros(2))]
+    width = 13   # the size column, then a node's 12 columns from column 1
+    layers = [(np.zeros((2 * width, 2)), np.zeros(2)), (np.zeros((2, 2)), np.zeros(2))]
     constants = {"size_column": 0, "first_column": 1, "low": np.zeros(9), "high": np.ones(9),
                  "log_divisors": np.ones(4), "completion_scale": 10.0}
-    scorer = compiled_scorer(layers, 2, "completion", "scaled", constants)
+    scorer = compiled_scorer(layers, width, "completion", "scaled", constants)
     answer = None if scorer is None else scorer.q_values(
-        np.zeros((1, 9)), np.ones(1), np.zeros((1, 2)), 0.0, np.ones(1), None)
+        np.zeros((1, 9)), np.ones(1), np.zeros((1, width)), 0.0, np.ones(1), None)
     if answer is None:
         reason = scorer.failed if scorer is not None else "the compiler refused"
         return f"the compiled decision is off ({reason}): routers decide on the numpy path"

@@ -111,3 +111,16 @@ def test_warm_up_compiles_once_and_says_so(monkeypatch):
     assert compiled.warm_up() == "the compiled decision is ready (numba's cache holds it)"
     monkeypatch.setenv(JIT_ENV, "0")
     assert "numpy path" in compiled.warm_up()
+
+
+@needs_numba
+def test_inputs_of_inconsistent_shapes_are_refused_not_written_past(monkeypatch):
+    """numba does not check indices: a template too narrow for the node columns must be an
+    error (then the numpy path), never a write past the array."""
+    monkeypatch.setenv(JIT_ENV, "1")
+    width = 13
+    constants = dict(CONSTANTS, size_column=0, first_column=1)
+    scorer = compiled_scorer(_layers(2 * width, 4, 2), width, "completion", "scaled", constants)
+    assert scorer.q_values(np.zeros((2, 9)), np.ones(2), np.zeros((2, 5)), 0.0, np.ones(2),
+                           None) is None
+    assert "inconsistent shapes" in scorer.failed
