@@ -192,6 +192,29 @@ def timer_overhead(samples: int = 20_000) -> dict:
             "cpu_us_p50": float(np.median(cpu)) / 1000.0}
 
 
+def _fixed_work() -> int:
+    """Deterministic pure-Python work of about 13 us here (the same instructions every call)."""
+    total = 0
+    for i in range(600):
+        total += i
+    return total
+
+
+def machine_tail(samples: int = 20_000) -> dict:
+    """The machine's own tail: p50 / p99 of the same fixed work (:func:`_fixed_work`) timed as
+    the decisions are. Code that does the same thing every call still has a p99 above its p50
+    where the CPU is shared (a virtual machine's steal, frequency changes, interrupts): the
+    decisions' p99 cannot be read without this ratio."""
+    wall = []
+    for _ in range(samples):
+        t0 = time.perf_counter_ns()
+        _fixed_work()
+        wall.append(time.perf_counter_ns() - t0)
+    summary = _summary(wall[samples // 20:])
+    return {"fixed_work_wall_us": summary,
+            "p99_over_p50": summary["p99"] / summary["p50"] if summary["p50"] else None}
+
+
 def _numba_version() -> str | None:
     try:
         import numba
@@ -284,6 +307,7 @@ def main(argv=None) -> None:
                      "nice": os.nice(0),
                      "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")},
         "timer_overhead": timer_overhead(),
+        "machine_tail": machine_tail(),
         "load_average": {"start": load_start, "end": os.getloadavg()},
         "rows": rows,
         "growth": {"residual": growth(rows, "residual"), "paper": growth(rows, "paper")},
@@ -294,6 +318,9 @@ def main(argv=None) -> None:
     print(f"wrote {path}")
     if verdict:
         print("verdict:", verdict)
+    tail = payload["machine_tail"]
+    print(f"this machine's own tail: fixed work p50 {tail['fixed_work_wall_us']['p50']:.1f} us, "
+          f"p99 {tail['fixed_work_wall_us']['p99']:.1f} us ({tail['p99_over_p50']:.2f}x)")
 
 
 def _plot(rows: list[dict], path: Path) -> None:

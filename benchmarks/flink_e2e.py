@@ -785,7 +785,8 @@ def main(argv=None) -> None:
         parser.error(str(exc))
     if args.workload != "tasks":
         from benchmarks import flink_e2e_examples
-        return flink_e2e_examples.main(["--example", args.workload, "--runs", str(args.runs)]
+        return flink_e2e_examples.main(["--example", args.workload, "--runs", str(args.runs),
+                                        "--spec", args.spec]
                                        + (["--quick"] if args.quick else []))
     name = output_name(args.spec, args.quick, args.payloads)
     if args.replot:

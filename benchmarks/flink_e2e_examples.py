@@ -2,11 +2,15 @@
 
     python -m benchmarks.flink_e2e_examples [--quick] [--example text_inference|video_analytics]
     python -m benchmarks.flink_e2e --workload text_inference      # the same, from flink_e2e
+    python -m benchmarks.flink_e2e_examples --spec hosts          # on the emulated hosts
 
 Every variant is the example's **hooked job, unchanged** (``examples/<example>/hooked_job.py``)
 on the local broker and the heterogeneous 3-TaskManager cluster of
 ``workload/specs/default.yaml``; only ``STREAMPLACE_HOOK_*`` variables of the submitting
-process differ (the job's three lines stay as a user writes them):
+process differ (the job's three lines stay as a user writes them). ``--spec hosts`` runs them on
+the emulated-host cluster instead (``workload/specs/hosts.yaml``: one network namespace, shaped
+link and CPU quota per TaskManager), where the heterogeneity is real for the plain job too:
+a host's CPU quota slows any work on it, not only a streamplace executor's:
 
 =================================  ===========================================================
 Flink's default distribution       ``round_robin``: what Flink's ``rebalance`` does between an
@@ -31,7 +35,8 @@ exactly once. Each run also reports the time to the first committed output, the 
 outputs flow (first to last committed output) and the job's checkpoint durations: with a
 backlog, the exactly-once sink commits only when a checkpoint completes, and that time is part
 of the throughput above. Writes
-``benchmarks/results/flink_e2e_<example>.json`` and ``.png``.
+``benchmarks/results/flink_e2e_<example>.json`` and ``.png`` (``flink_e2e_<example>_<spec>`` for
+another spec).
 """
 
 from __future__ import annotations
@@ -118,11 +123,13 @@ def ensure_taskmanagers(cluster, expected: int = len(NODES)) -> bool:
 
 
 def run_complete(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes],
-                 tag: str, hook_env: dict, timeout_s: float, extra_args: tuple = ()) -> dict:
+                 tag: str, hook_env: dict, timeout_s: float, extra_args: tuple = (),
+            nodes: tuple = NODES) -> dict:
     """:func:`one_run`, once more on a restarted cluster when a TaskManager died under the
     run (not every output came): a run on a broken cluster measures the crash, not the
     placement. The row says whether it was retried."""
-    row = one_run(cfg, cluster, script, records, warmup, tag, hook_env, timeout_s, extra_args)
+    row = one_run(cfg, cluster, script, records, warmup, tag, hook_env, timeout_s, extra_args,
+                  nodes)
     if row["outputs"] >= row["records"]:
         return dict(row, retried=False)
     print(f"run {tag}: {row['outputs']}/{row['records']} outputs; retrying on a restarted "
@@ -130,19 +137,20 @@ def run_complete(cfg, cluster, script: Path, records: list[bytes], warmup: list[
     cluster.stop()
     cluster.start()
     row = one_run(cfg, cluster, script, records, warmup, f"{tag}-retry", hook_env, timeout_s,
-                  extra_args)
+                  extra_args, nodes)
     return dict(row, retried=True)
 
 
 def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes], tag: str,
-            hook_env: dict, timeout_s: float, extra_args: tuple = ()) -> dict:
+            hook_env: dict, timeout_s: float, extra_args: tuple = (),
+            nodes: tuple = NODES) -> dict:
     """Submit the job ``script`` on fresh topics, warm it up, send ``records`` at once, read
     every output (read_committed); cancel the job."""
     from benchmarks.flink_e2e import router_gauges
     from streamplace.jars import flink_connector_jar
     from streamplace.kafka_io import produce_raw, read_topic
     from streamplace.topics import create_topics
-    restarted = ensure_taskmanagers(cluster)
+    restarted = ensure_taskmanagers(cluster, len(nodes))
     topics = {k: f"bx-{tag}-{k}" for k in ("in", "out", "dlq")}
     create_topics(cfg, [*topics.values(), "feedback"])
     with hook_environment(hook_env):
@@ -170,12 +178,12 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
     finally:
         cluster.cancel_job(job_id)
         time.sleep(2)  # a TaskManager that the cancellation kills is gone within this
-        ensure_taskmanagers(cluster)
+        ensure_taskmanagers(cluster, len(nodes))
     seen = sorted(r["_seen_s"] for r in outputs[len(warmup):])
     measured = len(seen)
     span = max(1e-6, seen[-1] - sent_at) if seen else float("nan")
     latencies = sorted(t - sent_at for t in seen)
-    routed = {n: int(gauges.get(f"streamplace_routed_{n}", 0)) for n in NODES}
+    routed = {n: int(gauges.get(f"streamplace_routed_{n}", 0)) for n in nodes}
     return {"records": len(records), "outputs": measured, "dead_letters": len(dead),
             "duplicates": len(outputs) - len({o["value"] for o in outputs}),
             "records_per_s": measured / span, "seconds": span,
@@ -202,6 +210,35 @@ def summarise(rows: list[dict], variants) -> list[dict]:
     return [{"variant": label, **{key: stat(label, key) for key in (
         "records_per_s", "p99_commit_s", "first_output_s", "processing_records_per_s")}}
         for label, _ in variants]
+
+
+def service_access(cluster, spec) -> tuple[dict, dict]:
+    """(``STREAMPLACE_HOOK_*`` values, the service's binding) for a cluster: on emulated hosts
+    the jobs run inside the hosts' namespaces, where loopback is their own, so the service
+    binds the head address with a token; ``spec`` (a name, or False for the default) tells the
+    hooked jobs which cluster spec their nodes and links come from."""
+    env = {"CLUSTER_SPEC": spec} if spec else {}
+    plan = cluster.isolation
+    if not plan.emulated:
+        return env, {}
+    import secrets
+    token = secrets.token_hex(16)
+    return dict(env, SERVICE_TOKEN=token), {"host": plan.head_address, "token": token}
+
+
+def verdict(summary: list[dict]) -> dict:
+    """The issue's goals from the summary: LDWP + IAWP against Flink's default distribution,
+    the plain job (Flink places its map) and MCT at measured speeds; batching on against off."""
+    means = {s["variant"]: (s["records_per_s"] or {}).get("mean") for s in summary}
+    ldwp = means.get("LDWP + IAWP")
+    def ratio(label):
+        other = means.get(label)
+        return ldwp / other if ldwp and other else None
+    plain = next((label for label in means if label.startswith("plain job")), None)
+    return {"ldwp_over_flink_default_distribution": ratio(VARIANTS[0][0]),
+            "ldwp_over_plain_job": ratio(plain) if plain else None,
+            "ldwp_over_mct": ratio("MCT at measured speeds"),
+            "batching_on_over_off": ratio("LDWP + IAWP, batching off")}
 
 
 def checkpoint_summary(rest_url: str, job_id: str) -> dict:
@@ -252,6 +289,10 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--records", type=int, default=0, help="0: 6000 text / 300 clips")
     parser.add_argument("--only", default="", help="variants whose label contains this")
+    parser.add_argument("--spec", default="default",
+                        help="cluster spec: a shipped name (workload/specs) or a YAML path; "
+                             "'hosts' runs on the emulated hosts (needs root; else the cpuset "
+                             "fallback, recorded in the JSON)")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the hook's own cost with a trivial operator against "
                              "rebalance(), both spread one instance per TaskManager")
@@ -263,10 +304,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.overhead:
         return overhead(args)
-    from benchmarks.flink_e2e import bench_config
+    from benchmarks.flink_e2e import DEFAULT_SPEC, bench_config, load_spec, spec_record
     from placement.service import PlacementService, ServiceSettings
     from streamplace.flink_cluster import FlinkCluster
     from streamplace.kafka_broker import KafkaBroker
+    nodes = tuple(tm.id for tm in load_spec(args.spec).taskmanagers)
     # 6,000 reviews: with 3,000 the seconds before the first commit were most of a run
     count = args.records or (6000 if args.example == "text_inference" else 300)
     runs = 1 if args.quick else args.runs
@@ -274,17 +316,24 @@ def main(argv=None) -> int:
         count //= 3
     variants = [v for v in VARIANTS if args.only in v[0]] + [("plain job (Flink places "
                                                                "its map; see docstring)", None)]
-    cfg = bench_config("default")
+    cfg = bench_config("default", args.spec)
     broker, cluster = KafkaBroker(cfg), FlinkCluster(cfg)
     broker.stop(), cluster.stop()
     broker.start(), cluster.start()
+    service_env, binding = service_access(cluster, args.spec != DEFAULT_SPEC and args.spec)
     service = PlacementService(ServiceSettings(
         port=0, bootstrap_servers=cfg.kafka.bootstrap_servers, feedback_topic="feedback",
         group_id=f"bx-service-{time.time_ns()}", flink_rest_url=cluster.rest_url,
-        model_dir=str(cfg.home / "bx-models"), publish_every=300,
-        min_records_first_version=200))
+        cluster_spec=cfg.flink.cluster_spec, model_dir=str(cfg.home / "bx-models"),
+        publish_every=300, min_records_first_version=200, **binding))
     service.start()
+    plan = cluster.isolation
+    isolation = {"mode": plan.mode, "reason": plan.reason, "emulated": plan.emulated}
+    print(f"cluster spec {args.spec}: isolation {plan.mode}"
+          + (f" ({plan.reason})" if plan.reason else ""), flush=True)
     rows = []
+    name = f"flink_e2e_{args.example}" + ("" if args.spec == DEFAULT_SPEC else
+                                          f"_{Path(args.spec).stem}")
     try:
         warmup = records_for(args.example, 30, seed=99, prefix="warm")
         # One throwaway run first: the first job on a fresh cluster pays one-off costs (JVM
@@ -293,19 +342,21 @@ def main(argv=None) -> int:
         one_run(cfg, cluster, ROOT / "examples" / args.example / "hooked_job.py",
                 records_for(args.example, count // 3, seed=98, prefix="throwaway"), warmup,
                 f"{args.example[:5]}-throwaway-{time.time_ns() % 10**6}",
-                {"POLICY": "round_robin"}, timeout_s=900)
+                dict(service_env, POLICY="round_robin", SERVICE_URL=service.url),
+                timeout_s=900, nodes=nodes)
         for r in range(runs):
             records = records_for(args.example, count, seed=r, prefix=f"r{r}")
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for label, env in order:
-                hook_env = dict(env or {}, SERVICE_URL=service.url)
+                hook_env = dict(env or {}, SERVICE_URL=service.url, **service_env)
                 script = "plain_job.py" if env is None else "hooked_job.py"
                 tag = f"{args.example[:5]}-{r}-{len(rows)}-{time.time_ns() % 10**6}"
                 row = run_complete(cfg, cluster, ROOT / "examples" / args.example / script,
-                                   records, warmup, tag, hook_env, timeout_s=900)
+                                   records, warmup, tag, hook_env, timeout_s=900,
+                                   nodes=nodes)
                 row.update(variant=label, round=r)
                 rows.append(row)
-                write_result(f"flink_e2e_{args.example}.partial", {"runs": rows})
+                write_result(f"{name}.partial", {"runs": rows})
                 print(f"round {r + 1}/{runs} {label:46s} {row['records_per_s']:7.1f} rec/s  "
                       f"outputs {row['outputs']}/{row['records']}  routed {row['routed']}",
                       flush=True)
@@ -314,10 +365,10 @@ def main(argv=None) -> int:
         cluster.stop()
         broker.stop()
     summary = summarise(rows, variants)
-    name = f"flink_e2e_{args.example}"
     (RESULTS / f"{name}.partial.json").unlink(missing_ok=True)
     write_result(name, {"example": args.example, "records": count, "rounds": runs,
-                        "summary": summary, "runs": rows})
+                        "cluster_spec": spec_record(args.spec), "isolation": isolation,
+                        "summary": summary, "verdict": verdict(summary), "runs": rows})
     plot(summary, args.example, RESULTS / f"{name}.png")
     for s in summary:
         ci = s["records_per_s"]["ci95"]

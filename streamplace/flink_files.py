@@ -93,6 +93,11 @@ class ProcessFiles:
             "python.executable": venv_python, "python.client.executable": venv_python,
             # Notice a dead TaskManager in seconds, not the default 50 s.
             "heartbeat.interval": 2000, "heartbeat.timeout": 15000,
+            # A consumer asks for its producer's partition with backoff up to this long before
+            # failing the job (default 10 s): a producer on a slow host (an emulated 0.35-core
+            # host, a busy real one) whose Python worker still imports torch needs longer, and
+            # failing there restarted the job in a loop (PartitionNotFoundException).
+            "taskmanager.network.request-backoff.max": 60000,
             "restart-strategy.type": "fixed-delay",
             "restart-strategy.fixed-delay.attempts": 50,
             "restart-strategy.fixed-delay.delay": "2 s",

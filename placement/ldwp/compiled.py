@@ -83,22 +83,29 @@ def jit_available() -> bool:
 
 
 def _node_scoring_q(numbers, alone, template, size_column, size_feature, first_column,
-                    units, low, high, log_divisors, own, context, first_bias, weights, biases,
+                    units, low, high, log_divisors, own, context, base, weights, biases,
                     trust, mode, completion_scale):
     """(rows, Q) for one observation; mirrors FastNodeRows.encode + NumpyLDWPPolicy.fast_q.
 
     ``numbers`` (M, 9): each node's six utilisations, queue depth, backlog, speed factor
     (overwritten); ``alone`` (M,): the task's estimated seconds alone on each node; ``template``
     (M, width): the node set's and task type's constant columns; ``units`` (M,): parallel units;
-    ``low``/``high`` (9,): clamps; ``log_divisors`` (4,); ``own``/``context`` (width, H1) and
-    ``first_bias`` (H1,): the first layer split; ``weights``/``biases``: the later layers;
-    ``trust`` (M,) or empty: the evidence weights; ``mode``: RESIDUAL_MODES."""
+    ``low``/``high`` (9,): clamps; ``log_divisors`` (4,); ``own``/``context`` (width, H1): the
+    first layer split; ``base`` (M, H1): the first layer on the template alone, context and
+    bias included (``CompiledNodeScoring.template_part``); ``weights``/``biases``: the later layers; ``trust``
+    (M,) or empty: the evidence weights; ``mode``: RESIDUAL_MODES.
+
+    Only the size column and a node's first 11 columns change from one task to the next; the
+    rest of a row (type, spec, "exists") is the template's, whose share of the first layer is
+    ``base``: the first layer reads 12 columns per task, not the row's full width."""
     m, read = numbers.shape
     width = template.shape[1]
     # numba does not check indices: refuse any shape the writes below would overrun
     if read != 9 or alone.shape[0] < m or units.shape[0] < m or template.shape[0] != m or \
             (trust.shape[0] and trust.shape[0] < m) or width < first_column + 12 or \
-            size_column >= width or own.shape[0] != width or context.shape[0] != width:
+            size_column >= width or own.shape[0] != width or context.shape[0] != width or \
+            context.shape[1] != own.shape[1] or base.shape[0] != m or \
+            base.shape[1] != own.shape[1]:
         raise ValueError("the compiled decision got inputs of inconsistent shapes")
     rows = template.copy()
     wait_estimate = np.empty((m, 2))
@@ -127,16 +134,24 @@ def _node_scoring_q(numbers, alone, template, size_column, size_feature, first_c
         for i in range(m):
             if wait_estimate[i, 1] > 0.0:
                 rows[i, first_column + 10] = fastest / wait_estimate[i, 1]
-    mean = np.zeros(width)
+    width1 = own.shape[1]
+    hidden = base.copy()
+    shared = np.zeros(width1)                # the context term, the same for every node
+    for v in range(12):                      # the size column, then the node's 11 numbers
+        column = size_column if v == 0 else first_column + v - 1
+        mean = 0.0
+        for i in range(m):
+            x = rows[i, column]
+            mean += x
+            if x != 0.0:
+                for j in range(width1):
+                    hidden[i, j] += x * own[column, j]
+        mean /= m
+        if mean != 0.0:
+            for j in range(width1):
+                shared[j] += mean * context[column, j]
     for i in range(m):
-        for k in range(width):
-            mean[k] += rows[i, k]
-    for k in range(width):
-        mean[k] /= m
-    hidden = np.dot(rows, own)
-    shared = np.dot(mean, context) + first_bias    # the context term, the same for every node
-    for i in range(m):
-        for j in range(hidden.shape[1]):
+        for j in range(width1):
             hidden[i, j] += shared[j]
     for layer in range(len(weights)):
         for i in range(m):
@@ -197,13 +212,35 @@ class CompiledNodeScoring:
         self.constants = constants
         self.failed: str | None = None   # why the compiled path was given up, if it was
 
-    def q_values(self, numbers, alone, template, size_feature, units, trust):
-        """(rows, Q) or None when the compiled call failed (the reason in ``failed``)."""
+    def template_part(self, template: np.ndarray) -> np.ndarray | None:
+        """The first layer on ``template`` alone (M, H1): ``template @ own``, plus the template's
+        mean through ``context`` and the bias (the varying columns read as 0); None when it
+        cannot be computed (the reason in ``failed``). Fixed per node set and task type for
+        this model, so a caller keeps it (:meth:`q_values`'s ``base``)."""
+        c = self.constants
+        try:
+            if np.ndim(template) != 2 or np.shape(template)[1] != self.own.shape[0]:
+                raise ValueError("the compiled decision got inputs of inconsistent shapes")
+            fixed = np.array(template, dtype=np.float64)
+            fixed[:, c["size_column"]] = 0.0
+            fixed[:, c["first_column"]:c["first_column"] + 11] = 0.0
+            return fixed @ self.own + (fixed.mean(axis=0) @ self.context + self.first_bias)
+        except Exception as exc:  # noqa: BLE001 - the numpy path decides instead
+            self.failed = f"{type(exc).__name__}: {exc}"
+            return None
+
+    def q_values(self, numbers, alone, template, size_feature, units, trust, base=None):
+        """(rows, Q) or None when the compiled call failed (the reason in ``failed``);
+        ``base``: :meth:`template_part` of ``template`` (computed here when not given)."""
+        if base is None:
+            base = self.template_part(template)
+            if base is None:
+                return None
         c = self.constants
         try:
             return _kernel()(numbers, alone, template, c["size_column"], size_feature,
                            c["first_column"], units, c["low"], c["high"], c["log_divisors"],
-                           self.own, self.context, self.first_bias, self.weights, self.biases,
+                           self.own, self.context, base, self.weights, self.biases,
                            _NO_TRUST if trust is None else trust, self.mode,
                            c["completion_scale"])
         except Exception as exc:  # noqa: BLE001 - any compile/runtime failure: use numpy

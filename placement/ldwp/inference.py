@@ -407,6 +407,7 @@ class NumpyLDWPPolicy(Policy):
             except (EvidenceError, TypeError, ValueError) as exc:
                 raise ModelFileError(f"the model's evidence table: {exc}") from None
         self._trust_cache: dict[tuple, np.ndarray] = {}
+        self._template_parts: dict[tuple, np.ndarray] = {}   # the compiled path's, per (ids, type)
         self.digest = hashlib.sha256(b"".join(w.tobytes() + b.tobytes() for w, b in layers)
                                      ).hexdigest()[:12]
 
@@ -472,8 +473,14 @@ class NumpyLDWPPolicy(Policy):
         if self.compiled is not None and self.compiled.failed is None:
             ids, node_set, template, alone, numbers, size = self.fast_rows.inputs(observation)
             trust = self._trust(ids, observation)
+            key = (ids, observation.task.app_id)
+            base = self._template_parts.get(key)
+            if base is None:  # the first layer on the template: fixed per node set and type
+                base = self.compiled.template_part(template)   # None: it failed, numpy decides
+                if base is not None:
+                    _remember(self._template_parts, key, base, TASK_TYPE_CACHE_SIZE)
             answer = self.compiled.q_values(numbers, alone, template, task_size_feature(size),
-                                            node_set.units, trust)
+                                            node_set.units, trust, base)
             if answer is not None:
                 return ids, answer[1], answer[0]
         encoded = self.fast_encode(observation)

@@ -124,3 +124,52 @@ def test_inputs_of_inconsistent_shapes_are_refused_not_written_past(monkeypatch)
     assert scorer.q_values(np.zeros((2, 9)), np.ones(2), np.zeros((2, 5)), 0.0, np.ones(2),
                            None) is None
     assert "inconsistent shapes" in scorer.failed
+
+
+def _random_layers(width, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(size=(2 * width, 6)), rng.normal(size=6)),
+            (rng.normal(size=(6, 2)), rng.normal(size=2))]
+
+
+@needs_numba
+def test_the_template_part_is_the_first_layer_on_the_constant_columns(monkeypatch):
+    """base = template's share of the first layer (own and context) plus the bias, with the
+    columns that change per task read as 0: what the kernel adds the rest to."""
+    monkeypatch.setenv(JIT_ENV, "1")
+    width = 20
+    layers = _random_layers(width)
+    scorer = compiled_scorer(layers, width, "completion", "scaled", CONSTANTS)
+    template = np.random.default_rng(1).normal(size=(3, width))
+    base = scorer.template_part(template)
+    fixed = template.copy()
+    fixed[:, 4] = 0.0          # the size column
+    fixed[:, 5:16] = 0.0       # a node's 11 changing columns
+    weight, bias = layers[0]
+    want = fixed @ weight[:width] + fixed.mean(axis=0) @ weight[width:] + bias
+    np.testing.assert_allclose(base, want, rtol=1e-12, atol=1e-12)
+    # a template of another width is refused (the numpy path then decides), not misread
+    assert scorer.template_part(np.zeros((3, width - 1))) is None
+    assert "inconsistent shapes" in scorer.failed
+
+
+@needs_numba
+def test_a_given_template_part_gives_the_same_q_as_one_computed_in_the_call(monkeypatch):
+    monkeypatch.setenv(JIT_ENV, "1")
+    width = 20
+    scorer = compiled_scorer(_random_layers(width, seed=2), width, "completion", "scaled",
+                             CONSTANTS)
+    rng = np.random.default_rng(3)
+    template = np.zeros((4, width))
+    template[:, 16] = 1.0      # "exists"
+    template[:, 0] = 1.0       # a type column
+    numbers = rng.uniform(0.0, 1.0, size=(4, 9))
+    computed = scorer.q_values(numbers.copy(), np.ones(4), template, 0.3, np.ones(4), None)
+    given = scorer.q_values(numbers.copy(), np.ones(4), template, 0.3, np.ones(4), None,
+                            scorer.template_part(template))
+    np.testing.assert_array_equal(computed[1], given[1])
+    np.testing.assert_array_equal(computed[0], given[0])
+    # a base of the wrong shape is refused by the kernel, never read past its end
+    assert scorer.q_values(numbers.copy(), np.ones(4), template, 0.3, np.ones(4), None,
+                           np.zeros((3, 6))) is None
+    assert "inconsistent shapes" in scorer.failed

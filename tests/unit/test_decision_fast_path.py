@@ -263,7 +263,7 @@ def test_a_learned_cost_model_is_asked_live_not_cached():
     assert policy.fast_q_values(obs)[1][0] < before[0]
 
 
-def test_the_caches_stay_bounded_and_right():
+def test_the_caches_stay_bounded_and_right(decision_path):
     cluster = _cluster(11)
     policy, layers = _node_scoring_policy(cluster, "residual (the benchmark's)")
     rng = np.random.default_rng(9)
@@ -281,6 +281,9 @@ def test_the_caches_stay_bounded_and_right():
         _assert_agrees(policy, layers, dataclasses.replace(obs, task=Task("t", APPS[0], size)))
     node_set = policy.fast_rows._node_sets[ids]
     assert len(node_set.types) <= TASK_TYPE_CACHE_SIZE
+    # the compiled path's first layer on each (node set, type) template: bounded as well
+    assert len(policy._template_parts) <= TASK_TYPE_CACHE_SIZE
+    assert bool(policy._template_parts) == (decision_path == "compiled")
     assert len(node_set.estimates) <= ESTIMATE_CACHE_SIZE
     hits = policy.fast_rows.estimate_hits
     _assert_agrees(policy, layers, dataclasses.replace(obs, task=Task("t", APPS[0], size)))
