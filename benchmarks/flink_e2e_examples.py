@@ -124,7 +124,7 @@ def ensure_taskmanagers(cluster, expected: int = len(NODES)) -> bool:
 
 def run_complete(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes],
                  tag: str, hook_env: dict, timeout_s: float, extra_args: tuple = (),
-            nodes: tuple = NODES) -> dict:
+                 nodes: tuple = NODES) -> dict:
     """:func:`one_run`, once more on a restarted cluster when a TaskManager died under the
     run (not every output came): a run on a broken cluster measures the crash, not the
     placement. The row says whether it was retried."""
@@ -231,6 +231,7 @@ def verdict(summary: list[dict]) -> dict:
     the plain job (Flink places its map) and MCT at measured speeds; batching on against off."""
     means = {s["variant"]: (s["records_per_s"] or {}).get("mean") for s in summary}
     ldwp = means.get("LDWP + IAWP")
+
     def ratio(label):
         other = means.get(label)
         return ldwp / other if ldwp and other else None

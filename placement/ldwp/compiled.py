@@ -77,6 +77,12 @@ def _print_findable() -> None:
         setattr(module, "print", replaced)
 
 
+#: Columns of a node row that change from one task to the next: the task's size column, then
+#: the node's first ``CHANGING_NODE_COLUMNS`` numbers (six utilisations, queue depth, backlog,
+#: estimate, completion, relative speed). The rest of a row is the template's.
+CHANGING_NODE_COLUMNS = 11
+
+
 def jit_available() -> bool:
     """True when numba (and scipy) import and ``STREAMPLACE_JIT`` is not "0"."""
     return os.environ.get(JIT_ENV, "1").strip() != "0" and _import_numba() is not None
@@ -92,17 +98,18 @@ def _node_scoring_q(numbers, alone, template, size_column, size_feature, first_c
     (M, width): the node set's and task type's constant columns; ``units`` (M,): parallel units;
     ``low``/``high`` (9,): clamps; ``log_divisors`` (4,); ``own``/``context`` (width, H1): the
     first layer split; ``base`` (M, H1): the first layer on the template alone, context and
-    bias included (``CompiledNodeScoring.template_part``); ``weights``/``biases``: the later layers; ``trust``
-    (M,) or empty: the evidence weights; ``mode``: RESIDUAL_MODES.
+    bias included (``CompiledNodeScoring.template_part``); ``weights``/``biases``: the later
+    layers; ``trust`` (M,) or empty: the evidence weights; ``mode``: RESIDUAL_MODES.
 
-    Only the size column and a node's first 11 columns change from one task to the next; the
-    rest of a row (type, spec, "exists") is the template's, whose share of the first layer is
-    ``base``: the first layer reads 12 columns per task, not the row's full width."""
+    Only the size column and a node's first CHANGING_NODE_COLUMNS columns change from one task
+    to the next; the rest of a row (type, spec, "exists") is the template's, whose share of the
+    first layer is ``base``: the first layer reads those columns per task, not the whole row."""
     m, read = numbers.shape
     width = template.shape[1]
     # numba does not check indices: refuse any shape the writes below would overrun
     if read != 9 or alone.shape[0] < m or units.shape[0] < m or template.shape[0] != m or \
-            (trust.shape[0] and trust.shape[0] < m) or width < first_column + 12 or \
+            (trust.shape[0] and trust.shape[0] < m) or \
+            width < first_column + CHANGING_NODE_COLUMNS + 1 or \
             size_column >= width or own.shape[0] != width or context.shape[0] != width or \
             context.shape[1] != own.shape[1] or base.shape[0] != m or \
             base.shape[1] != own.shape[1]:
@@ -137,7 +144,7 @@ def _node_scoring_q(numbers, alone, template, size_column, size_feature, first_c
     width1 = own.shape[1]
     hidden = base.copy()
     shared = np.zeros(width1)                # the context term, the same for every node
-    for v in range(12):                      # the size column, then the node's 11 numbers
+    for v in range(CHANGING_NODE_COLUMNS + 1):   # the size column, then the node's numbers
         column = size_column if v == 0 else first_column + v - 1
         mean = 0.0
         for i in range(m):
@@ -223,7 +230,7 @@ class CompiledNodeScoring:
                 raise ValueError("the compiled decision got inputs of inconsistent shapes")
             fixed = np.array(template, dtype=np.float64)
             fixed[:, c["size_column"]] = 0.0
-            fixed[:, c["first_column"]:c["first_column"] + 11] = 0.0
+            fixed[:, c["first_column"]:c["first_column"] + CHANGING_NODE_COLUMNS] = 0.0
             return fixed @ self.own + (fixed.mean(axis=0) @ self.context + self.first_bias)
         except Exception as exc:  # noqa: BLE001 - the numpy path decides instead
             self.failed = f"{type(exc).__name__}: {exc}"

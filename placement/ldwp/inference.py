@@ -472,8 +472,8 @@ class NumpyLDWPPolicy(Policy):
             return observation.node_ids, self.q_values(state), state
         if self.compiled is not None and self.compiled.failed is None:
             ids, node_set, template, alone, numbers, size = self.fast_rows.inputs(observation)
-            trust = self._trust(ids, observation)
-            key = (ids, observation.task.app_id)
+            key = (ids, observation.task.app_id)   # what stays fixed: node set and task type
+            trust = self._trust(key, observation)
             base = self._template_parts.get(key)
             if base is None:  # the first layer on the template: fixed per node set and type
                 base = self.compiled.template_part(template)   # None: it failed, numpy decides
@@ -485,14 +485,15 @@ class NumpyLDWPPolicy(Policy):
                 return ids, answer[1], answer[0]
         encoded = self.fast_encode(observation)
         state = encoded[1] if self.kind == "node_scoring" else encoded[1][:-1]
-        return encoded[0], self.fast_q(encoded, self._trust(encoded[0], observation, state)), state
+        key = (encoded[0], observation.task.app_id)
+        return encoded[0], self.fast_q(encoded, self._trust(key, observation, state)), state
 
-    def _trust(self, ids: tuple, observation: Observation, state=None) -> np.ndarray | None:
-        """The evidence weights per node (placement.ldwp.evidence), or None: fixed per (node
-        set, task type) for this model, so computed once (from ``state``, or encoded here)."""
+    def _trust(self, key: tuple, observation: Observation, state=None) -> np.ndarray | None:
+        """The evidence weights per node (placement.ldwp.evidence), or None: fixed per ``key``
+        (node ids, task type) for this model, so computed once (from ``state``, or encoded
+        here)."""
         if self.evidence is None:
             return None
-        key = (ids, observation.task.app_id)
         trust = self._trust_cache.get(key)
         if trust is None:
             if state is None:
