@@ -254,7 +254,41 @@ def checkpoint_summary(rest_url: str, job_id: str) -> dict:
     e2e = (body.get("summary") or {}).get("end_to_end_duration") or {}
     counts = body.get("counts") or {}
     return {"completed": counts.get("completed"), "failed": counts.get("failed"),
-            "p50": e2e.get("p50"), "p95": e2e.get("p95"), "max": e2e.get("max")}
+            "p50": e2e.get("p50"), "p95": e2e.get("p95"), "max": e2e.get("max"),
+            "slowest": slowest_checkpoint(rest_url, job_id, body.get("history") or [])}
+
+
+def slowest_checkpoint(rest_url: str, job_id: str, history: list) -> dict:
+    """Where the slowest completed checkpoint in Flink's history (``web.checkpoints.history``
+    entries) spent its time, per operator (the slowest subtask of each), in ms: ``start_delay``
+    is how long the barrier took to reach the operator (queued records ahead of it),
+    ``alignment`` the wait for the barrier on its other inputs, ``sync``/``async`` the
+    snapshot itself (a Python operator's sync part includes finishing its bundle)."""
+    import requests
+    done = [h for h in history if h.get("status") == "COMPLETED"]
+    if not done:
+        return {}
+    worst = max(done, key=lambda h: h.get("end_to_end_duration") or 0)
+    out = {"id": worst.get("id"), "end_to_end_ms": worst.get("end_to_end_duration"),
+           "operators": {}}
+    try:
+        names = {v["id"]: v["name"] for v in
+                 requests.get(f"{rest_url}/jobs/{job_id}", timeout=10).json()["vertices"]}
+        for vertex, name in names.items():
+            summary = requests.get(f"{rest_url}/jobs/{job_id}/checkpoints/details/"
+                                   f"{worst['id']}/subtasks/{vertex}",
+                                   timeout=10).json().get("summary") or {}
+            duration = summary.get("checkpoint_duration") or {}
+            out["operators"][name[:80]] = {
+                "end_to_end_ms": (summary.get("end_to_end_duration") or {}).get("max"),
+                "start_delay_ms": (summary.get("start_delay") or {}).get("max"),
+                "alignment_ms": ((summary.get("alignment") or {}).get("duration") or {})
+                .get("max"),
+                "sync_ms": (duration.get("sync") or {}).get("max"),
+                "async_ms": (duration.get("async") or {}).get("max")}
+    except Exception as exc:  # noqa: BLE001 - a diagnosis, never a failed run
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
 
 
 def plot(summary: list[dict], example: str, path: Path) -> None:
@@ -282,6 +316,17 @@ def plot(summary: list[dict], example: str, path: Path) -> None:
     plt.close(fig)
 
 
+def flink_conf_entries(entries: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings -> a dict; ValueError naming the first one without a key."""
+    out = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--flink-conf wants KEY=VALUE, got {entry!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--example", default="text_inference",
@@ -289,11 +334,17 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 round, fewer records")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--records", type=int, default=0, help="0: 6000 text / 300 clips")
-    parser.add_argument("--only", default="", help="variants whose label contains this")
+    parser.add_argument("--only", default="",
+                        help="variants whose label contains this (or any of these, "
+                             "comma-separated)")
     parser.add_argument("--spec", default="default",
                         help="cluster spec: a shipped name (workload/specs) or a YAML path; "
                              "'hosts' runs on the emulated hosts (needs root; else the cpuset "
                              "fallback, recorded in the JSON)")
+    parser.add_argument("--flink-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Flink configuration entry for the benchmark's cluster (repeat "
+                             "for more); recorded in the JSON, and the output's name gains "
+                             "'_conf' so the default run's files stay")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the hook's own cost with a trivial operator against "
                              "rebalance(), both spread one instance per TaskManager")
@@ -315,9 +366,12 @@ def main(argv=None) -> int:
     runs = 1 if args.quick else args.runs
     if args.quick:
         count //= 3
-    variants = [v for v in VARIANTS if args.only in v[0]] + [("plain job (Flink places "
-                                                               "its map; see docstring)", None)]
+    wanted = args.only.split(",")
+    variants = [v for v in VARIANTS if any(part in v[0] for part in wanted)] + \
+        [("plain job (Flink places its map; see docstring)", None)]
     cfg = bench_config("default", args.spec)
+    flink_conf = flink_conf_entries(args.flink_conf)
+    cfg.flink.extra_config.update(flink_conf)
     broker, cluster = KafkaBroker(cfg), FlinkCluster(cfg)
     broker.stop(), cluster.stop()
     broker.start(), cluster.start()
@@ -334,7 +388,8 @@ def main(argv=None) -> int:
           + (f" ({plan.reason})" if plan.reason else ""), flush=True)
     rows = []
     name = f"flink_e2e_{args.example}" + ("" if args.spec == DEFAULT_SPEC else
-                                          f"_{Path(args.spec).stem}")
+                                          f"_{Path(args.spec).stem}") + \
+        ("_conf" if flink_conf else "")
     try:
         warmup = records_for(args.example, 30, seed=99, prefix="warm")
         # One throwaway run first: the first job on a fresh cluster pays one-off costs (JVM
@@ -369,7 +424,8 @@ def main(argv=None) -> int:
     (RESULTS / f"{name}.partial.json").unlink(missing_ok=True)
     write_result(name, {"example": args.example, "records": count, "rounds": runs,
                         "cluster_spec": spec_record(args.spec), "isolation": isolation,
-                        "summary": summary, "verdict": verdict(summary), "runs": rows})
+                        "flink_conf": flink_conf, "summary": summary,
+                        "verdict": verdict(summary), "runs": rows})
     plot(summary, args.example, RESULTS / f"{name}.png")
     for s in summary:
         ci = s["records_per_s"]["ci95"]

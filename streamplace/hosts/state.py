@@ -22,8 +22,11 @@ Example::
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -82,44 +85,56 @@ class HostsState:
     # -- writing -------------------------------------------------------------------------
     def record(self, kind: str, name: str) -> None:
         """Write ``name`` down as possibly existing; call before making it."""
-        data = self.load()
         self._check_resource({"kind": kind, "name": name, "created": False})
-        data["resources"].append({"kind": kind, "name": name, "created": False})
-        self._save(data)
+        with self._changing() as data:
+            data["resources"].append({"kind": kind, "name": name, "created": False})
 
     def mark_created(self, kind: str, name: str) -> None:
-        data = self.load()
-        for entry in data["resources"]:
-            if entry["kind"] == kind and entry["name"] == name:
-                entry["created"] = True
-        self._save(data)
+        with self._changing() as data:
+            for entry in data["resources"]:
+                if entry["kind"] == kind and entry["name"] == name:
+                    entry["created"] = True
 
     def forget(self, kind: str, name: str) -> None:
         """Drop a record: it was removed, or its creation failed (so it is not ours)."""
-        data = self.load()
-        data["resources"] = [e for e in data["resources"]
-                             if not (e["kind"] == kind and e["name"] == name)]
-        self._save(data)
+        with self._changing() as data:
+            data["resources"] = [e for e in data["resources"]
+                                 if not (e["kind"] == kind and e["name"] == name)]
 
     def add_host(self, handle: HostHandle) -> None:
-        data = self.load()
-        data["hosts"].append({"spec": handle.spec.model_dump(), "namespace": handle.namespace,
-                              "address": handle.address, "host_veth": handle.host_veth,
-                              "node_veth": handle.node_veth, "cgroups": handle.cgroups})
-        self._save(data)
+        with self._changing() as data:
+            data["hosts"].append({"spec": handle.spec.model_dump(),
+                                  "namespace": handle.namespace, "address": handle.address,
+                                  "host_veth": handle.host_veth, "node_veth": handle.node_veth,
+                                  "cgroups": handle.cgroups})
+
+    @contextmanager
+    def _changing(self):
+        """The state to change in place, saved on exit; an exclusive lock on a file beside
+        it is held from load to save, so two processes changing the same prefix's hosts (a
+        ``cluster stop`` while a benchmark still tears down) never lose each other's
+        changes."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            data = self.load()
+            yield data
+            self._save(data)
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
+        self.path.with_name(self.path.name + ".lock").unlink(missing_ok=True)
 
     def _save(self, data: dict[str, Any]) -> None:
         # temp file + fsync + rename: a crash leaves the old or the new file, never half of one
+        # (a temp name of its own: two writers sharing one name could expose an empty file)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as handle:
+        with tempfile.NamedTemporaryFile("w", dir=self.path.parent, prefix=self.path.name,
+                                         suffix=".tmp", delete=False) as handle:
             json.dump(data, handle, indent=1)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        os.replace(handle.name, self.path)
 
     # -- validation ------------------------------------------------------------------------
     def _validate(self, data: Any) -> None:

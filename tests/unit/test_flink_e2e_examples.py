@@ -5,7 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.flink_e2e_examples import VARIANTS, service_access, verdict
+from benchmarks.flink_e2e_examples import (VARIANTS, flink_conf_entries, service_access,
+                                           slowest_checkpoint, verdict)
 
 
 def _row(label, mean):
@@ -47,3 +48,67 @@ def test_service_binds_head_address_with_a_token_on_emulated_hosts():
     assert env["CLUSTER_SPEC"] == "hosts"
     # a fresh secret per benchmark, never a fixed one
     assert service_access(_cluster(True), "hosts")[1]["token"] != binding["token"]
+
+
+@pytest.mark.parametrize("entries, expected", [
+    ([], {}),
+    (["a.b=1", " c = x=y "], {"a.b": "1", "c": "x=y"}),   # the value keeps a later "="
+    (["a.b="], {"a.b": ""}),
+])
+def test_flink_conf_entries(entries, expected):
+    assert flink_conf_entries(entries) == expected
+
+
+@pytest.mark.parametrize("bad", ["no-equals", "=1", "  =1"])
+def test_flink_conf_entries_refuse_entries_without_a_key(bad):
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        flink_conf_entries(["ok=1", bad])
+
+
+class _Answer:
+    def __init__(self, body):
+        self.body = body
+
+    def json(self):
+        return self.body
+
+
+def test_slowest_checkpoint_names_where_the_barrier_waited(monkeypatch):
+    """The slowest completed checkpoint is picked (not a slower failed one), and each
+    operator's slowest subtask numbers are reported under the operator's name."""
+    history = [{"id": 3, "status": "COMPLETED", "end_to_end_duration": 900},
+               {"id": 4, "status": "FAILED", "end_to_end_duration": 60000},
+               {"id": 5, "status": "COMPLETED", "end_to_end_duration": 15000}]
+    subtasks = {"v1": {"end_to_end_duration": {"max": 30}, "start_delay": {"max": 20},
+                       "alignment": {"duration": {"max": 0}},
+                       "checkpoint_duration": {"sync": {"max": 1}, "async": {"max": 2}}},
+                "v2": {"end_to_end_duration": {"max": 15000}, "start_delay": {"max": 9000}}}
+    asked = []
+
+    def get(url, timeout):
+        asked.append(url)
+        if url.endswith("/jobs/j"):
+            return _Answer({"vertices": [{"id": "v1", "name": "router"},
+                                         {"id": "v2", "name": "executor-tm_b"}]})
+        return _Answer({"summary": subtasks[url.rsplit("/", 1)[1]]})
+
+    monkeypatch.setattr("requests.get", get)
+    got = slowest_checkpoint("http://rest", "j", history)
+    assert got["id"] == 5 and got["end_to_end_ms"] == 15000
+    assert all("/checkpoints/details/5/subtasks/" in url for url in asked[1:])
+    assert got["operators"]["router"] == {"end_to_end_ms": 30, "start_delay_ms": 20,
+                                          "alignment_ms": 0, "sync_ms": 1, "async_ms": 2}
+    assert got["operators"]["executor-tm_b"]["start_delay_ms"] == 9000
+    assert got["operators"]["executor-tm_b"]["sync_ms"] is None   # not reported: None
+
+
+def test_slowest_checkpoint_without_a_completed_one_or_with_rest_down(monkeypatch):
+    assert slowest_checkpoint("http://rest", "j", [{"id": 1, "status": "FAILED"}]) == {}
+
+    def down(url, timeout):
+        raise ConnectionError("refused")
+
+    monkeypatch.setattr("requests.get", down)
+    got = slowest_checkpoint("http://rest", "j", [{"id": 2, "status": "COMPLETED",
+                                                   "end_to_end_duration": 5}])
+    assert got["id"] == 2 and got["operators"] == {} and "refused" in got["error"]

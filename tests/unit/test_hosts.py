@@ -546,3 +546,31 @@ def test_co_mounted_cpu_and_cpuacct_share_one_cgroup(tmp_path):
     hosts.destroy()
     assert list((root / "cpu,cpuacct").iterdir()) != [] and \
         not (root / "cpu,cpuacct" / "streamplace").exists()
+
+
+def test_state_writers_in_parallel_lose_nothing_and_leave_no_temporary_file(tmp_path):
+    """Two tear-downs of one prefix at once (a `cluster stop` while a benchmark still stops)
+    once shared one temporary name, and a reader saw an empty state file; each change now
+    holds a lock from load to save and writes a temporary file of its own."""
+    import threading
+    from streamplace.hosts.state import HostsState
+    path = tmp_path / "state" / "hosts.json"
+    names = [f"sp-tm_{i}" for i in range(40)]
+
+    def writer(chunk):
+        state = HostsState(path, HostNames("sp"), cgroup_root=tmp_path, subnet="10.213.0.0/24")
+        for name in chunk:
+            state.record("netns", name)
+            state.mark_created("netns", name)
+            state.load()    # never a half-written (empty) file
+
+    threads = [threading.Thread(target=writer, args=(names[i::4],)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    state = HostsState(path, HostNames("sp"), cgroup_root=tmp_path, subnet="10.213.0.0/24")
+    assert sorted(e["name"] for e in state.resources() if e["created"]) == sorted(names)
+    assert [p.name for p in path.parent.iterdir() if p.suffix == ".tmp"] == []
+    state.clear()
+    assert list(path.parent.iterdir()) == []
