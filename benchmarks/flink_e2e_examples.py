@@ -34,14 +34,18 @@ records / (last committed output - sending); every output read with read_committ
 exactly once. Each run also reports the time to the first committed output, the rate once
 outputs flow (first to last committed output) and the job's checkpoint durations: with a
 backlog, the exactly-once sink commits only when a checkpoint completes, and that time is part
-of the throughput above. Writes
+of the throughput above. Each run also records where its slowest checkpoint waited, per
+operator (``checkpoint_e2e_ms.slowest``: how long the barrier took to reach it, alignment,
+snapshot) and which TaskManagers ran each operator (``operator_hosts``). Writes
 ``benchmarks/results/flink_e2e_<example>.json`` and ``.png`` (``flink_e2e_<example>_<spec>`` for
-another spec).
+another spec; ``_quick`` after a ``--quick`` run, ``_conf-<hash>`` with ``--flink-conf``
+settings, so neither overwrites the full run's files).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -175,6 +179,7 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
                           idle_s=3).records
         gauges = router_gauges(cluster.rest_url, job_id)
         checkpoints = checkpoint_summary(cluster.rest_url, job_id)
+        where = operator_hosts(cluster.rest_url, job_id)
     finally:
         cluster.cancel_job(job_id)
         time.sleep(2)  # a TaskManager that the cancellation kills is gone within this
@@ -193,7 +198,7 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             # (none when they came in fewer than about two commits: no rate to speak of)
             "processing_records_per_s": (measured - 1) / (seen[-1] - seen[0])
             if measured > 1 and seen[-1] - seen[0] >= MIN_RATE_SPAN_S else None,
-            "checkpoint_e2e_ms": checkpoints,
+            "checkpoint_e2e_ms": checkpoints, "operator_hosts": where,
             "p50_commit_s": latencies[len(latencies) // 2] if latencies else None,
             "p99_commit_s": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
             "routed": routed, "decision_p99_us": gauges.get("streamplace_decision_p99_us"),
@@ -256,6 +261,22 @@ def checkpoint_summary(rest_url: str, job_id: str) -> dict:
     return {"completed": counts.get("completed"), "failed": counts.get("failed"),
             "p50": e2e.get("p50"), "p95": e2e.get("p95"), "max": e2e.get("max"),
             "slowest": slowest_checkpoint(rest_url, job_id, body.get("history") or [])}
+
+
+def operator_hosts(rest_url: str, job_id: str) -> dict:
+    """Operator name -> the TaskManagers its subtasks ran on (Flink REST; on emulated hosts a
+    TaskManager's id carries its host's address), e.g. which host the router shared."""
+    import requests
+    out = {}
+    try:
+        for vertex in requests.get(f"{rest_url}/jobs/{job_id}", timeout=10).json()["vertices"]:
+            body = requests.get(f"{rest_url}/jobs/{job_id}/vertices/{vertex['id']}/"
+                                "taskmanagers", timeout=10).json()
+            out[vertex["name"][:80]] = sorted({tm.get("taskmanager-id") or tm.get("endpoint")
+                                               or "?" for tm in body.get("taskmanagers", [])})
+    except Exception as exc:  # noqa: BLE001 - a diagnosis, never a failed run
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
 
 
 def slowest_checkpoint(rest_url: str, job_id: str, history: list) -> dict:
@@ -327,6 +348,15 @@ def flink_conf_entries(entries: list[str]) -> dict[str, str]:
     return out
 
 
+def conf_suffix(flink_conf: dict[str, str]) -> str:
+    """'' for no entries, else '_conf-' and 8 hex digits that depend only on the entries (the
+    same command writes the same file; different settings never overwrite each other)."""
+    if not flink_conf:
+        return ""
+    digest = hashlib.sha1(json.dumps(flink_conf, sort_keys=True).encode()).hexdigest()
+    return f"_conf-{digest[:8]}"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--example", default="text_inference",
@@ -344,7 +374,7 @@ def main(argv=None) -> int:
     parser.add_argument("--flink-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Flink configuration entry for the benchmark's cluster (repeat "
                              "for more); recorded in the JSON, and the output's name gains "
-                             "'_conf' so the default run's files stay")
+                             "'_conf-<hash of the entries>' so the default run's files stay")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the hook's own cost with a trivial operator against "
                              "rebalance(), both spread one instance per TaskManager")
@@ -389,7 +419,7 @@ def main(argv=None) -> int:
     rows = []
     name = f"flink_e2e_{args.example}" + ("" if args.spec == DEFAULT_SPEC else
                                           f"_{Path(args.spec).stem}") + \
-        ("_conf" if flink_conf else "")
+        ("_quick" if args.quick else "") + conf_suffix(flink_conf)
     try:
         warmup = records_for(args.example, 30, seed=99, prefix="warm")
         # One throwaway run first: the first job on a fresh cluster pays one-off costs (JVM

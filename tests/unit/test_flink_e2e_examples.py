@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.flink_e2e_examples import (VARIANTS, flink_conf_entries, service_access,
-                                           slowest_checkpoint, verdict)
+from benchmarks.flink_e2e_examples import (VARIANTS, flink_conf_entries, operator_hosts,
+                                           service_access, slowest_checkpoint, verdict)
 
 
 def _row(label, mean):
@@ -112,3 +112,27 @@ def test_slowest_checkpoint_without_a_completed_one_or_with_rest_down(monkeypatc
     got = slowest_checkpoint("http://rest", "j", [{"id": 2, "status": "COMPLETED",
                                                    "end_to_end_duration": 5}])
     assert got["id"] == 2 and got["operators"] == {} and "refused" in got["error"]
+
+
+def test_conf_suffix_depends_only_on_the_entries():
+    from benchmarks.flink_e2e_examples import conf_suffix
+    assert conf_suffix({}) == ""
+    one = conf_suffix({"a": "1", "b": "2"})
+    assert one == conf_suffix({"b": "2", "a": "1"}) and one.startswith("_conf-")
+    assert len(one) == len("_conf-") + 8
+    assert one != conf_suffix({"a": "1", "b": "3"})
+
+
+def test_operator_hosts_lists_each_operators_taskmanagers(monkeypatch):
+    answers = {
+        "http://rest/jobs/j": {"vertices": [{"id": "v1", "name": "streamplace-router"},
+                                            {"id": "v2", "name": "executor"}]},
+        "http://rest/jobs/j/vertices/v1/taskmanagers": {"taskmanagers": [
+            {"taskmanager-id": "10.213.0.3:4000-aa"}]},
+        "http://rest/jobs/j/vertices/v2/taskmanagers": {"taskmanagers": [
+            {"taskmanager-id": "b"}, {"endpoint": "a:1"}, {"taskmanager-id": "b"}]}}
+    monkeypatch.setattr("requests.get", lambda url, timeout: _Answer(answers[url]))
+    assert operator_hosts("http://rest", "j") == {"streamplace-router": ["10.213.0.3:4000-aa"],
+                                                  "executor": ["a:1", "b"]}
+    monkeypatch.setattr("requests.get", lambda url, timeout: _Answer({}))
+    assert "KeyError" in operator_hosts("http://rest", "j")["error"]
