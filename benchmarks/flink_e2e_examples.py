@@ -375,6 +375,10 @@ def main(argv=None) -> int:
                         help="a Flink configuration entry for the benchmark's cluster (repeat "
                              "for more); recorded in the JSON, and the output's name gains "
                              "'_conf-<hash of the entries>' so the default run's files stay")
+    parser.add_argument("--router-host", default="",
+                        help="run every hooked job's router (and its sources and sinks) on "
+                             "this TaskManager (the hook's router_host); the output's name "
+                             "gains '_router-<host>'")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the hook's own cost with a trivial operator against "
                              "rebalance(), both spread one instance per TaskManager")
@@ -391,6 +395,9 @@ def main(argv=None) -> int:
     from streamplace.flink_cluster import FlinkCluster
     from streamplace.kafka_broker import KafkaBroker
     nodes = tuple(tm.id for tm in load_spec(args.spec).taskmanagers)
+    if args.router_host and args.router_host not in nodes:
+        parser.error(f"--router-host {args.router_host!r} is none of the spec's TaskManagers "
+                     f"{list(nodes)}")
     # 6,000 reviews: with 3,000 the seconds before the first commit were most of a run
     count = args.records or (6000 if args.example == "text_inference" else 300)
     runs = 1 if args.quick else args.runs
@@ -419,7 +426,8 @@ def main(argv=None) -> int:
     rows = []
     name = f"flink_e2e_{args.example}" + ("" if args.spec == DEFAULT_SPEC else
                                           f"_{Path(args.spec).stem}") + \
-        ("_quick" if args.quick else "") + conf_suffix(flink_conf)
+        ("_quick" if args.quick else "") + conf_suffix(flink_conf) + \
+        (f"_router-{args.router_host}" if args.router_host else "")
     try:
         warmup = records_for(args.example, 30, seed=99, prefix="warm")
         # One throwaway run first: the first job on a fresh cluster pays one-off costs (JVM
@@ -435,6 +443,8 @@ def main(argv=None) -> int:
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for label, env in order:
                 hook_env = dict(env or {}, SERVICE_URL=service.url, **service_env)
+                if args.router_host:
+                    hook_env["ROUTER_HOST"] = args.router_host
                 script = "plain_job.py" if env is None else "hooked_job.py"
                 tag = f"{args.example[:5]}-{r}-{len(rows)}-{time.time_ns() % 10**6}"
                 row = run_complete(cfg, cluster, ROOT / "examples" / args.example / script,
@@ -454,7 +464,8 @@ def main(argv=None) -> int:
     (RESULTS / f"{name}.partial.json").unlink(missing_ok=True)
     write_result(name, {"example": args.example, "records": count, "rounds": runs,
                         "cluster_spec": spec_record(args.spec), "isolation": isolation,
-                        "flink_conf": flink_conf, "summary": summary,
+                        "flink_conf": flink_conf, "router_host": args.router_host or None,
+                        "summary": summary,
                         "verdict": verdict(summary), "runs": rows})
     plot(summary, args.example, RESULTS / f"{name}.png")
     for s in summary:

@@ -110,11 +110,16 @@ def executor_slot_sharing_group(node_id: str):
             .set_external_resource(node_id, 1.0).build())
 
 
-def io_slot_sharing_group(name: str = "default"):
-    """A slot sharing group with an explicit (small) resource spec and no external resource."""
+def io_slot_sharing_group(name: str = "default", host: str | None = None):
+    """A slot sharing group with an explicit (small) resource spec; with ``host``, each of its
+    slots also needs one unit of that TaskManager's external resource (so it runs there, as
+    :func:`executor_slot_sharing_group` pins executors)."""
     from pyflink.datastream.slot_sharing_group import SlotSharingGroup
-    return (SlotSharingGroup.builder(name).set_cpu_cores(IO_CPU)
-            .set_task_heap_memory_mb(IO_HEAP_MB).set_managed_memory_mb(IO_MANAGED_MB).build())
+    builder = (SlotSharingGroup.builder(name).set_cpu_cores(IO_CPU)
+               .set_task_heap_memory_mb(IO_HEAP_MB).set_managed_memory_mb(IO_MANAGED_MB))
+    if host:
+        builder = builder.set_external_resource(host, 1.0)
+    return builder.build()
 
 
 def kafka_bytes_sink(bootstrap_servers: str, topic: str, transactional_id_prefix: str,

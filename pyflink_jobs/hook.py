@@ -136,6 +136,11 @@ class HookSettings:
     # all of them learn from all the feedback (it is broadcast). Tenant quotas are then
     # enforced per router instance, on its share of the stream.
     router_parallelism: int = 1
+    # The TaskManager (node id) that runs the router and the rest of the job's default slot
+    # sharing group (its sources and sinks), pinned like an executor; "" = where Flink puts
+    # them. On hosts of unequal speed, Flink may put them on a slow one, beside its executor.
+    # Needs one router instance and a free slot there (fewer executor instances than slots).
+    router_host: str = ""
     # Tenant quotas enforced by the router (pyflink_jobs/tenant_quotas.py): tenant -> weight,
     # "*" -> the weight of tenants not listed; may be given as "a=3,b=1". Empty: no quotas.
     tenant_shares: dict[str, float] = field(default_factory=dict)
@@ -405,7 +410,7 @@ class StreamplaceHook:
             raise ValueError("task_type, task_size and output_type need an operator: "
                              "hook.apply(env, stream, operator, output_type=...)")
         self.nodes = s.resolved_nodes()
-        env.register_slot_sharing_group(io_slot_sharing_group())
+        env.register_slot_sharing_group(io_slot_sharing_group(host=self._router_host()))
         broadcast = self.feedback_stream(env).broadcast(feedback_state_descriptor())
         single = s.routing == "rest_partitioner"
         limits = self.task_limits(user_records=op is not None)
@@ -439,6 +444,22 @@ class StreamplaceHook:
              .name("streamplace-dead-letter-sink").uid(f"{s.uid_prefix}-dead-letter-sink")
              .slot_sharing_group("default"))
         return result
+
+    def _router_host(self) -> str | None:
+        """``router_host`` checked against this job's nodes, or None (Flink places it)."""
+        s = self.settings
+        if not s.router_host:
+            return None
+        if s.routing != "pinned":
+            raise ValueError("router_host needs routing='pinned' (fine-grained resources)")
+        if s.router_parallelism != 1:
+            raise ValueError(f"router_host pins one router instance; router_parallelism is "
+                             f"{s.router_parallelism}")
+        known = sorted({n.node_id for n in self.nodes})
+        if s.router_host not in known:
+            raise ValueError(f"router_host {s.router_host!r} is none of this job's nodes "
+                             f"{known}")
+        return s.router_host
 
     def _executor_chain(self, stream, op, label: str, host: str, parallelism: int,
                         suffix: str = "", group=None):
@@ -558,6 +579,10 @@ class HookBuilder:
         """Router instances sharing the stream (default 1, the paper's single scheduler)."""
         replace(self._settings, router_parallelism=instances)  # checked now (__post_init__)
         return self._set(router_parallelism=instances)
+
+    def router_host(self, node_id: str) -> "HookBuilder":
+        """Run the router (and the job's other default-group operators) on ``node_id``."""
+        return self._set(router_host=str(node_id))
 
     def executor_capacity(self, capacity: int) -> "HookBuilder":
         if capacity < 1:

@@ -572,3 +572,57 @@ def test_router_parallelism_reaches_every_router_instance_from_the_environment()
     assert router_settings.routers == 3
     node = router_settings.nodes[0]
     assert router_settings.capacity_share(node) == -(-node.instances * hook.settings.executor_capacity // 3)
+
+
+class _FakeGroupBuilder:
+    """Records what a slot sharing group is built with (PyFlink's builder needs a JVM)."""
+
+    def __init__(self, name):
+        self.made = {"name": name}
+
+    def __getattr__(self, method):
+        def call(*args):
+            self.made[method] = args
+            return self
+        return call
+
+    def build(self):
+        return self.made
+
+
+def _fake_groups(monkeypatch):
+    import pyflink.datastream.slot_sharing_group as module
+    monkeypatch.setattr(module.SlotSharingGroup, "builder", staticmethod(_FakeGroupBuilder))
+
+
+def test_io_group_is_pinned_only_when_a_host_is_given(monkeypatch):
+    from pyflink_jobs.flink_ops import executor_slot_sharing_group, io_slot_sharing_group
+    _fake_groups(monkeypatch)
+    assert "set_external_resource" not in io_slot_sharing_group()
+    pinned = io_slot_sharing_group(host="tm_a")
+    assert pinned["name"] == "default" and pinned["set_external_resource"] == ("tm_a", 1.0)
+    # the same resource, one unit per slot, that pins an executor to its TaskManager
+    assert executor_slot_sharing_group("tm_a")["set_external_resource"] == ("tm_a", 1.0)
+
+
+@pytest.mark.parametrize("settings, error", [
+    ({"router_host": "tm_a"}, None),
+    ({"router_host": ""}, None),
+    ({"router_host": "tm_z"}, "none of this job's nodes"),
+    ({"router_host": "tm_a", "router_parallelism": 2}, "one router instance"),
+    ({"router_host": "tm_a", "routing": "rest_partitioner"}, "routing='pinned'"),
+])
+def test_router_host_is_checked_against_the_jobs_nodes(settings, error):
+    hook = StreamplaceHook.builder().settings(HookSettings(**settings)).build()
+    hook.nodes = nodes_from_cluster_spec("default")
+    if error is None:
+        assert hook._router_host() == (settings["router_host"] or None)
+    else:
+        with pytest.raises(ValueError, match=error):
+            hook._router_host()
+
+
+def test_router_host_from_the_environment_and_the_builder():
+    assert HookSettings.from_env({"STREAMPLACE_HOOK_ROUTER_HOST": "tm_b"}).router_host == "tm_b"
+    hook = StreamplaceHook.builder().router_host("tm_c").build()
+    assert hook.settings.router_host == "tm_c"
