@@ -263,17 +263,24 @@ def checkpoint_summary(rest_url: str, job_id: str) -> dict:
             "slowest": slowest_checkpoint(rest_url, job_id, body.get("history") or [])}
 
 
+def vertex_names(rest_url: str, job_id: str) -> dict[str, str]:
+    """Vertex id -> its operator names (cut to 80 characters), from Flink REST."""
+    import requests
+    job = requests.get(f"{rest_url}/jobs/{job_id}", timeout=10).json()
+    return {v["id"]: v["name"][:80] for v in job["vertices"]}
+
+
 def operator_hosts(rest_url: str, job_id: str) -> dict:
     """Operator name -> the TaskManagers its subtasks ran on (Flink REST; on emulated hosts a
     TaskManager's id carries its host's address), e.g. which host the router shared."""
     import requests
     out = {}
     try:
-        for vertex in requests.get(f"{rest_url}/jobs/{job_id}", timeout=10).json()["vertices"]:
-            body = requests.get(f"{rest_url}/jobs/{job_id}/vertices/{vertex['id']}/"
-                                "taskmanagers", timeout=10).json()
-            out[vertex["name"][:80]] = sorted({tm.get("taskmanager-id") or tm.get("endpoint")
-                                               or "?" for tm in body.get("taskmanagers", [])})
+        for vertex, name in vertex_names(rest_url, job_id).items():
+            body = requests.get(f"{rest_url}/jobs/{job_id}/vertices/{vertex}/taskmanagers",
+                                timeout=10).json()
+            out[name] = sorted({tm.get("taskmanager-id") or tm.get("endpoint") or "?"
+                                for tm in body.get("taskmanagers", [])})
     except Exception as exc:  # noqa: BLE001 - a diagnosis, never a failed run
         out["error"] = f"{type(exc).__name__}: {exc}"
     return out
@@ -293,14 +300,12 @@ def slowest_checkpoint(rest_url: str, job_id: str, history: list) -> dict:
     out = {"id": worst.get("id"), "end_to_end_ms": worst.get("end_to_end_duration"),
            "operators": {}}
     try:
-        names = {v["id"]: v["name"] for v in
-                 requests.get(f"{rest_url}/jobs/{job_id}", timeout=10).json()["vertices"]}
-        for vertex, name in names.items():
+        for vertex, name in vertex_names(rest_url, job_id).items():
             summary = requests.get(f"{rest_url}/jobs/{job_id}/checkpoints/details/"
                                    f"{worst['id']}/subtasks/{vertex}",
                                    timeout=10).json().get("summary") or {}
             duration = summary.get("checkpoint_duration") or {}
-            out["operators"][name[:80]] = {
+            out["operators"][name] = {
                 "end_to_end_ms": (summary.get("end_to_end_duration") or {}).get("max"),
                 "start_delay_ms": (summary.get("start_delay") or {}).get("max"),
                 "alignment_ms": ((summary.get("alignment") or {}).get("duration") or {})

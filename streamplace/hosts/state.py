@@ -115,7 +115,7 @@ class HostsState:
         ``cluster stop`` while a benchmark still tears down) never lose each other's
         changes."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+        with open(self._lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             data = self.load()
             yield data
@@ -123,7 +123,11 @@ class HostsState:
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
-        self.path.with_name(self.path.name + ".lock").unlink(missing_ok=True)
+        self._lock_path.unlink(missing_ok=True)
+
+    @property
+    def _lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
 
     def _save(self, data: dict[str, Any]) -> None:
         # temp file + fsync + rename: a crash leaves the old or the new file, never half of one
