@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -65,3 +67,30 @@ def bar_with_ci(ax, labels, means, ci95s, colours=None, horizontal=False):
     if horizontal:
         return ax.barh(labels, means, xerr=errors, color=colours)
     return ax.bar(labels, means, yerr=errors, color=colours)
+
+
+@contextmanager
+def exclusive_home(home: Path):
+    """Hold ``home`` (a benchmark's broker and cluster home) for this process: a second
+    benchmark on the same home would stop the first one's broker and cluster when it starts its
+    own. The lock is ``flock`` on ``home/benchmark.lock``, so a crashed benchmark leaves none.
+    Exits with a message naming the holder when another process holds it."""
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / "benchmark.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip()[:200] or "another process"
+            raise SystemExit(f"{home} is in use by a running benchmark ({holder}); wait for it "
+                             "to end: two benchmarks on one home stop each other's broker and "
+                             "cluster") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}: {' '.join(sys.argv)[:160]}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()

@@ -63,7 +63,7 @@ from pathlib import Path
 
 import requests
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, exclusive_home, write_result
 from benchmarks.learning_curve import learning_curve, placement_drift
 from benchmarks.learning_curve import plot as plot_learning
 
@@ -788,6 +788,12 @@ def main(argv=None) -> None:
         return flink_e2e_examples.main(["--example", args.workload, "--runs", str(args.runs),
                                         "--spec", args.spec]
                                        + (["--quick"] if args.quick else []))
+    with exclusive_home(bench_config("tasks_mode", args.spec).home):
+        return _run(args, nodes)
+
+
+def _run(args, nodes) -> None:
+    """The TaskEvent benchmark (or its replot / simulator part) for parsed ``args``."""
     name = output_name(args.spec, args.quick, args.payloads)
     if args.replot:
         import json

@@ -36,7 +36,13 @@ outputs flow (first to last committed output) and the job's checkpoint durations
 backlog, the exactly-once sink commits only when a checkpoint completes, and that time is part
 of the throughput above. Each run also records where its slowest checkpoint waited, per
 operator (``checkpoint_e2e_ms.slowest``: how long the barrier took to reach it, alignment,
-snapshot) and which TaskManagers ran each operator (``operator_hosts``). Writes
+snapshot) and which TaskManagers ran each operator (``operator_hosts``), the router's decision
+p99 per phase and of its thread CPU time (``decision_phases_p99_us``,
+``pyflink_jobs.decision_timing``) and, on emulated hosts, each host's CPU use over its quota and
+throttled share of the time from sending to the last output (``host_load``,
+:mod:`benchmarks.host_load`). ``--only frozen`` adds an ablation that is not run by default:
+LDWP on the shipped residual model with no placement service (no refresher, no online
+learning). One benchmark at a time holds the benchmark home (``benchmark.lock``). Writes
 ``benchmarks/results/flink_e2e_<example>.json`` and ``.png`` (``flink_e2e_<example>_<spec>`` for
 another spec; ``_quick`` after a ``--quick`` run, ``_conf-<hash>`` with ``--flink-conf``
 settings, so neither overwrites the full run's files).
@@ -53,7 +59,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, exclusive_home, write_result
 from benchmarks.flink_e2e import confidence
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +72,13 @@ VARIANTS = [
     ("MCT at measured speeds", {"POLICY": "mct"}),
     ("LDWP + IAWP", {"POLICY": "ldwp"}),
     ("LDWP + IAWP, batching off", {"POLICY": "ldwp", "BATCHING": "false"}),
+]
+#: Ablations run only when ``--only`` names them: the router's LDWP on the shipped residual
+#: model, frozen (no placement service: no model refresher, no online learning).
+EXTRA_VARIANTS = [
+    ("LDWP frozen (shipped model, no service)",
+     {"POLICY": "ldwp", "SERVICE_URL": "",
+      "INITIAL_MODEL": str(ROOT / "placement" / "models" / "ldwp_residual_paper.spm")}),
 ]
 WORDS = ("the market rallied as the team won a cup while science labs found new stars and "
          "world leaders met to talk trade goals").split()
@@ -156,7 +169,7 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
     from streamplace.topics import create_topics
     restarted = ensure_taskmanagers(cluster, len(nodes))
     topics = {k: f"bx-{tag}-{k}" for k in ("in", "out", "dlq")}
-    create_topics(cfg, [*topics.values(), "feedback"])
+    create_topics(cfg, [*topics.values(), hook_env.get("FEEDBACK_TOPIC", "feedback")])
     with hook_environment(hook_env):
         job_id = cluster.submit_python_job(script, [*extra_args,
             "--bootstrap-servers", cfg.kafka.bootstrap_servers,
@@ -168,13 +181,14 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
         produce_raw(cfg, topics["in"], warmup)
         read_topic(cfg, topics["out"], None, expected=len(warmup), timeout_s=timeout_s,
                    idle_s=300)
-        sent_at = time.time()
-        report = produce_raw(cfg, topics["in"], records)
-        assert report.errors == [], report.errors[:3]
-        # idle_s: a job that died under the run (no output for two minutes) ends the wait
-        outputs = read_topic(cfg, topics["out"], None, expected=len(warmup) + len(records),
-                             timeout_s=timeout_s, stamp_seen=True, settle_s=3,
-                             idle_s=120).records
+        with host_load(cluster) as load:
+            sent_at = time.time()
+            report = produce_raw(cfg, topics["in"], records)
+            assert report.errors == [], report.errors[:3]
+            # idle_s: a job that died under the run (no output for two minutes) ends the wait
+            outputs = read_topic(cfg, topics["out"], None, expected=len(warmup) + len(records),
+                                 timeout_s=timeout_s, stamp_seen=True, settle_s=3,
+                                 idle_s=120).records
         dead = read_topic(cfg, topics["dlq"], "DeadLetter", expected=None, timeout_s=10,
                           idle_s=3).records
         gauges = router_gauges(cluster.rest_url, job_id)
@@ -199,12 +213,51 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             "processing_records_per_s": (measured - 1) / (seen[-1] - seen[0])
             if measured > 1 and seen[-1] - seen[0] >= MIN_RATE_SPAN_S else None,
             "checkpoint_e2e_ms": checkpoints, "operator_hosts": where,
+            # each host's CPU over its quota and throttled share, sending to the last output
+            "host_load": load.window(sent_at, seen[-1]) if seen and load else {},
             "p50_commit_s": latencies[len(latencies) // 2] if latencies else None,
             "p99_commit_s": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
             "routed": routed, "decision_p99_us": gauges.get("streamplace_decision_p99_us"),
             "decision_compiled": gauges.get("streamplace_decision_compiled"),
+            # p99 per phase of the decision and of its thread CPU time (decision_timing)
+            "decision_phases_p99_us": decision_phases(gauges),
+            "fallback_decisions": gauges.get("streamplace_fallback_decisions"),
             "cluster_restarted_before": restarted,
             "model_version": gauges.get("streamplace_model_version")}
+
+
+def decision_phases(gauges: dict) -> dict[str, float]:
+    """``{phase: p99 µs}`` from the router's ``streamplace_decision_<phase>_p99_us`` gauges
+    (``pyflink_jobs.decision_timing``: lock, observation, policy, bookkeeping, cpu)."""
+    prefix, suffix = "streamplace_decision_", "_p99_us"
+    return {name[len(prefix):-len(suffix)]: value for name, value in sorted(gauges.items())
+            if name.startswith(prefix) and name.endswith(suffix) and name != prefix + "p99_us"}
+
+
+@contextmanager
+def host_load(cluster, interval_s: float = 0.5):
+    """A running :class:`benchmarks.host_load.HostLoad` on emulated hosts, else None."""
+    if not cluster.isolation.emulated:
+        yield None
+        return
+    from benchmarks.host_load import HostLoad
+    from streamplace.hosts.telemetry import HostTelemetry
+    with HostLoad(HostTelemetry(cluster.hosts.hosts), interval_s) as load:
+        yield load
+
+
+def start_engines(broker, cluster) -> None:
+    """Stop what an earlier run left, then start the broker and the cluster; a start that
+    fails stops both again (a TaskManager that never registered must not outlive the
+    benchmark) and raises."""
+    broker.stop(), cluster.stop()
+    try:
+        broker.start()
+        cluster.start()
+    except BaseException:
+        cluster.stop()
+        broker.stop()
+        raise
 
 
 def summarise(rows: list[dict], variants) -> list[dict]:
@@ -363,6 +416,12 @@ def conf_suffix(flink_conf: dict[str, str]) -> str:
 
 
 def main(argv=None) -> int:
+    from benchmarks.flink_e2e import bench_config
+    with exclusive_home(bench_config("default").home):
+        return _main(argv)
+
+
+def _main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--example", default="text_inference",
                         choices=["text_inference", "video_analytics"])
@@ -410,18 +469,27 @@ def main(argv=None) -> int:
         count //= 3
     wanted = args.only.split(",")
     variants = [v for v in VARIANTS if any(part in v[0] for part in wanted)] + \
+        [v for v in EXTRA_VARIANTS if args.only and any(part in v[0] for part in wanted)] + \
         [("plain job (Flink places its map; see docstring)", None)]
     cfg = bench_config("default", args.spec)
     flink_conf = flink_conf_entries(args.flink_conf)
     cfg.flink.extra_config.update(flink_conf)
     broker, cluster = KafkaBroker(cfg), FlinkCluster(cfg)
-    broker.stop(), cluster.stop()
-    broker.start(), cluster.start()
+    start_engines(broker, cluster)
     service_env, binding = service_access(cluster, args.spec != DEFAULT_SPEC and args.spec)
+    # a fresh feedback topic too: a new service group reads a topic from its start, so the
+    # shared "feedback" topic fed it every earlier invocation's feedback, other clusters' too
+    feedback_topic = f"bx-feedback-{time.time_ns()}"
+    service_env = dict(service_env, FEEDBACK_TOPIC=feedback_topic)
+    from streamplace.topics import create_topics
+    create_topics(cfg, [feedback_topic])   # before the service subscribes to it
     service = PlacementService(ServiceSettings(
-        port=0, bootstrap_servers=cfg.kafka.bootstrap_servers, feedback_topic="feedback",
+        port=0, bootstrap_servers=cfg.kafka.bootstrap_servers, feedback_topic=feedback_topic,
         group_id=f"bx-service-{time.time_ns()}", flink_rest_url=cluster.rest_url,
-        cluster_spec=cfg.flink.cluster_spec, model_dir=str(cfg.home / "bx-models"),
+        cluster_spec=cfg.flink.cluster_spec,
+        # a fresh store per invocation: the service must not resume a model that earlier
+        # invocations trained on other clusters (it did: version 6,437 on the hosts)
+        model_dir=str(cfg.home / "bx-models" / str(time.time_ns())),
         publish_every=300, min_records_first_version=200, **binding))
     service.start()
     plan = cluster.isolation
@@ -447,7 +515,8 @@ def main(argv=None) -> int:
             records = records_for(args.example, count, seed=r, prefix=f"r{r}")
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             for label, env in order:
-                hook_env = dict(env or {}, SERVICE_URL=service.url, **service_env)
+                # a variant's own SERVICE_URL ("" = none) wins over the benchmark's service
+                hook_env = {"SERVICE_URL": service.url, **service_env, **(env or {})}
                 if args.router_host:
                     hook_env["ROUTER_HOST"] = args.router_host
                 script = "plain_job.py" if env is None else "hooked_job.py"
@@ -494,8 +563,7 @@ def overhead(args) -> int:
     cfg = bench_config("tasks_mode")
     cfg.flink.python_execution_mode = args.python_mode
     broker, cluster = KafkaBroker(cfg), FlinkCluster(cfg)
-    broker.stop(), cluster.stop()
-    broker.start(), cluster.start()
+    start_engines(broker, cluster)
     script = ROOT / "benchmarks" / "jobs" / "passthrough_job.py"
     routers = [int(n) for n in args.routers.split(",") if n.strip()]
     variants = [("rebalance() + map (Flink)", (), {})] + [

@@ -48,6 +48,7 @@ from placement.ldwp.compiled import decision_path
 from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
 from placement.speed import ObservedSpeed, timing_sample
+from pyflink_jobs.decision_timing import DecisionTimer
 from pyflink_jobs.routed import DecisionContext
 from pyflink_jobs.tenant_quotas import (QuotaSettings, QuotaVerdict, TenantQuotas,
                                         event_tenant_and_priority, forwarded_event)
@@ -150,8 +151,8 @@ class Router:
         self.fallback_decisions = 0
         self.full_skips = 0
         self.feedback_records = 0
-        self._latencies_us: list[float] = []
-        self._latency_index = 0
+        # wall time per phase and sampled thread CPU time (pyflink_jobs.decision_timing)
+        self.timing = DecisionTimer(settings.latency_samples)
 
     # -- model ------------------------------------------------------------------------------
     def install_model(self, data: bytes, version: int | None = None) -> None:
@@ -263,12 +264,15 @@ class Router:
         return decision, context
 
     def _route(self, task: Task) -> tuple[Decision, DecisionContext, QuotaVerdict | None]:
+        cpu_started = time.thread_time() if self.timing.samples_cpu() else None
         started = time.perf_counter()
         with self._lock:
+            locked = time.perf_counter()
             now = self.clock()
             self._expire(now)
             observation = self.observation(task)
             policy = self.policy
+            observed = time.perf_counter()
             if policy is self.fallback and self.settings.policy == "ldwp":
                 self.fallback_decisions += 1
             try:
@@ -278,6 +282,7 @@ class Router:
                             self.fallback.name)
                 self.fallback_decisions += 1
                 decision = self.fallback.decide(observation)
+            decided = time.perf_counter()
             if task.task_id in self._in_flight:  # a replayed record: count it once
                 self._retire(self._in_flight.pop(task.task_id))
             node = decision.node
@@ -297,7 +302,9 @@ class Router:
             self._in_flight_count[node] += 1
             self._backlog_s[node] += work_s
             self.routed[decision.node] += 1
-        self._record_latency((time.perf_counter() - started) * 1e6)
+        finished = time.perf_counter()
+        self.timing.add(started, (locked, observed, decided, finished),
+                        None if cpu_started is None else time.thread_time() - cpu_started)
         return decision, context, verdict
 
     def decide_event(self, event: dict) -> Decision:
@@ -321,19 +328,9 @@ class Router:
             dataclasses.replace(task, tenant=tenant, priority=priority))
         return decision, context, forwarded_event(event, verdict)
 
-    def _record_latency(self, micros: float) -> None:
-        samples, limit = self._latencies_us, self.settings.latency_samples
-        if len(samples) < limit:
-            samples.append(micros)
-        else:  # a ring: the newest samples
-            samples[self._latency_index] = micros
-            self._latency_index = (self._latency_index + 1) % limit
-
     def latency_percentile_us(self, q: float) -> float:
-        if not self._latencies_us:
-            return 0.0
-        ordered = sorted(self._latencies_us)
-        return ordered[min(len(ordered) - 1, int(q / 100.0 * len(ordered)))]
+        """Percentile ``q`` of the whole decision's wall time (µs; 0.0 before any)."""
+        return self.timing.percentile_us("total", q)
 
     def stats_decision_path(self) -> str:
         """Which path the current policy decides on (placement.ldwp.compiled.decision_path)."""
@@ -349,6 +346,7 @@ class Router:
                 "feedback_records": self.feedback_records,
                 "decision_p50_us": self.latency_percentile_us(50),
                 "decision_p99_us": self.latency_percentile_us(99),
+                "decision_timing_us": self.timing.summary(),
                 **({"tenants": self.quotas.stats(), "demoted": self.quotas.demoted_total}
                    if self.quotas is not None else {})}
 

@@ -226,6 +226,12 @@ class RouterFunction(BroadcastProcessFunction):
                                    ["streamplace_dead_letters"])
         group.gauge("streamplace_decision_p50_us", lambda: int(router.latency_percentile_us(50)))
         group.gauge("streamplace_decision_p99_us", lambda: int(router.latency_percentile_us(99)))
+        # where the decision's time goes (pyflink_jobs.decision_timing): p99 per phase, and
+        # of the thread's CPU time (far below the wall time: the decision was waiting)
+        for name in router.timing.rings:
+            if name != "total":
+                group.gauge(f"streamplace_decision_{name}_p99_us",
+                            lambda name=name: int(router.timing.percentile_us(name, 99)))
         group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
         group.gauge("streamplace_model_refresh_failures",
                     lambda: int(self.refresher.failures if self.refresher else 0))

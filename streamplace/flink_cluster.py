@@ -166,6 +166,8 @@ class FlinkCluster:
             proc = self._tm_process(tm)
             if proc.is_running():
                 continue
+            # a stale working directory (earlier jobs' blobs) only slows the start down
+            shutil.rmtree(self.files.working_dir(tm.id), ignore_errors=True)
             self.files.write_conf(tm.id, self.files.taskmanager_config(tm, common))
             proc.launch(self.files.taskmanager_command(tm, taskset), env=self.files.taskmanager_env(tm))
         self.jobmanager.wait_ready(self._rest_up, self.config.flink.start_timeout_s,
@@ -196,6 +198,8 @@ class FlinkCluster:
         for tm in self.spec.taskmanagers:
             if self._tm_process(tm).stop(timeout_s=30):
                 stopped.append(tm.id)
+            if not self._tm_process(tm).is_running():
+                shutil.rmtree(self.files.working_dir(tm.id), ignore_errors=True)
         if self.jobmanager.stop(timeout_s=30):
             stopped.append("jobmanager")
         self.hosts_note = self.hosts.release(still_needed=self._broker_running)

@@ -145,6 +145,14 @@ class ProcessFiles:
         (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf, sort_keys=True, width=10_000))
         return conf_dir
 
+    def working_dir(self, tm_id: str) -> Path:
+        """Flink's working directory of TaskManager ``tm_id`` (``<io.tmp.dirs>/tm_<resource-id>``):
+        the blobs (Python files, jars) of every job it ran, and local state. With a fixed
+        resource id Flink keeps it across restarts, and a new TaskManager reads it all at start
+        (3 GB after a few dozen benchmark jobs: minutes on a slow disk). Nothing in it outlives
+        a cluster's life here (no local recovery; the JobManager serves the blobs again)."""
+        return self.dir / tm_id / "tmp" / f"tm_{tm_id}"
+
     def env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
         base = self.dir / name

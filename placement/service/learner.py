@@ -49,7 +49,8 @@ for the consumer that hands them over; steps 1-2 are :mod:`placement.service.exa
    ``min_records_first_version`` records were trained on, then after every ``publish_every``
    new ones. Metadata: version, trained_on_records, new_records, training_data_hash (SHA-256
    over the ``task_id, node, latency_ms`` lines trained on, chained to the previous version's
-   hash), nodes, training_steps, loss.
+   hash), nodes, cluster_fingerprint (:func:`cluster_fingerprint`: a restarted service
+   resumes only a version of its own cluster spec), training_steps, loss.
 
 Example::
 
@@ -62,11 +63,12 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +160,14 @@ def _model_settings_changed(path, settings: LDWPSettings) -> str:
     return ", ".join(differences)
 
 
+def cluster_fingerprint(cluster: ClusterSpec) -> str:
+    """A short hash of what the cluster spec says of every node (ids, cores, memory, GPUs,
+    speeds, links, slots): a stored model version trained for another cluster has another."""
+    nodes = [asdict(node) for node in cluster.nodes]
+    return hashlib.sha256(json.dumps(nodes, sort_keys=True, default=str).encode()
+                          ).hexdigest()[:16]
+
+
 def _newest_loadable(store: ModelStore, settings: LDWPSettings, cluster, costs):
     """(agent, entry) of the newest stored version that loads, passes the model-file checks
     (finite weights included) and was built with ``settings``' model-defining values; (None,
@@ -165,6 +175,14 @@ def _newest_loadable(store: ModelStore, settings: LDWPSettings, cluster, costs):
     never resumes from a poisoned or damaged version (it falls back to the one before)."""
     for entry in reversed(store.versions()):
         version = entry["version"]
+        stored = entry.get("cluster_fingerprint")   # versions published before it: none
+        if stored is not None and stored != cluster_fingerprint(cluster):
+            # its corrections describe other hosts under the same node names (a benchmark's
+            # store resumed on another spec learned the old cluster's speeds): start afresh
+            log.warning("the stored model version %d was trained for another cluster (spec "
+                        "fingerprint %s, this one %s); not resuming from it", version, stored,
+                        cluster_fingerprint(cluster))
+            return None, None
         try:
             changed = _model_settings_changed(store.path(version), settings)
             if changed:
@@ -397,6 +415,7 @@ class OnlineLearner:
                 "new_records": self.records_trained - self._published_records,
                 "training_data_hash": self._hash.hexdigest(),
                 "nodes": sorted(self._nodes_trained) or list(self.cluster.node_ids),
+                "cluster_fingerprint": cluster_fingerprint(self.cluster),
                 "training_steps": agent.updates,
                 "loss": (sum(finite) / len(finite)) if (finite := [
                     x for x in losses if math.isfinite(x)]) else None,

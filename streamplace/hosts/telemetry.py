@@ -131,6 +131,20 @@ class HostTelemetry:
                           cpu_quota=spec.cpu_quota, uplink_mbps=spec.uplink_mbps,
                           downlink_mbps=spec.downlink_mbps)
 
+    def throttled_s(self, node_id: str) -> float:
+        """Seconds the host's ``cpu`` cgroup was throttled so far (its quota used up; cgroup v1
+        ``cpu.stat`` ``throttled_time``); HostsError when it cannot be read."""
+        path = f"{self._handle(node_id).cgroups['cpu']}/cpu.stat"
+        try:
+            text = self.system.cgroups.read(path)
+        except OSError as err:
+            raise HostsError(f"cannot read {path}: {err} (was the host removed?)") from err
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name == "throttled_time" and value.strip().isdigit():
+                return int(value) / 1e9
+        raise HostsError(f"{path} has no throttled_time count")
+
     def sample_all(self) -> dict[str, HostSample]:
         self._handles = self.hosts.handles()
         return {node_id: self.sample(node_id) for node_id in sorted(self._handles)}

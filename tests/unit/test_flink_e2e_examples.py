@@ -5,8 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.flink_e2e_examples import (VARIANTS, flink_conf_entries, operator_hosts,
-                                           service_access, slowest_checkpoint, verdict)
+from benchmarks.flink_e2e_examples import (VARIANTS, decision_phases, flink_conf_entries,
+                                           operator_hosts, service_access, slowest_checkpoint,
+                                           start_engines, verdict)
 
 
 def _row(label, mean):
@@ -136,3 +137,57 @@ def test_operator_hosts_lists_each_operators_taskmanagers(monkeypatch):
                                                   "executor": ["a:1", "b"]}
     monkeypatch.setattr("requests.get", lambda url, timeout: _Answer({}))
     assert "KeyError" in operator_hosts("http://rest", "j")["error"]
+
+
+class _Engine:
+    def __init__(self, log, name, fails=False):
+        self.log, self.name, self.fails = log, name, fails
+
+    def start(self):
+        self.log.append(f"{self.name} start")
+        if self.fails:
+            raise RuntimeError(f"{self.name} did not come up")
+
+    def stop(self):
+        self.log.append(f"{self.name} stop")
+
+
+def test_a_cluster_that_fails_to_start_is_stopped_with_the_broker():
+    log = []
+    with pytest.raises(RuntimeError, match="cluster did not come up"):
+        start_engines(_Engine(log, "broker"), _Engine(log, "cluster", fails=True))
+    assert log == ["broker stop", "cluster stop", "broker start", "cluster start",
+                   "cluster stop", "broker stop"]
+
+
+def test_engines_that_start_are_left_running():
+    log = []
+    start_engines(_Engine(log, "broker"), _Engine(log, "cluster"))
+    assert log == ["broker stop", "cluster stop", "broker start", "cluster start"]
+
+
+def test_decision_phases_come_from_the_routers_phase_gauges_only():
+    gauges = {"streamplace_decision_p99_us": 900.0, "streamplace_decision_policy_p99_us": 800.0,
+              "streamplace_decision_cpu_p99_us": 40.0, "streamplace_decision_compiled": 1.0,
+              "streamplace_routed_tm_a": 5.0}
+    assert decision_phases(gauges) == {"cpu": 40.0, "policy": 800.0}
+
+
+def test_a_second_benchmark_on_the_same_home_is_refused_with_the_holder(tmp_path):
+    import subprocess
+    import sys
+    from benchmarks._common import exclusive_home
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from benchmarks._common import "
+        "exclusive_home\nwith exclusive_home(Path(sys.argv[1])):\n    print('held', flush=True)"
+        "\n    time.sleep(30)"), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SystemExit, match=f"in use by a running benchmark \\(pid {holder.pid}"):
+            with exclusive_home(tmp_path):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with exclusive_home(tmp_path):     # a holder that died leaves no lock behind
+        assert (tmp_path / "benchmark.lock").read_text().startswith("pid ")

@@ -574,3 +574,17 @@ def test_state_writers_in_parallel_lose_nothing_and_leave_no_temporary_file(tmp_
     assert [p.name for p in path.parent.iterdir() if p.suffix == ".tmp"] == []
     state.clear()
     assert list(path.parent.iterdir()) == []
+
+
+def test_telemetry_reads_the_hosts_throttled_seconds(tmp_path):
+    hosts = make_hosts(tmp_path)
+    handle = hosts.create(SPECS)["tm_a"]
+    stat = Path(handle.cgroups["cpu"], "cpu.stat")
+    stat.write_text("nr_periods 40\nnr_throttled 3\nthrottled_time 2500000000\n")
+    assert HostTelemetry(hosts).throttled_s("tm_a") == 2.5
+    stat.write_text("nr_periods 40\nthrottled_time -5\n")
+    with pytest.raises(HostsError, match="no throttled_time"):
+        HostTelemetry(hosts).throttled_s("tm_a")
+    stat.unlink()
+    with pytest.raises(HostsError, match="cannot read"):
+        HostTelemetry(hosts).throttled_s("tm_a")

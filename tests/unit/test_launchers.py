@@ -282,3 +282,18 @@ def test_a_broker_that_keeps_exiting_fails_with_what_each_attempt_wrote(tmp_path
     assert "(nothing written)" in message  # ... and here the broker log got none
     assert "attempt 1 of 2" in capsys.readouterr().err
     assert not broker.process.is_running()
+
+
+def test_stop_removes_each_stopped_taskmanagers_working_directory(tmp_path):
+    # Flink keeps <io.tmp.dirs>/tm_<resource-id> (every job's blobs) across restarts; a new
+    # TaskManager reads it all at start, so a stopped cluster leaves none behind.
+    cluster = FlinkCluster(load_config(None, [f"home={tmp_path}"]))
+    dirs = [cluster.files.working_dir(tm.id) for tm in cluster.spec.taskmanagers]
+    for d in dirs:
+        (d / "blobStorage" / "job_1").mkdir(parents=True)
+        (d / "blobStorage" / "job_1" / "blob_p-1").write_bytes(b"x" * 64)
+    assert dirs[0] == tmp_path / "flink" / cluster.spec.taskmanagers[0].id / "tmp" / \
+        f"tm_{cluster.spec.taskmanagers[0].id}"
+    cluster.stop()
+    assert not any(d.exists() for d in dirs)
+    assert all(d.parent.is_dir() for d in dirs)   # io.tmp.dirs itself stays

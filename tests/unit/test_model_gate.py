@@ -13,7 +13,7 @@ import torch
 
 from placement.ldwp.modelfile import load_model, save_model
 from placement.ldwp.networks import export_layers
-from placement.service.learner import OnlineLearner
+from placement.service.learner import OnlineLearner, cluster_fingerprint
 from placement.service.metrics import ServiceMetrics
 from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
@@ -202,3 +202,18 @@ def test_gate_settings_are_validated():
         PublishGate(holdout_every=1)
     with pytest.raises(ValueError):
         PublishGate(max_error_ratio=0.5)
+
+
+def test_a_service_resumes_its_own_clusters_model_and_not_another_clusters(tmp_path, caplog):
+    first = learner(tmp_path)
+    first.take(feedback(160))
+    first.train_pending()
+    assert first.store.latest()["cluster_fingerprint"] == cluster_fingerprint(CLUSTER)
+    assert learner(tmp_path).records_trained == first.records_trained   # same cluster: resumes
+    # the same node names on other hardware: its learned corrections do not apply
+    other = ClusterSpec(tuple(NodeSpec(n, 4, 8.0, cpu_speed=0.5) for n in NODES))
+    assert cluster_fingerprint(other) != cluster_fingerprint(CLUSTER)
+    fresh = OnlineLearner(other, ModelStore(tmp_path / "models"), publish_every=50,
+                          min_records_first_version=50)
+    assert fresh.records_trained == 0
+    assert "trained for another cluster" in caplog.text

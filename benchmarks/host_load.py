@@ -1,0 +1,98 @@
+"""How busy each emulated host (and the benchmark's own process) was during a measured run.
+
+A run's throughput says how fast the job was, not why. :class:`HostLoad` samples, every
+``interval_s`` in a background thread, each emulated host's CPU time (its ``cpuacct`` cgroup,
+:class:`streamplace.hosts.telemetry.HostTelemetry`), the time its ``cpu`` cgroup was throttled
+(``cpu.stat``: the host used up its quota and waited for the next period) and this process's
+CPU time (the placement service and the output reader run in it). :meth:`HostLoad.window`
+gives, between two moments, each host's CPU use over its quota and its throttled share of the
+time: a host near 1.0 was the bottleneck; hosts far below 1.0 while the job was slow waited
+for something else (another host, a checkpoint, the router).
+
+Example::
+
+    >>> load = HostLoad(FakeTelemetry(), interval_s=0.1)   # doctest: +SKIP
+    >>> with load:
+    ...     run_the_job()                                    # doctest: +SKIP
+    >>> load.window(sent_at, last_output_at)["tm_a"]["cpu_over_quota"]   # doctest: +SKIP
+    0.97
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+
+__all__ = ["HostLoad"]
+
+
+class HostLoad:
+    """Samples every host's CPU and throttled seconds, and this process's CPU, in a thread
+    (``with load: ...``); ``telemetry``: a HostTelemetry (or anything with ``sample_all()`` of
+    HostSamples and ``throttled_s(node_id)``)."""
+
+    def __init__(self, telemetry, interval_s: float = 0.5, clock=time.time):
+        self.telemetry = telemetry
+        self.interval_s = interval_s
+        self.clock = clock
+        self.times: list[float] = []
+        self.samples: list[dict] = []   # per time: {node: (cpu_s, throttled_s, quota)}
+        self.own_cpu_s: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="host-load", daemon=True)
+        self.error = ""
+
+    def __enter__(self) -> "HostLoad":
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        try:
+            hosts = {node: (s.cpu_seconds, self.telemetry.throttled_s(node), s.cpu_quota)
+                     for node, s in self.telemetry.sample_all().items()}
+        except Exception as exc:  # noqa: BLE001 - a diagnostic must not end a benchmark run
+            self.error = f"{type(exc).__name__}: {exc}"
+            return
+        self.times.append(self.clock())
+        self.samples.append(hosts)
+        self.own_cpu_s.append(time.process_time())
+
+    def _at(self, moment: float) -> int:
+        """The index of the last sample at or before ``moment`` (the first one if none is)."""
+        return max(0, bisect.bisect_right(self.times, moment) - 1)
+
+    def window(self, start: float, end: float) -> dict:
+        """Per host between the samples nearest ``start`` and ``end``: ``cpu_over_quota``
+        (CPU seconds / (quota x seconds)), ``throttled_share`` (throttled seconds / seconds);
+        ``benchmark_process_cores`` (this process's CPU seconds / seconds). Empty with fewer
+        than two samples in the window."""
+        if len(self.times) < 2:
+            return {}
+        first, last = self._at(start), self._at(end)
+        if last <= first:
+            last = min(len(self.times) - 1, first + 1)
+        seconds = self.times[last] - self.times[first]
+        if seconds <= 0:
+            return {}
+        out: dict = {"seconds": round(seconds, 3)}
+        for node, (cpu_s, throttled_s, quota) in sorted(self.samples[last].items()):
+            before = self.samples[first].get(node)
+            if before is None:
+                continue
+            out[node] = {
+                "cpu_over_quota": round((cpu_s - before[0]) / (max(quota, 1e-9) * seconds), 3),
+                "throttled_share": round((throttled_s - before[1]) / seconds, 3)}
+        out["benchmark_process_cores"] = round(
+            (self.own_cpu_s[last] - self.own_cpu_s[first]) / seconds, 3)
+        return out
