@@ -222,8 +222,21 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             # p99 per phase of the decision and of its thread CPU time (decision_timing)
             "decision_phases_p99_us": decision_phases(gauges),
             "fallback_decisions": gauges.get("streamplace_fallback_decisions"),
+            "router_gauges": gauges,   # all of them: feedback records, measured slowness, ...
             "cluster_restarted_before": restarted,
             "model_version": gauges.get("streamplace_model_version")}
+
+
+def frozen_variant(variant: tuple[str, dict], model_file: str) -> tuple[str, dict]:
+    """``variant`` with ``model_file`` as its frozen model (unchanged when ``model_file`` is
+    empty); the label names the file so a JSON never mixes two models under one label."""
+    if not model_file:
+        return variant
+    path = Path(model_file).resolve()
+    if not path.is_file():
+        raise SystemExit(f"--frozen-model {model_file}: no such file")
+    label, env = variant
+    return f"LDWP frozen ({path.name}, no service)", dict(env, INITIAL_MODEL=str(path))
 
 
 def decision_phases(gauges: dict) -> dict[str, float]:
@@ -443,6 +456,9 @@ def _main(argv=None) -> int:
                         help="run every hooked job's router (and its sources and sinks) on "
                              "this TaskManager (the hook's router_host); the output's name "
                              "gains '_router-<host>'")
+    parser.add_argument("--frozen-model", default="",
+                        help="the model file of the 'LDWP frozen' ablation (default: the shipped "
+                             "residual model), e.g. a version the service learned")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the hook's own cost with a trivial operator against "
                              "rebalance(), both spread one instance per TaskManager")
@@ -469,7 +485,8 @@ def _main(argv=None) -> int:
         count //= 3
     wanted = args.only.split(",")
     variants = [v for v in VARIANTS if any(part in v[0] for part in wanted)] + \
-        [v for v in EXTRA_VARIANTS if args.only and any(part in v[0] for part in wanted)] + \
+        [frozen_variant(v, args.frozen_model) for v in EXTRA_VARIANTS
+         if args.only and any(part in v[0] for part in wanted)] + \
         [("plain job (Flink places its map; see docstring)", None)]
     cfg = bench_config("default", args.spec)
     flink_conf = flink_conf_entries(args.flink_conf)
@@ -500,7 +517,9 @@ def _main(argv=None) -> int:
     name = f"flink_e2e_{args.example}" + ("" if args.spec == DEFAULT_SPEC else
                                           f"_{Path(args.spec).stem}") + \
         ("_quick" if args.quick else "") + conf_suffix(flink_conf) + \
-        (f"_router-{args.router_host}" if args.router_host else "")
+        (f"_router-{args.router_host}" if args.router_host else "") + \
+        (f"_frozen-{Path(args.frozen_model).stem}" if args.frozen_model and any(
+            label.startswith("LDWP frozen") for label, _ in variants) else "")
     try:
         warmup = records_for(args.example, 30, seed=99, prefix="warm")
         # One throwaway run first: the first job on a fresh cluster pays one-off costs (JVM

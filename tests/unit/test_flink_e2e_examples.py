@@ -191,3 +191,15 @@ def test_a_second_benchmark_on_the_same_home_is_refused_with_the_holder(tmp_path
         holder.wait()
     with exclusive_home(tmp_path):     # a holder that died leaves no lock behind
         assert (tmp_path / "benchmark.lock").read_text().startswith("pid ")
+
+
+def test_the_frozen_ablation_takes_another_model_file_and_says_so(tmp_path):
+    from benchmarks.flink_e2e_examples import EXTRA_VARIANTS, frozen_variant
+    assert frozen_variant(EXTRA_VARIANTS[0], "") == EXTRA_VARIANTS[0]
+    model = tmp_path / "v000027.spmodel"
+    model.write_bytes(b"x")
+    label, env = frozen_variant(EXTRA_VARIANTS[0], str(model))
+    assert label == "LDWP frozen (v000027.spmodel, no service)"
+    assert env["INITIAL_MODEL"] == str(model) and env["SERVICE_URL"] == ""
+    with pytest.raises(SystemExit, match="no such file"):
+        frozen_variant(EXTRA_VARIANTS[0], str(tmp_path / "missing.spmodel"))
