@@ -334,10 +334,16 @@ class LDWPPolicy(Policy):
         """The reward for ``latency_s`` seconds (task latency, or drain time)."""
         return self.outcomes.latency_reward(latency_s)
 
+    def record_evidence(self, state: np.ndarray, action: int) -> None:
+        """Count one learned example on the chosen node's row of ``state`` (node_scoring
+        with a prior only): what lets a correction be trusted (placement.ldwp.evidence).
+        Whatever adds an example to the replay buffer must call this too."""
+        if self.evidence is not None and self.settings.network == "node_scoring":
+            self.evidence.record(state[action])
+
     def _store(self, item: tuple) -> None:
         self.replay.add(item)
-        if self.evidence is not None and self.settings.network == "node_scoring":
-            self.evidence.record(item[0][item[1]])  # the chosen node's row
+        self.record_evidence(item[0], item[1])
         s = self.settings
         self._stored += 1
         # The paper's schedule counts decisions; outcome rewards arrive later, so count those.

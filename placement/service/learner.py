@@ -371,6 +371,9 @@ class OnlineLearner:
             return
         # A terminal transition: the TD target is the reward (contextual bandit, see above).
         agent.replay.add((state, action, reward, None, True))
+        # Counted as evidence too: without it every published version carried an empty
+        # evidence table, so routers trusted none of what the service learned (prior alone).
+        agent.record_evidence(state, action)
         self.records_trained += 1
         if len(agent.replay.items) >= s.learning_starts and \
                 self.records_trained % s.train_frequency == 0:

@@ -18,7 +18,7 @@ from placement.service.metrics import ServiceMetrics
 from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
 from workload.catalog import app_ids
-from workload.model import ClusterSpec, NodeSpec
+from workload.model import ClusterSpec, NodeSpec, NodeState, Observation, Task
 
 torch.set_num_threads(1)
 
@@ -217,3 +217,18 @@ def test_a_service_resumes_its_own_clusters_model_and_not_another_clusters(tmp_p
                           min_records_first_version=50)
     assert fresh.records_trained == 0
     assert "trained for another cluster" in caplog.text
+
+
+def test_published_versions_carry_the_evidence_of_what_the_service_learned(tmp_path):
+    # Without it a router trusts none of the learned correction (evidence 0: the prior alone),
+    # whatever the service learned.
+    learn = learner(tmp_path)
+    learn.take(feedback(160))
+    learn.train_pending()
+    _, metadata = load_model(learn.store.path(learn.store.latest()["version"]))
+    entries = metadata["evidence"]["entries"]
+    assert entries, "a published version must count the examples it learned from"
+    assert sum(count for _, _, count in entries) == pytest.approx(learn.records_trained)
+    assert learn.agent.evidence.trust(np.stack([
+        learn.agent.encode(Observation(Task("t", "video_synopsis", 4096),
+                                       tuple(NodeState(n) for n in NODES), 0.0))[0]])).max() > 0
