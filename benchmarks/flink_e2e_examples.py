@@ -75,8 +75,9 @@ VARIANTS = [
 ]
 #: Ablations run only when ``--only`` names them: the router's LDWP on the shipped residual
 #: model, frozen (no placement service: no model refresher, no online learning).
+FROZEN_LABEL = "LDWP frozen"
 EXTRA_VARIANTS = [
-    ("LDWP frozen (shipped model, no service)",
+    (f"{FROZEN_LABEL} (shipped model, no service)",
      {"POLICY": "ldwp", "SERVICE_URL": "",
       "INITIAL_MODEL": str(ROOT / "placement" / "models" / "ldwp_residual_paper.spm")}),
 ]
@@ -236,7 +237,7 @@ def frozen_variant(variant: tuple[str, dict], model_file: str) -> tuple[str, dic
     if not path.is_file():
         raise SystemExit(f"--frozen-model {model_file}: no such file")
     label, env = variant
-    return f"LDWP frozen ({path.name}, no service)", dict(env, INITIAL_MODEL=str(path))
+    return f"{FROZEN_LABEL} ({path.name}, no service)", dict(env, INITIAL_MODEL=str(path))
 
 
 def decision_phases(gauges: dict) -> dict[str, float]:
@@ -519,7 +520,7 @@ def _main(argv=None) -> int:
         ("_quick" if args.quick else "") + conf_suffix(flink_conf) + \
         (f"_router-{args.router_host}" if args.router_host else "") + \
         (f"_frozen-{Path(args.frozen_model).stem}" if args.frozen_model and any(
-            label.startswith("LDWP frozen") for label, _ in variants) else "")
+            label.startswith(FROZEN_LABEL) for label, _ in variants) else "")
     try:
         warmup = records_for(args.example, 30, seed=99, prefix="warm")
         # One throwaway run first: the first job on a fresh cluster pays one-off costs (JVM

@@ -173,15 +173,16 @@ def _newest_loadable(store: ModelStore, settings: LDWPSettings, cluster, costs):
     (finite weights included) and was built with ``settings``' model-defining values; (None,
     None) when there is none. A version that fails is skipped with a warning, so a service
     never resumes from a poisoned or damaged version (it falls back to the one before)."""
+    this_cluster = cluster_fingerprint(cluster)
     for entry in reversed(store.versions()):
         version = entry["version"]
         stored = entry.get("cluster_fingerprint")   # versions published before it: none
-        if stored is not None and stored != cluster_fingerprint(cluster):
+        if stored is not None and stored != this_cluster:
             # its corrections describe other hosts under the same node names (a benchmark's
             # store resumed on another spec learned the old cluster's speeds): start afresh
             log.warning("the stored model version %d was trained for another cluster (spec "
                         "fingerprint %s, this one %s); not resuming from it", version, stored,
-                        cluster_fingerprint(cluster))
+                        this_cluster)
             return None, None
         try:
             changed = _model_settings_changed(store.path(version), settings)

@@ -134,15 +134,13 @@ class HostTelemetry:
     def throttled_s(self, node_id: str) -> float:
         """Seconds the host's ``cpu`` cgroup was throttled so far (its quota used up; cgroup v1
         ``cpu.stat`` ``throttled_time``); HostsError when it cannot be read."""
+        from interference.executor.host_stats import parse_count
         path = f"{self._handle(node_id).cgroups['cpu']}/cpu.stat"
-        try:
-            text = self.system.cgroups.read(path)
-        except OSError as err:
-            raise HostsError(f"cannot read {path}: {err} (was the host removed?)") from err
-        for line in text.splitlines():
+        for line in self._read(path).splitlines():
             name, _, value = line.partition(" ")
-            if name == "throttled_time" and value.strip().isdigit():
-                return int(value) / 1e9
+            count = parse_count(value) if name == "throttled_time" else None
+            if count is not None:
+                return count / 1e9
         raise HostsError(f"{path} has no throttled_time count")
 
     def sample_all(self) -> dict[str, HostSample]:
@@ -151,11 +149,14 @@ class HostTelemetry:
 
     def _count(self, path: str) -> int:
         from interference.executor.host_stats import parse_count
-        try:
-            text = self.system.cgroups.read(path).strip()
-        except OSError as err:
-            raise HostsError(f"cannot read {path}: {err} (was the host removed?)") from err
+        text = self._read(path).strip()
         count = parse_count(text)
         if count is None:
             raise HostsError(f"{path} holds {text[:40]!r}, not a byte / nanosecond count")
         return count
+
+    def _read(self, path: str) -> str:
+        try:
+            return self.system.cgroups.read(path)
+        except OSError as err:
+            raise HostsError(f"cannot read {path}: {err} (was the host removed?)") from err
