@@ -267,6 +267,14 @@ class MeasuredCosts:
             fit = fits.get(node_key) if fits and node_key is not None else None
             return fit.count if fit is not None else 0
 
+    def trusted_fits(self) -> list[tuple[str, str, float, float, float, int]]:
+        """(type, node, fixed_s, per_unit_s, mean size, samples) of every trusted pair, least
+        recently observed type first (what :mod:`placement.cost_snapshot` hands on)."""
+        with self._lock:
+            return [(type_key, node_key, *fit.coefficients(), fit.mean_x, fit.count)
+                    for type_key, fits in self._fits.items()
+                    for node_key, fit in fits.items() if fit.count >= self.min_samples]
+
     def task_types(self) -> list[str]:
         """Type keys learned, least recently observed first."""
         with self._lock:

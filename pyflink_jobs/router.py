@@ -151,6 +151,7 @@ class Router:
         self.fallback_decisions = 0
         self.full_skips = 0
         self.feedback_records = 0
+        self.seeded_cost_fits = 0   # fits adopted from the service at start (seed_costs)
         # wall time per phase and sampled thread CPU time (pyflink_jobs.decision_timing)
         self.timing = DecisionTimer(settings.latency_samples)
 
@@ -165,6 +166,18 @@ class Router:
         with self._lock:
             self.model_policy = policy
             self.model_version = version if version is not None else policy.version
+
+    def seed_costs(self, snapshot) -> int:
+        """Start from the placement service's measured work times (``GET /costs``,
+        :mod:`placement.cost_snapshot`): adopts its fits for this router's nodes and the pairs
+        it has not measured itself; refusals are logged. Returns the fits adopted."""
+        from placement.cost_snapshot import seed_costs
+        with self._lock:
+            adopted, refused = seed_costs(self.costs, snapshot, self.node_ids)
+            self.seeded_cost_fits += adopted
+        if refused:
+            log.warning("cost fits from the placement service refused: %s", "; ".join(refused))
+        return adopted
 
     @property
     def policy(self) -> Policy:
@@ -232,23 +245,24 @@ class Router:
 
     def observation(self, task: Task) -> Observation:
         now = self.clock()
-        states = []
-        for node_id in self.node_ids:
-            count = self._in_flight_count[node_id]
-            if count >= self._capacity[node_id]:
-                self.full_skips += 1
-                continue
-            base = self._states[node_id]
-            states.append(NodeState(node_id, base.cpu_util, base.gpu_util, base.host_mem_util,
-                                    base.gpu_mem_util, base.uplink_util, base.downlink_util,
-                                    queue_depth=count, backlog_s=self._backlog_s[node_id],
-                                    age_s=self._age_s(node_id, now),
-                                    speed_factor=self.speeds.factor(node_id)))
-        if not states:  # every queue full: choose among all (Flink's backpressure waits for us)
-            states = [NodeState(n, queue_depth=self._in_flight_count[n],
-                                backlog_s=self._backlog_s[n],
-                                speed_factor=self.speeds.factor(n)) for n in self.node_ids]
-        return Observation(task, tuple(states), now)
+        open_nodes = [n for n in self.node_ids
+                      if self._in_flight_count[n] < self._capacity[n]]
+        self.full_skips += len(self.node_ids) - len(open_nodes)
+        # every queue full: choose among all (Flink's backpressure waits for us), with the same
+        # numbers as always: the feedback's utilisations too. (Without them the model saw rows
+        # it was never trained on, all utilisations zero, whenever the router ran ahead.)
+        return Observation(task, tuple(self._node_state(n, now)
+                                       for n in (open_nodes or self.node_ids)), now)
+
+    def _node_state(self, node_id: str, now: float) -> NodeState:
+        """What a decision sees of ``node_id``: its last report's utilisations with this
+        router's own in-flight count, backlog, report age and measured speed."""
+        base = self._states[node_id]
+        return NodeState(node_id, base.cpu_util, base.gpu_util, base.host_mem_util,
+                         base.gpu_mem_util, base.uplink_util, base.downlink_util,
+                         queue_depth=self._in_flight_count[node_id],
+                         backlog_s=self._backlog_s[node_id], age_s=self._age_s(node_id, now),
+                         speed_factor=self.speeds.factor(node_id))
 
     # -- deciding ---------------------------------------------------------------------------
     def decide(self, task: Task) -> Decision:
@@ -344,6 +358,7 @@ class Router:
                 "decision_path": self.stats_decision_path(),
                 "fallback_decisions": self.fallback_decisions, "full_skips": self.full_skips,
                 "feedback_records": self.feedback_records,
+                "seeded_cost_fits": self.seeded_cost_fits,
                 "decision_p50_us": self.latency_percentile_us(50),
                 "decision_p99_us": self.latency_percentile_us(99),
                 "decision_timing_us": self.timing.summary(),

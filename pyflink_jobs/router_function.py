@@ -192,6 +192,18 @@ def feedback_state_descriptor():
     return MapStateDescriptor(FEEDBACK_STATE_NAME, Types.STRING(), Types.PICKLED_BYTE_ARRAY())
 
 
+def _seed_from_service(router: Router, client) -> None:
+    """The service's measured work times as the router's starting cost model, for every
+    policy (placement.cost_snapshot); without them the router starts knowing nothing."""
+    try:
+        adopted = router.seed_costs(client.costs())
+    except Exception as exc:  # noqa: BLE001 - an unreachable service costs a warm start only
+        log.warning("no measured costs from the placement service (%s): the router starts "
+                    "from its prior", exc)
+        return
+    log.info("router starts from %d measured cost fits of the placement service", adopted)
+
+
 class RouterFunction(BroadcastProcessFunction):
     """Read + decide in one Python function (see the module docstring). Output: DeadLetter
     bytes (main); RoutedRecords on one side output per node."""
@@ -215,12 +227,15 @@ class RouterFunction(BroadcastProcessFunction):
         self._descriptor = feedback_state_descriptor()
         self._restored = False
         self.refresher = None
-        if self.settings.policy == "ldwp" and self.settings.service_url:
+        if self.settings.service_url:
             from placement.service.client import PlacementClient
             client = PlacementClient(self.settings.service_url,
                                      self.settings.service_token or None, timeout_s=2.0)
-            self.refresher = ModelRefresher(router, client, self.settings.refresh_interval_s)
-            self.refresher.start()
+            _seed_from_service(router, client)
+            if self.settings.policy == "ldwp":
+                self.refresher = ModelRefresher(router, client,
+                                                self.settings.refresh_interval_s)
+                self.refresher.start()
         group = runtime_context.get_metrics_group()
         self._counts = CountGauges(group, [f"streamplace_routed_{n}" for n in router.node_ids] +
                                    ["streamplace_dead_letters"])
@@ -240,6 +255,7 @@ class RouterFunction(BroadcastProcessFunction):
                     lambda: int(router.stats_decision_path() == "compiled"))
         group.gauge("streamplace_fallback_decisions", lambda: int(router.fallback_decisions))
         group.gauge("streamplace_feedback_records", lambda: int(router.feedback_records))
+        group.gauge("streamplace_seeded_cost_fits", lambda: int(router.seeded_cost_fits))
         group.gauge("streamplace_models_refused",
                     lambda: int(self.refresher.refused) if self.refresher else 0)
         for node in router.node_ids:  # measured slowness x 1000 (Flink gauges are ints here):

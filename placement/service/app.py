@@ -14,6 +14,8 @@ JSON unless said; OpenAPI at ``/openapi.json``; with a token set, every endpoint
 ``GET /models/{v}/weights``     the model file (application/octet-stream, ETag = sha256)
 ``POST /decide``                batch placement decisions for non-Flink clients
 ``GET /plan``                   executor instances per TaskManager (the slot-level plan)
+``GET /costs``                  measured work-time fits per (task type, node): a new router
+                                starts from them (:mod:`placement.cost_snapshot`)
 ``GET /metrics``                Prometheus text
 ==============================  ===========================================================
 
@@ -49,6 +51,7 @@ from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, FiniteFloat,
                       field_validator)
 
+from placement.cost_snapshot import cost_snapshot
 from placement.ldwp.modelfile import ModelFileError
 from placement.service.feedback import FeedbackConsumer, FeedbackIngest, consumer_config
 from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
@@ -655,6 +658,13 @@ def create_app(service: "PlacementService") -> FastAPI:
         result = plan_executors(service.spec, rates, alive, max_total)
         return PlanOut(nodes=result.nodes, total=result.total, reason=result.reason,
                        flink=flink, measured_rates=rates)
+
+    @api.get("/costs", tags=["placement"])
+    def costs() -> dict:
+        """The learner's trusted work-time fits, ``{"fits": [{task_type, node, fixed_s,
+        per_unit_s, mean_size, samples}]}`` (at most 512, the newest types'): routers adopt
+        them at start for the pairs they have not measured (placement.cost_snapshot)."""
+        return cost_snapshot(service.learner.costs)
 
     @api.get("/metrics", tags=["service"], response_class=Response)
     def metrics() -> Response:

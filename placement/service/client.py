@@ -135,6 +135,11 @@ class PlacementClient:
         query = f"?{urllib.parse.urlencode({'max_total': max_total})}" if max_total else ""
         return self._request("GET", f"/plan{query}")
 
+    def costs(self) -> dict:
+        """``GET /costs``: the measured work-time fits a new router starts from
+        (:mod:`placement.cost_snapshot`; validate before use: ``seed_costs`` does)."""
+        return self._request("GET", "/costs")
+
     def cluster(self) -> dict:
         """``GET /cluster``: TaskManagers (Flink REST) merged with the latest feedback."""
         return self._request("GET", "/cluster")

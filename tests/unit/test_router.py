@@ -93,6 +93,19 @@ def test_full_nodes_are_avoided_until_every_queue_is_full():
     assert router.decide_event(event(11)).node in ("tm_a", "tm_b", "tm_c")
 
 
+def test_with_every_queue_full_the_decision_still_sees_the_reported_utilisations():
+    # A router running ahead of its executors has every queue full nearly always; its model
+    # was trained on rows with the feedback's utilisations, so those must not turn to zeros.
+    router = make_router(policy="round_robin", executor_capacity=1)
+    router.on_feedback(feedback("tm_b", cpu=0.7))
+    for i in range(3):
+        router.decide_event(event(i))
+    observation = router.observation(Task("x", "video_synopsis", 1))
+    assert [n.queue_depth for n in observation.nodes] == [1, 1, 1]     # all full
+    assert [n.cpu_util for n in observation.nodes] == [0.0, 0.7, 0.0]
+    assert observation.nodes[1].host_mem_util == pytest.approx(0.1)
+
+
 def test_a_replayed_task_id_is_counted_once():
     router = make_router()
     router.decide_event(event(1))

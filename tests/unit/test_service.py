@@ -465,6 +465,16 @@ def test_model_endpoints(trained):
     assert client.get("/models/abc").status_code == 422
 
 
+def test_costs_hand_a_new_router_what_the_learner_measured(trained):
+    fits = client_for(trained).get("/costs").json()["fits"]
+    assert {f["node"] for f in fits} == set(NODES)
+    assert {f["task_type"] for f in fits} == set(app_ids())
+    for app in app_ids():  # FAST serves about 5x faster: so do its fits
+        per_node = {f["node"]: f["fixed_s"] + f["per_unit_s"] * f["mean_size"]
+                    for f in fits if f["task_type"] == app}
+        assert per_node[FAST] * 2.5 < min(v for n, v in per_node.items() if n != FAST)
+
+
 def test_client_against_a_running_service(tmp_path):
     service = make_service(tmp_path, token="client-token")
     with service:
@@ -472,12 +482,14 @@ def test_client_against_a_running_service(tmp_path):
         assert client.health()["status"] == "ok"
         assert client.latest() is None
         assert client.plan()["nodes"] == {"tm_a": 2, "tm_b": 1, "tm_c": 1}
+        assert client.costs() == {"fits": []}        # nothing measured yet
         decisions = client.decide(PROBE_TASKS[:3])
         assert len(decisions) == 3 and all(d["node"] in NODES for d in decisions)
         service.ingest.ingest(synthetic_feedback(213))  # 13 held back, 200 trained
         service.learner.train_pending()
         meta = client.latest()
         assert meta["version"] == 1
+        assert {f["node"] for f in client.costs()["fits"]} == set(NODES)
         assert hashlib.sha256(client.download(1)).hexdigest() == meta["sha256"]
         with pytest.raises(ServiceError) as info:
             client.download(1, metadata={**meta, "sha256": "0" * 64})
