@@ -407,6 +407,9 @@ class NumpyLDWPPolicy(Policy):
             except (EvidenceError, TypeError, ValueError) as exc:
                 raise ModelFileError(f"the model's evidence table: {exc}") from None
         self._trust_cache: dict[tuple, np.ndarray] = {}
+        # How much of the learned correction decisions use, on top of the evidence weights
+        # (set_correction_scale): 1 as trained, 0 the prior alone (an ablation, a replay).
+        self.correction_scale = 1.0
         self._template_parts: dict[tuple, np.ndarray] = {}   # the compiled path's, per (ids, type)
         self.digest = hashlib.sha256(b"".join(w.tobytes() + b.tobytes() for w, b in layers)
                                      ).hexdigest()[:12]
@@ -488,18 +491,32 @@ class NumpyLDWPPolicy(Policy):
         key = (encoded[0], observation.task.app_id)
         return encoded[0], self.fast_q(encoded, self._trust(key, observation, state)), state
 
+    def set_correction_scale(self, scale: float) -> None:
+        """Decide with ``scale`` times the learned correction (times its evidence weights):
+        1.0 as trained, 0.0 the prior alone. Only for models with a prior (residual)."""
+        if self.q_prior != "completion":
+            raise ValueError("only a residual model (q_prior 'completion') has a correction")
+        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and 0.0 <= scale <= 1.0):
+            raise ValueError(f"the correction scale must be in [0, 1], got {scale!r}")
+        self.correction_scale = float(scale)
+        self._trust_cache.clear()
+
     def _trust(self, key: tuple, observation: Observation, state=None) -> np.ndarray | None:
-        """The evidence weights per node (placement.ldwp.evidence), or None: fixed per ``key``
-        (node ids, task type) for this model, so computed once (from ``state``, or encoded
-        here)."""
-        if self.evidence is None:
+        """The evidence weights per node (placement.ldwp.evidence) times the correction scale,
+        or None (full trust): fixed per ``key`` (node ids, task type) for this model, so
+        computed once (from ``state``, or encoded here)."""
+        if self.evidence is None and self.correction_scale == 1.0:
             return None
         trust = self._trust_cache.get(key)
         if trust is None:
-            if state is None:
-                encoded = self.fast_encode(observation)
-                state = encoded[1] if self.kind == "node_scoring" else encoded[1][:-1]
-            trust = _remember(self._trust_cache, key, self.evidence.trust(state),
+            if self.evidence is None:
+                weights = np.ones(len(key[0]))
+            else:
+                if state is None:
+                    encoded = self.fast_encode(observation)
+                    state = encoded[1] if self.kind == "node_scoring" else encoded[1][:-1]
+                weights = self.evidence.trust(state)
+            trust = _remember(self._trust_cache, key, weights * self.correction_scale,
                               TASK_TYPE_CACHE_SIZE)
         return trust
 
