@@ -39,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks._common import RESULTS, write_result
+from placement.service.burst_check import drain_s
 
 __all__ = ["read_feedback", "busy_rates", "drain_s", "replay_split", "main"]
 
@@ -69,34 +70,15 @@ def read_feedback(path: Path) -> list[dict]:
 
 
 def busy_rates(records: list[dict]) -> dict[str, float]:
-    """node -> tasks finished per second while it had work queued or in flight (between two
-    consecutive reports that both say so); nodes never busy are left out."""
-    previous: dict[str, dict] = {}
-    seconds, done = Counter(), Counter()
+    """node -> tasks finished per second while it had work queued or in flight: the placement
+    service's rule (:class:`placement.service.burst_check.DrainRates`) over every record."""
+    from placement.service.burst_check import DrainRates
+    from placement.speed import timing_sample
+    rates = DrainRates(window=MAX_RECORDS)
     for record in records:
-        node, before = record["node_id"], previous.get(record["node_id"])
-        previous[node] = record
-        if before is None or not _busy(before) or not _busy(record):
-            continue
-        gap = (record["emitted_at_ms"] - before["emitted_at_ms"]) / 1000.0
-        if 0.0 < gap < 60.0:
-            seconds[node] += gap
-            done[node] += len(record.get("completed") or ())
-    return {n: done[n] / seconds[n] for n in seconds if done[n] > 0}
-
-
-def _busy(record: dict) -> bool:
-    count = [record.get("queue_depth"), record.get("in_flight")]
-    return any(isinstance(c, int) and c > 0 for c in count)
-
-
-def drain_s(split: dict[str, int], rates: dict[str, float]) -> float | None:
-    """Seconds the busiest node needs for its share of the burst at its measured rate (None
-    when a node that got tasks has no rate)."""
-    busy = {n: count for n, count in split.items() if count}
-    if not busy or any(n not in rates for n in busy):
-        return None
-    return max(count / rates[n] for n, count in busy.items())
+        rates.add(record, sum(1 for t in record.get("completed") or ()
+                              if isinstance(t, dict) and timing_sample(t) is not None))
+    return rates.rates()
 
 
 def replay_split(records: list[dict], model: bytes | None, spec: str, burst: int,

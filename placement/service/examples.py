@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from placement.ldwp.features import is_live_costs
+from placement.service.burst_check import DrainRates
 from placement.speed import ObservedSpeed, timing_sample
 from workload.feedback import (DEFAULT_LINK_MBPS, feedback_age_s, feedback_emitted_at_ms,
                                node_state_from_feedback)
@@ -176,6 +177,7 @@ class FeedbackExamples:
         # whose decision-time numbers the feedback does not carry; with a MeasuredCosts it
         # feeds that model and every factor is 1 (the learned estimates hold the speeds)
         self.speeds = ObservedSpeed(cluster, costs)
+        self.drain = DrainRates()             # tasks/s while busy (burst_check)
         self._lock = threading.Lock()        # guards history, pending queue, rates
         self.wake = threading.Event()
 
@@ -190,6 +192,7 @@ class FeedbackExamples:
                 self.history.add(record, state)
             for record, state in zip(records, reported):
                 node = record["node_id"]
+                queued_before = queued
                 queues = record.get("routed_queue") or []
                 backlogs = record.get("routed_backlog_ms") or []
                 speeds = record.get("routed_speed_factor") or []
@@ -226,6 +229,8 @@ class FeedbackExamples:
                     rates = self._service_s.setdefault(node, deque(maxlen=RATE_WINDOW))
                     rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))
                     queued += 1
+                # the drain rate the burst check judges by counts what was learned from
+                self.drain.add(record, queued - queued_before)
                 if self.metrics is not None:  # the bounded count the history keeps
                     self.metrics.queue_depth.labels(node=node).set(state.queue_depth)
             self.records_taken += queued
@@ -297,6 +302,12 @@ class FeedbackExamples:
         with self._lock:
             return {n: r for n in self.history.nodes()
                     if (r := self.history.latest_record(n)) is not None}
+
+    def drain_rates(self) -> dict[str, float]:
+        """node -> tasks finished per second while it had work
+        (:class:`placement.service.burst_check.DrainRates`)."""
+        with self._lock:
+            return self.drain.rates()
 
     def measured_rates(self) -> dict[str, float]:
         """node -> measured service rate in tasks/s: its parallel units (cores + GPUs) over the

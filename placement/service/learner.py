@@ -76,6 +76,8 @@ import numpy as np
 from placement.ldwp.agent import LDWPPolicy, LDWPSettings
 from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
+from placement.ldwp.networks import export_layers
+from placement.service.burst_check import BurstCheck
 from placement.service.examples import FeedbackExamples, NodeHistory, TrainingExample
 from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
@@ -282,7 +284,8 @@ class OnlineLearner:
                  initial_model: str | Path | None = None, costs=None,
                  metrics=None, history_per_node: int = 512, gpu_model: str = "t4",
                  max_unknown_nodes: int = 64, gate: PublishGate | None = None,
-                 max_latency_s: float = 3600.0, max_task_size: int = 10**11):
+                 max_latency_s: float = 3600.0, max_task_size: int = 10**11,
+                 burst_check: BurstCheck | None = None):
         if publish_every < 1 or min_records_first_version < 1:
             raise ValueError("publish_every and min_records_first_version must be at least 1")
         self.cluster = to_cluster_spec(cluster, gpu_model)
@@ -310,6 +313,8 @@ class OnlineLearner:
         # the weights it starts from are the first "last good" ones (module docstring, 5.)
         self.gate = gate if gate is not None else PublishGate()
         self.gate.accept(self.agent)
+        # and on decisions: no version whose correction drains a burst slower than its prior
+        self.burst_check = burst_check if burst_check is not None else BurstCheck()
         self.examples_seen = 0      # examples trained on or held back
         self.models_rejected = 0    # candidate versions the gate refused (rolled back)
         self._published_records = self.records_trained if latest is not None else 0
@@ -367,6 +372,7 @@ class OnlineLearner:
             self.examples.reject_timing()  # features are clamped; this is a last line of defence
             return
         self.examples_seen += 1
+        self.burst_check.observe_task(example.task)   # the burst a version is judged on
         if self.gate.is_held_back(self.examples_seen):
             self.gate.hold_back(state, action, reward)  # judges versions, never trained on
             return
@@ -410,8 +416,13 @@ class OnlineLearner:
         they pass the gate; else roll back and return None."""
         agent = self.agent
         verdict = self.gate.check(agent)
-        if not verdict.ok:
-            self._roll_back(verdict.reason)
+        burst = None
+        if verdict.ok:  # then on decisions (placement.service.burst_check)
+            burst = self.burst_check.check(export_layers(agent.q_network), agent.metadata(),
+                                           self.cluster, self.costs, self.node_states(),
+                                           self.examples.drain_rates())
+        if not verdict.ok or not burst.ok:
+            self._roll_back(verdict.reason if not verdict.ok else burst.reason)
             self._published_records = self.records_trained  # try again after publish_every
             return None
         losses = agent.losses[-100:]
@@ -424,6 +435,8 @@ class OnlineLearner:
                 "loss": (sum(finite) / len(finite)) if (finite := [
                     x for x in losses if math.isfinite(x)]) else None,
                 "held_back_error": verdict.error, "gate": verdict.reason,
+                "burst_check": burst.reason, "burst_drain_s": burst.trained_drain_s,
+                "prior_burst_drain_s": burst.prior_drain_s,
                 "policy": "ldwp", "network": agent.settings.network,
                 "reward": agent.settings.reward}
         entry = self.store.publish(

@@ -21,7 +21,8 @@ RUN = RESULTS / "replay" / "hosts_2026-12-03"
 def report(node, at_ms, in_flight=0, queue=0, done=0):
     return {"node_id": node, "emitted_at_ms": at_ms, "in_flight": in_flight,
             "queue_depth": queue,
-            "completed": [{"task_id": f"{node}-{at_ms}-{i}", "app_id": "op", "input_size": 10}
+            "completed": [{"task_id": f"{node}-{at_ms}-{i}", "app_id": "op", "input_size": 10,
+                           "queue_ms": 1.0, "service_ms": 2.0, "finished_at_ms": at_ms}
                           for i in range(done)]}
 
 

@@ -1,0 +1,172 @@
+"""The burst check (placement.service.burst_check): measured drain rates, a router-like burst
+split, and the verdict on recorded model versions (one whose correction drains slower than its
+prior is refused, one that drains faster passes), plus the learner refusing such a version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.replay_decisions import read_feedback
+from placement.ldwp.modelfile import load_model
+from placement.measured_costs import MeasuredCosts
+from placement.service.burst_check import BurstCheck, DrainRates, burst_split, drain_s
+from placement.service.learner import to_cluster_spec
+from placement.speed import timing_sample
+from workload.cluster_spec import load_cluster_spec
+from workload.feedback import node_state_from_feedback
+from workload.model import NodeState, Task
+
+RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "replay" / \
+    "hosts_2026-12-03"
+
+
+def report(node, at_ms, in_flight=0, queue=0):
+    return {"node_id": node, "emitted_at_ms": at_ms, "in_flight": in_flight, "queue_depth": queue}
+
+
+# Scenario table: reports of one node (busy = work queued or in flight) and the tasks learned
+# from in each -> its rate (tasks/s), or None when no gap had work at both ends.
+RATE_CASES = [
+    ("busy throughout", [(0, 2, 0), (1000, 1, 5), (2000, 3, 3)], 4.0),
+    ("idle at the end: that gap is left out", [(0, 2, 0), (1000, 1, 5), (2000, 0, 3)], 5.0),
+    ("never busy", [(0, 0, 0), (1000, 0, 4)], None),
+    ("a replayed report says nothing", [(0, 2, 0), (1000, 1, 5), (1000, 1, 50)], 5.0),
+    ("a gap over a minute is a pause, not work", [(0, 2, 0), (61_000, 1, 5)], None),
+]
+
+
+@pytest.mark.parametrize("name,reports,rate", RATE_CASES, ids=[c[0] for c in RATE_CASES])
+def test_drain_rates(name, reports, rate):
+    rates = DrainRates()
+    for at, in_flight, done in reports:
+        rates.add(report("a", at, in_flight=in_flight), done)
+    assert rates.rates().get("a") == (pytest.approx(rate) if rate is not None else None)
+
+
+def test_drain_rates_refuse_hostile_reports_and_stay_bounded():
+    rates = DrainRates(max_nodes=2)
+    for bad in ({"node_id": 5, "emitted_at_ms": 1}, {"node_id": "a", "emitted_at_ms": 1.5},
+                {"node_id": "a", "emitted_at_ms": True}, {}):
+        rates.add(bad, 3)
+    for i in range(10):
+        rates.add(report(f"n{i}", 0, in_flight=1), 1)
+        rates.add(report(f"n{i}", 1000, in_flight=1), 1)
+    assert set(rates.rates()) == {"n0", "n1"}
+
+
+class ByEstimate:
+    """MCT in miniature: the node whose backlog plus this task's estimate is smallest."""
+
+    def __init__(self, costs):
+        self.costs = costs
+
+    def decide(self, observation):
+        task = observation.task
+
+        def completion(state):
+            return state.backlog_s + self.costs.estimate_s(state.node_id, task.app_id,
+                                                           task.input_size, explore=False)
+        from workload.model import Decision
+        return Decision(min(observation.nodes, key=completion).node_id, "test")
+
+
+def test_a_burst_split_counts_each_decisions_work_against_its_node():
+    costs = MeasuredCosts(None, min_samples=1)
+    for node, seconds in (("fast", 0.01), ("slow", 0.03)):
+        costs.observe(node, "op", 100, seconds)
+    split = burst_split(ByEstimate(costs), [NodeState("fast"), NodeState("slow")], costs,
+                        [Task(f"t{i}", "op", 100) for i in range(40)])
+    assert split == {"fast": 30, "slow": 10}
+    assert drain_s(split, {"fast": 100.0, "slow": 20.0}) == pytest.approx(0.5)
+
+
+@pytest.fixture(scope="module")
+def recorded_run():
+    """What a service had after one quick round set on the emulated hosts: costs learned from
+    every timing, drain rates, the newest 2,000 tasks, each node's newest reported state."""
+    cluster = to_cluster_spec(load_cluster_spec("hosts"))
+    costs, rates, tasks, newest = MeasuredCosts(cluster), DrainRates(), [], {}
+    for record in read_feedback(RUN / "feedback.jsonl.gz"):
+        newest[record["node_id"]] = record
+        done = 0
+        for timing in record.get("completed") or ():
+            sample = timing_sample(timing)
+            if sample is not None:
+                costs.observe(record["node_id"], *sample)
+                tasks.append(Task(timing["task_id"], sample[0], sample[1]))
+                done += 1
+        rates.add(record, done)
+    states = [node_state_from_feedback(newest[n.node_id], n.uplink_mbps, n.downlink_mbps)
+              for n in cluster.nodes]
+    return cluster, costs, rates.rates(), tasks[-2000:], states
+
+
+@pytest.mark.parametrize("version,ok", [(8, True), (24, False)])
+def test_recorded_versions_pass_or_fail_by_their_burst_against_their_prior(recorded_run,
+                                                                           version, ok):
+    cluster, costs, rates, tasks, states = recorded_run
+    check = BurstCheck()
+    for task in tasks:
+        check.observe_task(task)
+    layers, metadata = load_model(RUN / "models" / f"v{version:06d}.spmodel")
+    verdict = check.check(layers, metadata, cluster, costs, states, rates)
+    assert verdict.ok is ok
+    assert verdict.trained_drain_s is not None and verdict.prior_drain_s is not None
+    assert (verdict.trained_drain_s <= verdict.prior_drain_s) is ok
+    if not ok:
+        assert "its prior's" in verdict.reason
+
+
+def test_too_little_to_judge_passes_and_says_so(recorded_run):
+    cluster, costs, rates, tasks, states = recorded_run
+    layers, metadata = load_model(RUN / "models" / "v000024.spmodel")
+    check = BurstCheck(burst=2000, min_tasks=1000)
+    for task in tasks[:500]:
+        check.observe_task(task)
+    verdict = check.check(layers, metadata, cluster, costs, states, rates)
+    assert verdict.ok and verdict.reason.startswith("not judged")
+    for task in tasks:
+        check.observe_task(task)
+    no_rates = check.check(layers, metadata, cluster, costs, states, {})
+    assert no_rates.ok and "no measured drain rate" in no_rates.reason
+
+
+def test_bad_settings_are_refused():
+    for kwargs in ({"burst": 0}, {"min_tasks": 0}, {"tolerance": -0.1},
+                   {"tolerance": float("nan")}):
+        with pytest.raises(ValueError):
+            BurstCheck(**kwargs)
+
+
+class Verdicts:
+    """A burst check that answers from a script (what the learner does with a verdict)."""
+
+    def __init__(self, *verdicts):
+        from placement.service.burst_check import BurstVerdict
+        self.verdicts = [BurstVerdict(ok, reason, 1.0, 2.0) for ok, reason in verdicts]
+        self.tasks = 0
+
+    def observe_task(self, task):
+        self.tasks += 1
+
+    def check(self, layers, metadata, cluster, costs, states, rates):
+        return self.verdicts.pop(0)
+
+
+def test_the_learner_refuses_a_version_that_fails_the_burst_check(tmp_path):
+    from test_model_gate import CLUSTER, feedback
+    from placement.service.learner import OnlineLearner
+    from placement.service.store import ModelStore
+    check = Verdicts((True, "burst drains in 1 s (prior 2 s)"),
+                     (False, "its decisions drain slower than its prior's"))
+    learner = OnlineLearner(CLUSTER, ModelStore(tmp_path), min_records_first_version=150,
+                            publish_every=150, burst_check=check)
+    learner.take(feedback(330))
+    learner.train_pending()
+    assert check.tasks == 330 and check.verdicts == []
+    versions = learner.store.versions()
+    assert len(versions) == 1 and versions[0]["burst_check"].startswith("burst drains")
+    assert versions[0]["burst_drain_s"] == 1.0 and versions[0]["prior_burst_drain_s"] == 2.0
+    assert learner.models_rejected == 1 and "slower than its prior" in learner.last_error
