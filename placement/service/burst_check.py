@@ -121,8 +121,9 @@ class BurstCheck:
     """Recent tasks, and the check of a candidate version against its prior."""
 
     def __init__(self, burst: int = 2000, tolerance: float = 0.05, min_tasks: int = 1000):
-        if burst < 1 or min_tasks < 1 or not (math.isfinite(tolerance) and tolerance >= 0):
-            raise ValueError("need burst >= 1, min_tasks >= 1 and a finite tolerance >= 0")
+        # tolerance: how much slower than its prior a version may drain (inf: never refuse)
+        if burst < 1 or min_tasks < 1 or not tolerance >= 0:   # NaN fails too
+            raise ValueError("need burst >= 1, min_tasks >= 1 and a tolerance >= 0")
         self.burst, self.tolerance, self.min_tasks = burst, tolerance, min_tasks
         self._tasks: deque[Task] = deque(maxlen=burst)
 

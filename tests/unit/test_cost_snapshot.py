@@ -142,3 +142,10 @@ def test_an_unreachable_service_leaves_the_router_on_its_prior(caplog):
         router.seed_costs({"fits": [{**GOOD, "fixed_s": math.nan}]})
     assert router.seeded_cost_fits == 0 and router.costs.version == before
     assert "no measured costs" in caplog.text and "refused" in caplog.text
+
+
+def test_the_module_example_runs():
+    import doctest
+
+    import placement.cost_snapshot as module
+    assert doctest.testmod(module).attempted > 0 and doctest.testmod(module).failed == 0
