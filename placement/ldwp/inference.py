@@ -321,6 +321,26 @@ class FastNodeRows:
         return _remember(node_set.types, app, (template, fixed, slope), TASK_TYPE_CACHE_SIZE)
 
 
+def _paper_input(templates: dict, observation: Observation, m: int) -> np.ndarray:
+    """The paper network's input x = (one-hot, TSize, six fractions per node, 1: the biases'
+    carrier), from a per-type template kept in ``templates``."""
+    task = observation.task
+    key = task.app_id if task.app_id in _APP_COLUMN else None   # None: any other type
+    template = templates.get(key)
+    if template is None:  # at most one per built-in app, and one for all other types
+        template = np.zeros(_FIRST + len(NODE_STATE_FIELDS) * m + 1)
+        template[-1] = 1.0
+        if key is not None:
+            template[_APP_COLUMN[key]] = 1.0
+        templates[key] = template
+    x = template.copy()
+    x[_SIZE_COLUMN] = task_size_feature(task.input_size)
+    utils = x[_FIRST:-1]   # fractions; NaN reads as 0, as in paper_vector
+    utils[:] = list(chain.from_iterable(map(_NODE_UTILS, observation.nodes)))
+    np.fmin(np.fmax(utils, 0.0, out=utils), 1.0, out=utils)
+    return x
+
+
 class NumpyLDWPPolicy(Policy):
     """A frozen LDWP Q-network evaluated with numpy (greedy: no exploration on the router).
 
@@ -526,24 +546,9 @@ class NumpyLDWPPolicy(Policy):
         node, 1: the biases' carrier). Never modified by fast_q, so it can be reused."""
         if self.kind == "node_scoring":
             return self.fast_rows.encode(observation)
-        nodes = observation.nodes
-        ids = tuple(map(_NODE_ID, nodes))
+        ids = tuple(map(_NODE_ID, observation.nodes))
         self._check_paper_nodes(ids)
-        task = observation.task
-        key = task.app_id if task.app_id in _APP_COLUMN else None   # None: any other type
-        template = self._paper_templates.get(key)
-        if template is None:  # at most one per built-in app, and one for all other types
-            template = np.zeros(_FIRST + len(NODE_STATE_FIELDS) * len(ids) + 1)
-            template[-1] = 1.0
-            if key is not None:
-                template[_APP_COLUMN[key]] = 1.0
-            self._paper_templates[key] = template
-        x = template.copy()
-        x[_SIZE_COLUMN] = task_size_feature(task.input_size)
-        utils = x[_FIRST:-1]   # fractions; NaN reads as 0, as in paper_vector
-        utils[:] = list(chain.from_iterable(map(_NODE_UTILS, nodes)))
-        np.fmin(np.fmax(utils, 0.0, out=utils), 1.0, out=utils)
-        return ids, x
+        return ids, _paper_input(self._paper_templates, observation, len(ids))
 
     def fast_q(self, encoded: tuple, trust: np.ndarray | None = None) -> np.ndarray:
         """Q per node (float64) from :meth:`fast_encode`'s output: the network, then the
