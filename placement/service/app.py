@@ -317,6 +317,19 @@ class PlanOut(BaseModel):
         description="node -> measured tasks/s (finite, positive; nodes without one left out)")
 
 
+class CostFitOut(BaseModel):
+    task_type: str
+    node: str
+    fixed_s: FiniteFloat = Field(description="seconds at size 0")
+    per_unit_s: FiniteFloat = Field(description="seconds per unit of task size")
+    mean_size: FiniteFloat
+    samples: int
+
+
+class CostsOut(BaseModel):
+    fits: list[CostFitOut]
+
+
 # -- helpers of the endpoints --------------------------------------------------------------------
 def _names(ids, limit: int = 10, width: int = 64) -> str:
     """A bounded listing of names for messages: at most ``limit``, each cut to ``width``."""
@@ -659,7 +672,7 @@ def create_app(service: "PlacementService") -> FastAPI:
         return PlanOut(nodes=result.nodes, total=result.total, reason=result.reason,
                        flink=flink, measured_rates=rates)
 
-    @api.get("/costs", tags=["placement"])
+    @api.get("/costs", tags=["placement"], response_model=CostsOut)
     def costs() -> dict:
         """The learner's trusted work-time fits, ``{"fits": [{task_type, node, fixed_s,
         per_unit_s, mean_size, samples}]}`` (at most 512, the newest types'): routers adopt

@@ -71,6 +71,7 @@ OPERATIONS = {
     # these services always know nodes (the spec's), so the fallback rule always has one.
     ("POST", "/decide"): (True, {200, 400, 422}),
     ("GET", "/plan"): (True, {200, 422}),
+    ("GET", "/costs"): (False, {200}),
     ("GET", "/tenants"): (False, {200}),
     ("GET", "/metrics"): (False, {200}),
 }
