@@ -297,3 +297,31 @@ def test_stop_removes_each_stopped_taskmanagers_working_directory(tmp_path):
     cluster.stop()
     assert not any(d.exists() for d in dirs)
     assert all(d.parent.is_dir() for d in dirs)   # io.tmp.dirs itself stays
+
+
+class _StoppedJobManager:
+    def stop(self, timeout_s=0):
+        return True
+
+
+@pytest.mark.parametrize("failures,recovers", [(0, True), (1, True), (2, False)])
+def test_a_taskmanager_that_stops_during_a_jobmanager_restart_is_started_again(
+        tmp_path, monkeypatch, capsys, failures, recovers):
+    cluster = FlinkCluster(load_config(None, [f"home={tmp_path}"]))
+    cluster.jobmanager = _StoppedJobManager()
+    calls = []
+
+    def start():
+        calls.append(1)
+        if len(calls) <= failures:
+            raise LaunchError("TaskManager tm_a exited during start-up")
+    monkeypatch.setattr(cluster, "start", start)
+    if recovers:
+        assert cluster.restart_jobmanager(hard=True) >= 0.0
+        assert len(calls) == failures + 1
+        assert ("starting what is not running again" in capsys.readouterr().err) == \
+            (failures == 1)
+    else:
+        with pytest.raises(LaunchError, match="exited during start-up"):
+            cluster.restart_jobmanager(hard=True)
+        assert len(calls) == 2   # one retry, no loop
