@@ -43,9 +43,9 @@ Example::
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Iterable
+
+from workload.limits import finite_real
 
 __all__ = ["cost_snapshot", "seed_costs", "MAX_FITS", "MAX_NAME_CHARS"]
 
@@ -107,7 +107,7 @@ def _refusal(entry, nodes: set, costs) -> str | None:
         return f"task_type must be a name of 1-{MAX_NAME_CHARS} characters"
     if not isinstance(node, str) or node not in nodes:
         return "node is not one of the router's nodes"
-    values = [_real(entry.get(k)) for k in ("fixed_s", "per_unit_s", "mean_size")]
+    values = [finite_real(entry.get(k)) for k in ("fixed_s", "per_unit_s", "mean_size")]
     if any(v is None or v < 0.0 for v in values):
         return "fixed_s, per_unit_s and mean_size must be finite numbers >= 0"
     fixed, slope, mean_size = values
@@ -119,10 +119,3 @@ def _refusal(entry, nodes: set, costs) -> str | None:
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         return "samples must be an integer >= 1"
     return None
-
-
-def _real(value) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None

@@ -63,11 +63,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import numbers
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from workload.limits import finite_real
 from workload.model import ClusterSpec, NodeSpec, Task
 
 __all__ = ["MeasuredCosts", "AffineFit"]
@@ -400,15 +400,9 @@ class MeasuredCosts:
 
 
 def _number(value, bad: float = math.nan) -> float:
-    """``value`` as a float; ``bad`` for what is not a finite real number (bools, strings and
-    None included: a string that parses is still a broken record)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return bad
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return bad
-    return number if math.isfinite(number) else bad
+    """``value`` as a float; ``bad`` for what is not a finite real number."""
+    number = finite_real(value)
+    return bad if number is None else number
 
 
 def _spec_speed(spec: NodeSpec | None) -> float:

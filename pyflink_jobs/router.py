@@ -53,7 +53,8 @@ from pyflink_jobs.routed import DecisionContext
 from pyflink_jobs.tenant_quotas import (QuotaSettings, QuotaVerdict, TenantQuotas,
                                         event_tenant_and_priority, forwarded_event)
 from workload.feedback import feedback_age_s, feedback_emitted_at_ms, node_state_from_feedback
-from workload.model import ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task
+from workload.model import (ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task,
+                            offered_nodes)
 
 __all__ = ["RouterNode", "RouterSettings", "Router", "ModelRefresher"]
 
@@ -245,14 +246,12 @@ class Router:
 
     def observation(self, task: Task) -> Observation:
         now = self.clock()
-        open_nodes = [n for n in self.node_ids
-                      if self._in_flight_count[n] < self._capacity[n]]
-        self.full_skips += len(self.node_ids) - len(open_nodes)
-        # every queue full: choose among all (Flink's backpressure waits for us), with the same
-        # numbers as always: the feedback's utilisations too. (Without them the model saw rows
-        # it was never trained on, all utilisations zero, whenever the router ran ahead.)
-        return Observation(task, tuple(self._node_state(n, now)
-                                       for n in (open_nodes or self.node_ids)), now)
+        offered, skipped = offered_nodes(self.node_ids, self._in_flight_count, self._capacity)
+        self.full_skips += skipped
+        # every queue full: all are offered, with the same numbers as always: the feedback's
+        # utilisations too. (Without them the model saw rows it was never trained on, all
+        # utilisations zero, whenever the router ran ahead.)
+        return Observation(task, tuple(self._node_state(n, now) for n in offered), now)
 
     def _node_state(self, node_id: str, now: float) -> NodeState:
         """What a decision sees of ``node_id``: its last report's utilisations with this

@@ -214,6 +214,11 @@ class FlinkCluster:
         return self.jobmanager.is_running() or any(
             self._tm_process(tm).is_running() for tm in self.spec.taskmanagers)
 
+    def taskmanager_running(self, node_id: str) -> bool:
+        """Whether the process of TaskManager ``node_id`` of this home runs (not whether it
+        is registered with the JobManager: see :meth:`taskmanager_ids`)."""
+        return self._tm_process(self.spec.node(node_id)).is_running()
+
     def kill_taskmanager(self, node_id: str, hard: bool = False) -> bool:
         """Stop one TaskManager (node leaving), or with ``hard`` SIGKILL it and its Python
         workers at once, as a crash would (failure tests)."""

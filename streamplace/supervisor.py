@@ -80,6 +80,10 @@ class JobSupervisor:
     RUNNING_TIMEOUT_S = 240.0
     #: Seconds between a failed submission and the next (lets dying TaskManagers deregister).
     RETRY_PAUSE_S = 5.0
+    #: Seconds before a TaskManager missing from the REST list is looked for again: under load
+    #: a live TaskManager can miss a heartbeat and drop out of the list for a moment; only one
+    #: missing from both polls counts as lost (retiring a live node costs a resubmission).
+    CONFIRM_PAUSE_S = 3.0
 
     def __init__(self, cluster, submit: Submit, job_id: str, plan: dict[str, int],
                  retired: dict[str, str] | None = None,
@@ -95,6 +99,21 @@ class JobSupervisor:
         self.sleep = sleep
         self.reports: list[RecoveryReport] = []
         self.errors: list[str] = []
+
+    def _missing(self, nodes) -> list[str]:
+        """The nodes of ``nodes`` absent from two REST polls ``CONFIRM_PAUSE_S`` apart (none
+        while REST is down: nothing to conclude)."""
+        alive = self.cluster.taskmanager_ids()
+        missing = [n for n in sorted(nodes) if alive and n not in alive]
+        if not missing:
+            return []
+        self.sleep(self.CONFIRM_PAUSE_S)
+        alive = self.cluster.taskmanager_ids()
+        confirmed = [n for n in missing if alive and n not in alive]
+        if len(confirmed) < len(missing):
+            _log.info("supervisor: %s missed one REST poll but is registered again",
+                      ", ".join(n for n in missing if n not in confirmed))
+        return confirmed
 
     def _retire(self, lost: list[str], plan: dict[str, int]) -> dict[str, str]:
         """Where each retired executor lives under ``plan``: a lost node's on the most capable
@@ -132,8 +151,7 @@ class JobSupervisor:
                 if new_job is not None:
                     self.cluster.cancel_job(new_job)
                 self.sleep(self.RETRY_PAUSE_S)
-                alive = self.cluster.taskmanager_ids()
-                gone = sorted(n for n in plan if alive and n not in alive)
+                gone = self._missing(plan)
                 lost += [n for n in gone if n not in lost]
                 plan = {n: c for n, c in plan.items() if n not in gone}
                 if new_job is not None:
@@ -148,11 +166,9 @@ class JobSupervisor:
         return report
 
     def check_once(self) -> RecoveryReport | None:
-        """If a planned node is gone from the cluster, move the job off it (see module doc)."""
-        alive = self.cluster.taskmanager_ids()
-        if not alive:
-            return None  # REST down: nothing to conclude
-        lost = sorted(n for n in self.plan if n not in alive)
+        """If a planned node is gone from the cluster (missing from two REST polls), move the
+        job off it (see module doc)."""
+        lost = self._missing(self.plan)
         if not lost:
             return None
         detected = self.clock()

@@ -44,10 +44,9 @@ Example::
 from __future__ import annotations
 
 import math
-import numbers
-import sys
 from collections.abc import Mapping
 
+from workload.limits import finite_real
 from workload.model import NodeState
 
 __all__ = ["PER_TASK_ARRAYS", "node_state_from_feedback", "feedback_emitted_at_ms",
@@ -77,27 +76,13 @@ MAX_EMITTED_AT_MS = 2**63 - 1
 _UTILISATIONS = ("cpu_util", "gpu_util", "host_mem_util", "gpu_mem_util")
 
 
-def _real(value) -> float | None:
-    """``value`` as a finite float, or None when it is not a finite real number. Integers too
-    large for a float are finite: they become the largest float of their sign (and clamp)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return None  # "0.5" parses, but a string in a double field is a broken record
-    try:
-        number = float(value)
-    except OverflowError:
-        return sys.float_info.max if value > 0 else -sys.float_info.max
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def feedback_fraction(value) -> float:
     """A utilisation-like field in [0, 1]: finite reals clamped, anything else 0.0.
 
     >>> feedback_fraction(0.25), feedback_fraction(-3), feedback_fraction(float("inf"))
     (0.25, 0.0, 0.0)
     """
-    number = _real(value)
+    number = finite_real(value)
     return 0.0 if number is None else min(1.0, max(0.0, number))
 
 
@@ -107,7 +92,7 @@ def feedback_count(value, limit: int = MAX_QUEUE_DEPTH) -> int:
     >>> feedback_count(2.9), feedback_count(-1), feedback_count(10**30, limit=5)
     (2, 0, 5)
     """
-    number = _real(value)
+    number = finite_real(value)
     if number is None or number <= 0.0:
         return 0
     return int(min(float(limit), math.floor(number)))
@@ -123,7 +108,7 @@ def feedback_emitted_at_ms(record: Mapping) -> int:
     value = record.get("emitted_at_ms")
     if isinstance(value, int) and not isinstance(value, bool):
         return min(MAX_EMITTED_AT_MS, max(0, value))  # exact: ms stamps exceed float precision
-    number = _real(value)
+    number = finite_real(value)
     if number is None or number < 0.0:
         return 0
     return int(min(float(MAX_EMITTED_AT_MS), math.floor(number)))
@@ -135,21 +120,21 @@ def feedback_age_s(emitted_at_ms: int, now_ms: float) -> float:
     >>> feedback_age_s(1_000, 3_500), feedback_age_s(5_000, 1_000), feedback_age_s(0, 1e18)
     (2.5, 0.0, 10000000.0)
     """
-    now = _real(now_ms)
+    now = finite_real(now_ms)
     if now is None:
         return MAX_AGE_S  # no clock to compare with: as stale as ages go
     return min(MAX_AGE_S, max(0.0, (now - float(emitted_at_ms)) / 1000.0))
 
 
 def _link_bytes_per_s(mbps: float, name: str) -> float:
-    number = _real(mbps)
+    number = finite_real(mbps)
     if number is None or number <= 0.0:
         raise ValueError(f"{name} must be a finite number of Mbit/s > 0, got {mbps!r}")
     return number * BYTES_PER_S_PER_MBPS
 
 
 def _link_fraction(rate, capacity_bytes_per_s: float) -> float:
-    number = _real(rate)
+    number = finite_real(rate)
     if number is None or number <= 0.0:
         return 0.0
     return min(1.0, number / capacity_bytes_per_s)

@@ -52,13 +52,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["TaskLimits", "BYTES_PER_PIXEL", "BYTES_PER_RECORD_BYTE", "MEMORY_FRACTION",
            "DEFAULT_NODE_MEMORY_BYTES", "DEFAULT_MAX_TASK_SIZE", "DEFAULT_MAX_EXPECTED_WORK_MS",
            "DEFAULT_MAX_TASK_ID_CHARS", "DEFAULT_MAX_TASK_TYPE_CHARS", "OPERATOR_FIELDS",
-           "TASK_EVENT_FIELDS", "short_repr"]
+           "TASK_EVENT_FIELDS", "short_repr", "finite_real"]
 
 #: Memory one pixel of a built-in video app's task costs while it runs (measured: 45-100).
 BYTES_PER_PIXEL = 100
@@ -205,6 +206,25 @@ def _work_problem(name: str, value, max_ms: float) -> str | None:
     if value > max_ms:
         return f"{name} is {value:g}, above the limit {max_ms:g} ms"
     return None
+
+
+def finite_real(value) -> float | None:
+    """``value`` as a finite float, or None when it is not a finite real number (bools,
+    strings and None included: a string that parses is still a broken record). Integers too
+    large for a float are finite: they become the largest float of their sign (and clamp).
+
+    >>> finite_real(2), finite_real(True), finite_real("0.5"), finite_real(float("nan"))
+    (2.0, None, None, None)
+    """
+    if not _is_real(value):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return sys.float_info.max if value > 0 else -sys.float_info.max
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _is_real(value) -> bool:

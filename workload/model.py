@@ -22,14 +22,14 @@ Example::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from workload.catalog import app_ids
 
 __all__ = ["Task", "GpuSpec", "NodeSpec", "ClusterSpec", "NodeState", "Observation", "Decision",
            "Transition", "Policy", "Stage", "ComputingUnit", "Assignment", "NodeScheduler",
-           "NODE_STATE_FIELDS"]
+           "NODE_STATE_FIELDS", "offered_nodes"]
 
 
 @dataclass(frozen=True)
@@ -180,6 +180,26 @@ class Observation:
         for node in self.nodes:
             vector.extend(node.paper_features())
         return vector
+
+
+def offered_nodes(node_ids: Sequence[str], in_flight: Mapping[str, int],
+                  capacity: Mapping[str, int] | None) -> tuple[list[str], int]:
+    """The nodes a router offers its policy for the next task, and how many it skipped.
+
+    A node whose in-flight count reached its ``capacity`` is skipped; when every node is full,
+    all are offered (Flink's backpressure then waits for the router). ``capacity`` None: no
+    node is ever full. The router and the service's burst check both decide this way.
+
+    >>> offered_nodes(["a", "b"], {"a": 2, "b": 0}, {"a": 2, "b": 2})
+    (['b'], 1)
+    >>> offered_nodes(["a", "b"], {"a": 2, "b": 2}, {"a": 2, "b": 2})
+    (['a', 'b'], 2)
+    """
+    if capacity is None:
+        return list(node_ids), 0
+    room = [n for n in node_ids if in_flight.get(n, 0) < capacity.get(n, 0)]
+    skipped = len(node_ids) - len(room)
+    return (room or list(node_ids)), skipped
 
 
 @dataclass(frozen=True)

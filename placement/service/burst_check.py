@@ -42,7 +42,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Mapping
 
-from workload.model import NodeState, Observation, Task
+from workload.model import NodeState, Observation, Task, offered_nodes
 
 __all__ = ["BurstCheck", "BurstVerdict", "DrainRates", "burst_split", "drain_s"]
 
@@ -83,15 +83,19 @@ class DrainRates:
         return out
 
 
-def burst_split(policy, states: list[NodeState], costs, tasks: list[Task]) -> dict[str, int]:
+def burst_split(policy, states: list[NodeState], costs, tasks: list[Task],
+                capacity: Mapping[str, int] | None = None) -> dict[str, int]:
     """How a router deciding ``tasks`` back to back would split them: each decision sees the
-    nodes' ``states`` with the burst's own in-flight counts and estimated backlog so far."""
+    nodes' ``states`` with the burst's own in-flight counts and estimated backlog so far, and
+    (with ``capacity``, in-flight tasks per node) only the nodes with room, as the router
+    does (:func:`workload.model.offered_nodes`)."""
     ids = [s.node_id for s in states]
     base = {s.node_id: s for s in states}
     queue, backlog, split = Counter(), dict.fromkeys(ids, 0.0), dict.fromkeys(ids, 0)
     for task in tasks:
+        offered, _ = offered_nodes(ids, queue, capacity)
         nodes = tuple(dataclasses.replace(base[n], queue_depth=queue[n], backlog_s=backlog[n])
-                      for n in ids)
+                      for n in offered)
         node = policy.decide(Observation(task, nodes, 0.0)).node
         work = costs.estimates_s([node], task.app_id, task.input_size, explore=False)[node]
         queue[node] += 1
@@ -120,11 +124,20 @@ class BurstVerdict:
 class BurstCheck:
     """Recent tasks, and the check of a candidate version against its prior."""
 
-    def __init__(self, burst: int = 2000, tolerance: float = 0.05, min_tasks: int = 1000):
-        # tolerance: how much slower than its prior a version may drain (inf: never refuse)
+    def __init__(self, burst: int = 2000, tolerance: float = 0.05, min_tasks: int = 1000,
+                 capacity_per_node: int | None = None):
+        # tolerance: how much slower than its prior a version may drain (inf: never refuse);
+        # capacity_per_node: in-flight tasks the routers hold per node before they skip it as
+        # full (RouterSettings.capacity_share); None when unknown: no node is ever full
         if burst < 1 or min_tasks < 1 or not tolerance >= 0:   # NaN fails too
             raise ValueError("need burst >= 1, min_tasks >= 1 and a tolerance >= 0")
+        if capacity_per_node is not None and (isinstance(capacity_per_node, bool) or
+                                              not isinstance(capacity_per_node, int) or
+                                              capacity_per_node < 1):
+            raise ValueError(f"capacity_per_node must be an integer >= 1 or None, "
+                             f"got {capacity_per_node!r}")
         self.burst, self.tolerance, self.min_tasks = burst, tolerance, min_tasks
+        self.capacity_per_node = capacity_per_node
         self._tasks: deque[Task] = deque(maxlen=burst)
 
     def observe_task(self, task: Task) -> None:
@@ -144,9 +157,11 @@ class BurstCheck:
         policy = NumpyLDWPPolicy(layers, metadata, cluster, costs)
         if policy.q_prior != "completion":
             return BurstVerdict(True, "not judged: the model has no prior to compare with")
-        trained = drain_s(burst_split(policy, known, costs, tasks), rates)
+        capacity = (None if self.capacity_per_node is None else
+                    dict.fromkeys((s.node_id for s in known), self.capacity_per_node))
+        trained = drain_s(burst_split(policy, known, costs, tasks, capacity), rates)
         policy.set_correction_scale(0.0)
-        prior = drain_s(burst_split(policy, known, costs, tasks), rates)
+        prior = drain_s(burst_split(policy, known, costs, tasks, capacity), rates)
         if trained is None or prior is None:
             return BurstVerdict(True, "not judged: a node the burst reaches has no measured "
                                       "drain rate yet", trained, prior)

@@ -82,6 +82,29 @@ def test_a_burst_split_counts_each_decisions_work_against_its_node():
     assert drain_s(split, {"fast": 100.0, "slow": 20.0}) == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize("capacity", [2, 5, 1000])
+def test_a_burst_split_with_capacity_is_the_routers_own_split(capacity):
+    """The check's simulation and a real Router (MCT, same measured costs) agree task for
+    task, whether the nodes fill up (small capacity) or never do."""
+    from pyflink_jobs.hook import nodes_from_cluster_spec
+    from pyflink_jobs.router import Router, RouterSettings
+    nodes = nodes_from_cluster_spec("hosts")
+    router = Router(RouterSettings(nodes=nodes, policy="mct", executor_capacity=capacity),
+                    clock=lambda: 100.0)
+    for node, seconds in (("tm_a", 0.01), ("tm_b", 0.02), ("tm_c", 0.05)):
+        for size in (80, 100, 120):
+            router.costs.observe(node, "op", size, seconds * size / 100)
+    tasks = [Task(f"t{i}", "op", 80 + (i * 7) % 41) for i in range(300)]
+    states = list(router.observation(tasks[0]).nodes)
+    share = {n.node_id: RouterSettings(nodes=nodes, executor_capacity=capacity).capacity_share(n)
+             for n in nodes}
+    split = burst_split(router.policy, states, router.costs, tasks, share)
+    for task in tasks:
+        router.route(task)
+    assert split == dict(router.routed)
+    assert (router.full_skips > 0) is (capacity < 100)
+
+
 @pytest.fixture(scope="module")
 def recorded_run():
     """What a service had after one quick round set on the emulated hosts: costs learned from
@@ -135,7 +158,8 @@ def test_too_little_to_judge_passes_and_says_so(recorded_run):
 
 def test_bad_settings_are_refused():
     for kwargs in ({"burst": 0}, {"min_tasks": 0}, {"tolerance": -0.1},
-                   {"tolerance": float("nan")}):
+                   {"tolerance": float("nan")}, {"capacity_per_node": 0},
+                   {"capacity_per_node": True}, {"capacity_per_node": 2.5}):
         with pytest.raises(ValueError):
             BurstCheck(**kwargs)
 

@@ -55,3 +55,15 @@ def test_a_policy_must_decide_and_learn_defaults_to_nothing():
     assert policy.decide(obs).node == "x" and policy.learn(None) is None
     with pytest.raises(TypeError):
         Policy()  # abstract
+
+
+@pytest.mark.parametrize("name, in_flight, capacity, offered, skipped", [
+    ("room everywhere", {"a": 0, "b": 1}, {"a": 2, "b": 2}, ["a", "b"], 0),
+    ("one full", {"a": 2, "b": 1}, {"a": 2, "b": 2}, ["b"], 1),
+    ("all full: all offered", {"a": 3, "b": 2}, {"a": 2, "b": 2}, ["a", "b"], 2),
+    ("a node without capacity is always full", {}, {"a": 1}, ["a"], 1),
+    ("no capacity: never full", {"a": 99, "b": 99}, None, ["a", "b"], 0),
+])
+def test_offered_nodes(name, in_flight, capacity, offered, skipped):
+    from workload.model import offered_nodes
+    assert offered_nodes(["a", "b"], in_flight, capacity) == (offered, skipped), name

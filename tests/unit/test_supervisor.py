@@ -44,7 +44,7 @@ def make(alive=("tm_a", "tm_b", "tm_c")):
 
     supervisor = JobSupervisor(cluster, submit, "job0", {"tm_a": 1, "tm_b": 1, "tm_c": 1},
                                capacities={"tm_a": 2.0, "tm_b": 1.0, "tm_c": 0.5},
-                               clock=iter(range(100)).__next__)
+                               clock=iter(range(100)).__next__, sleep=lambda s: None)
     return cluster, supervisor, submitted
 
 
@@ -65,6 +65,38 @@ def test_a_dead_taskmanager_is_replaced_from_the_last_checkpoint_with_its_operat
     assert report.lost_nodes == ["tm_c"] and report.new_job == "job1"
     assert report.recovery_s > 0 and supervisor.job_id == "job1"
     assert supervisor.check_once() is None  # the new plan no longer names tm_c
+
+
+class BlinkingCluster(ScriptedCluster):
+    """Answers each REST poll from a script of alive sets (the last one repeats)."""
+
+    def __init__(self, polls):
+        super().__init__(polls[0])
+        self.polls = list(polls)
+
+    def taskmanager_ids(self):
+        return set(self.polls.pop(0) if len(self.polls) > 1 else self.polls[0])
+
+
+@pytest.mark.parametrize("name, polls, lost", [
+    ("missed one poll (heartbeat late under load)",
+     [{"tm_a", "tm_b"}, {"tm_a", "tm_b", "tm_c"}], None),
+    ("missing from both polls", [{"tm_a", "tm_b"}, {"tm_a", "tm_b"}], ["tm_c"]),
+    ("two missing, one back on the second poll", [{"tm_a"}, {"tm_a", "tm_b"}], ["tm_c"]),
+    ("REST down on the second poll", [{"tm_a", "tm_b"}, set()], None),
+])
+def test_a_node_is_lost_only_when_missing_from_two_polls(name, polls, lost):
+    cluster = BlinkingCluster(polls)
+    pauses = []
+    supervisor = JobSupervisor(cluster, lambda plan, retired, restore: "job1", "job0",
+                               {"tm_a": 1, "tm_b": 1, "tm_c": 1},
+                               clock=iter(range(100)).__next__, sleep=pauses.append)
+    report = supervisor.check_once()
+    assert pauses[:1] == [JobSupervisor.CONFIRM_PAUSE_S], name
+    if lost is None:
+        assert report is None and cluster.log == [], name
+    else:
+        assert report.lost_nodes == lost, name
 
 
 def test_a_returning_node_gets_its_own_executor_back_through_a_savepoint():
@@ -151,7 +183,10 @@ def test_a_resubmission_that_fails_because_another_node_died_is_retried_without_
     # retired executors, from the newest checkpoint (the failed job's)
     assert submitted[1] == ({"tm_b": 1}, {"tm_c": "tm_b", "tm_a": "tm_b"},
                             "file:///chk/job1/chk-7")
-    assert ("cancel", "job1") in cluster.log and pauses == [JobSupervisor.RETRY_PAUSE_S]
+    # each loss confirmed by a second poll; one pause before the retry
+    assert ("cancel", "job1") in cluster.log
+    assert pauses == [JobSupervisor.CONFIRM_PAUSE_S, JobSupervisor.RETRY_PAUSE_S,
+                      JobSupervisor.CONFIRM_PAUSE_S]
     assert report.lost_nodes == ["tm_c", "tm_a"] and report.old_job == "job0"
     assert report.new_job == "job2" and supervisor.job_id == "job2"
     assert report.timings["attempts"] == 2.0 and len(supervisor.errors) == 1
