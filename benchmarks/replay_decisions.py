@@ -39,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks._common import RESULTS, write_result
+from placement.measured_costs import COST_SMOOTHING
 from placement.service.burst_check import drain_s
 
 __all__ = ["read_feedback", "busy_rates", "drain_s", "replay_split", "main"]
@@ -82,9 +83,11 @@ def busy_rates(records: list[dict]) -> dict[str, float]:
 
 
 def replay_split(records: list[dict], model: bytes | None, spec: str, burst: int,
-                 correction_scale: float = 1.0) -> dict[str, int]:
+                 correction_scale: float = 1.0,
+                 cost_smoothing: float | None = None) -> dict[str, int]:
     """The split of a ``burst`` by a router that heard ``records`` first (module docstring);
-    ``model`` None: the router's fallback MCT-like rule is not used, MCT is."""
+    ``model`` None: the router's fallback MCT-like rule is not used, MCT is.
+    ``cost_smoothing``: the router's MeasuredCosts smoothing (None: its default)."""
     from pyflink_jobs.hook import nodes_from_cluster_spec
     from pyflink_jobs.router import Router, RouterSettings
     from workload.model import Task
@@ -94,6 +97,10 @@ def replay_split(records: list[dict], model: bytes | None, spec: str, burst: int
     router = Router(settings, clock=lambda: records[-1]["emitted_at_ms"] / 1000.0)
     if model is not None:
         router.model_policy.set_correction_scale(correction_scale)
+    if cost_smoothing is not None:
+        if not 0.0 < cost_smoothing <= 1.0:
+            raise ValueError(f"cost_smoothing must be in (0, 1], got {cost_smoothing!r}")
+        router.costs.smoothing = cost_smoothing   # read when a (type, node) fit is created
     for record in records:
         router.on_feedback(record)
     timings = [t for r in records for t in (r.get("completed") or ())]
@@ -167,9 +174,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--spec", default="hosts", help="the cluster spec the run used")
     parser.add_argument("--burst", type=int, default=BURST)
     parser.add_argument("--name", default="replay_decisions")
+    parser.add_argument("--cost-smoothing", type=float, default=COST_SMOOTHING,
+                        help="the routers' MeasuredCosts smoothing (0.05 before 2026-12-03b)")
     args = parser.parse_args(argv)
     if args.burst < 1:
         parser.error("--burst must be at least 1")
+    if not 0.0 < args.cost_smoothing <= 1.0:
+        parser.error("--cost-smoothing must be in (0, 1]")
     if args.feedback is None:
         parser.error("--feedback is required (the file to read, or to write with --from-topic)")
     if args.from_topic:
@@ -191,7 +202,8 @@ def main(argv=None) -> dict:
                if path.stem.lstrip("v").isdigit() else len(rows),
                "round_robin_drain_s": drain_s(equal, rates)}
         for kind, scale in (("trained", 1.0), ("prior_only", 0.0)):
-            split = replay_split(records, data, args.spec, args.burst, scale)
+            split = replay_split(records, data, args.spec, args.burst, scale,
+                                 args.cost_smoothing)
             row[kind] = {"split": split, "drain_s": drain_s(split, rates)}
         rows.append(row)
         print(f"{path.name}: trained {row['trained']['split']} "
@@ -203,7 +215,8 @@ def main(argv=None) -> dict:
     print(f"the correction drains the burst faster than the prior alone in {wins} of "
           f"{len(rows)} versions; measured rates {({n: round(v, 1) for n, v in rates.items()})}")
     write_result(args.name, {"feedback": str(args.feedback), "records": len(records),
-                             "spec": args.spec, "burst": args.burst, "summary": summary,
+                             "spec": args.spec, "burst": args.burst,
+                             "cost_smoothing": args.cost_smoothing, "summary": summary,
                              "rows": rows})
     _plot(rows, nodes, RESULTS / f"{args.name}.png")
     return summary

@@ -70,7 +70,15 @@ from collections.abc import Iterable
 from workload.limits import finite_real
 from workload.model import ClusterSpec, NodeSpec, Task
 
-__all__ = ["MeasuredCosts", "AffineFit"]
+__all__ = ["MeasuredCosts", "AffineFit", "COST_SMOOTHING"]
+
+#: Default weight decay per sample of a (type, node) fit: about the last 200 tasks count. It was
+#: 0.05 (about 20) until 2026-12-03: on a CPU-quota-throttled host one task in a few waits out a
+#: throttled period, 20 tasks are too few to average that, and MCT's bursts drained 12% slower
+#: on the run it was chosen on (4.55 against 4.01 s) and 5% on a held-out one
+#: (``python -m benchmarks.cost_smoothing``). A node that really gets slower is followed
+#: within a few hundred of its tasks.
+COST_SMOOTHING = 0.005
 
 #: CostModel attributes about the built-in apps' stages; MeasuredCosts hands them to its prior.
 _PRIOR_ATTRIBUTES = frozenset({"cpu_ms", "gpu_ms", "unit_ms", "stage_best_ms", "gpu_memory_mb",
@@ -161,7 +169,7 @@ class MeasuredCosts:
 
     def __init__(self, cluster: ClusterSpec | None = None, prior=None, *,
                  default_s: float = 0.1, min_samples: int = 3, optimism: float | None = 0.5,
-                 smoothing: float = 0.05, outlier_ratio: float = 10.0, max_types: int = 256,
+                 smoothing: float = COST_SMOOTHING, outlier_ratio: float = 10.0, max_types: int = 256,
                  max_nodes_per_type: int = 64, max_work_s: float = 3600.0,
                  max_size: int = 10**11, min_estimate_s: float = 1e-6,
                  max_key_chars: int = 200, speed_refresh_samples: int = 32):

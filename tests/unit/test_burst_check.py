@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.replay_decisions import read_feedback
 from placement.ldwp.modelfile import load_model
-from placement.measured_costs import MeasuredCosts
+from placement.measured_costs import COST_SMOOTHING, MeasuredCosts
 from placement.service.burst_check import BurstCheck, DrainRates, burst_split, drain_s
 from placement.service.learner import to_cluster_spec
 from placement.speed import timing_sample
@@ -105,12 +105,12 @@ def test_a_burst_split_with_capacity_is_the_routers_own_split(capacity):
     assert (router.full_skips > 0) is (capacity < 100)
 
 
-@pytest.fixture(scope="module")
-def recorded_run():
+def _recorded(smoothing: float):
     """What a service had after one quick round set on the emulated hosts: costs learned from
     every timing, drain rates, the newest 2,000 tasks, each node's newest reported state."""
     cluster = to_cluster_spec(load_cluster_spec("hosts"))
-    costs, rates, tasks, newest = MeasuredCosts(cluster), DrainRates(), [], {}
+    costs = MeasuredCosts(cluster, smoothing=smoothing)
+    rates, tasks, newest = DrainRates(), [], {}
     for record in read_feedback(RUN / "feedback.jsonl.gz"):
         newest[record["node_id"]] = record
         done = 0
@@ -124,6 +124,32 @@ def recorded_run():
     states = [node_state_from_feedback(newest[n.node_id], n.uplink_mbps, n.downlink_mbps)
               for n in cluster.nodes]
     return cluster, costs, rates.rates(), tasks[-2000:], states
+
+
+@pytest.fixture(scope="module")
+def recorded_run():
+    """The recorded run as its service saw it: work-time fits with the smoothing of the time
+    (0.05, about the last 20 tasks)."""
+    return _recorded(0.05)
+
+
+def test_with_todays_steadier_costs_the_prior_drains_faster_and_version_8_is_refused():
+    """The same run with MeasuredCosts' default smoothing (COST_SMOOTHING, about the last 200
+    tasks): the prior alone splits the burst better than before, better than version 8, which
+    was trained on the noisier costs (benchmarks/cost_smoothing.py)."""
+    cluster, costs, rates, tasks, states = _recorded(COST_SMOOTHING)
+    check = BurstCheck()
+    for task in tasks:
+        check.observe_task(task)
+    layers, metadata = load_model(RUN / "models" / "v000008.spmodel")
+    verdict = check.check(layers, metadata, cluster, costs, states, rates)
+    old = _recorded(0.05)
+    before = BurstCheck()
+    for task in old[3]:
+        before.observe_task(task)
+    then = before.check(layers, metadata, old[0], old[1], old[4], old[2])
+    assert verdict.prior_drain_s < then.prior_drain_s
+    assert not verdict.ok and verdict.trained_drain_s > verdict.prior_drain_s
 
 
 @pytest.mark.parametrize("version,ok", [(8, True), (24, False)])
