@@ -122,53 +122,84 @@ class BurstVerdict:
 
 
 class BurstCheck:
-    """Recent tasks, and the check of a candidate version against its prior."""
+    """Recent tasks and the node states they were decided in, and the check of a candidate
+    version against its prior."""
 
     def __init__(self, burst: int = 2000, tolerance: float = 0.05, min_tasks: int = 1000,
-                 capacity_per_node: int | None = None):
+                 capacity_per_node: int | None = None, snapshots: int = 4):
         # tolerance: how much slower than its prior a version may drain (inf: never refuse);
         # capacity_per_node: in-flight tasks the routers hold per node before they skip it as
-        # full (RouterSettings.capacity_share); None when unknown: no node is ever full
+        # full (RouterSettings.capacity_share); None when unknown: no node is ever full;
+        # snapshots: earlier node states (those recent tasks were decided in) judged besides
+        # the newest, evenly spread over the recent tasks (0: the newest states alone)
         if burst < 1 or min_tasks < 1 or not tolerance >= 0:   # NaN fails too
             raise ValueError("need burst >= 1, min_tasks >= 1 and a tolerance >= 0")
-        if capacity_per_node is not None and (isinstance(capacity_per_node, bool) or
-                                              not isinstance(capacity_per_node, int) or
-                                              capacity_per_node < 1):
-            raise ValueError(f"capacity_per_node must be an integer >= 1 or None, "
-                             f"got {capacity_per_node!r}")
+        for name, value, low in (("capacity_per_node", capacity_per_node, 1),
+                                 ("snapshots", snapshots, 0)):
+            if value is None and name == "capacity_per_node":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}"
+                                 f"{' or None' if name == 'capacity_per_node' else ''}, "
+                                 f"got {value!r}")
         self.burst, self.tolerance, self.min_tasks = burst, tolerance, min_tasks
-        self.capacity_per_node = capacity_per_node
+        self.capacity_per_node, self.snapshots = capacity_per_node, snapshots
         self._tasks: deque[Task] = deque(maxlen=burst)
+        self._states: deque[tuple[NodeState, ...]] = deque(maxlen=burst)
 
-    def observe_task(self, task: Task) -> None:
-        """A task the learner trained on (or held back): the newest ``burst`` are judged."""
+    def observe_task(self, task: Task, states: tuple[NodeState, ...] | None = None) -> None:
+        """A task the learner trained on (or held back), with the node states it was decided
+        in when known: the newest ``burst`` tasks are judged, under those states too."""
         self._tasks.append(task)
+        if states is not None:
+            self._states.append(tuple(states))
+
+    def _state_sets(self, states: list[NodeState], nodes: set[str]) -> list[list[NodeState]]:
+        """The newest ``states``, then ``snapshots`` recorded ones evenly spread over the
+        recent tasks; each restricted to ``nodes`` and used only when it has every one."""
+        history = list(self._states)
+        picks = ([history[(len(history) - 1) * k // max(1, self.snapshots - 1)]
+                  for k in range(self.snapshots)] if history and self.snapshots else [])
+        sets = []
+        for candidate in [list(states)] + [list(p) for p in picks]:
+            known = [s for s in candidate if s.node_id in nodes]
+            if len({s.node_id for s in known}) == len(nodes) == len(known):
+                sets.append(known)
+        return sets
 
     def check(self, layers, metadata: dict, cluster, costs, states: list[NodeState],
               rates: Mapping[str, float]) -> BurstVerdict:
         """The verdict on a candidate (its exported layers and metadata) given the nodes'
-        newest ``states`` and measured drain ``rates`` (:class:`DrainRates`)."""
+        newest ``states`` and measured drain ``rates`` (:class:`DrainRates`): the mean drain
+        time over the newest and the recorded node states (see ``snapshots``) with the
+        correction against the same without it."""
         from placement.ldwp.inference import NumpyLDWPPolicy
         tasks = list(self._tasks)
-        known = [s for s in states if s.node_id in {n.node_id for n in cluster.nodes}]
-        if len(tasks) < self.min_tasks or len(known) < 2:
+        nodes = {n.node_id for n in cluster.nodes} & {s.node_id for s in states}
+        state_sets = self._state_sets(states, nodes)
+        if len(tasks) < self.min_tasks or len(nodes) < 2 or not state_sets:
             return BurstVerdict(True, f"not judged: {len(tasks)} recent tasks, "
-                                      f"{len(known)} nodes")
+                                      f"{len(nodes)} nodes")
         policy = NumpyLDWPPolicy(layers, metadata, cluster, costs)
         if policy.q_prior != "completion":
             return BurstVerdict(True, "not judged: the model has no prior to compare with")
         capacity = (None if self.capacity_per_node is None else
-                    dict.fromkeys((s.node_id for s in known), self.capacity_per_node))
-        trained = drain_s(burst_split(policy, known, costs, tasks, capacity), rates)
-        policy.set_correction_scale(0.0)
-        prior = drain_s(burst_split(policy, known, costs, tasks, capacity), rates)
-        if trained is None or prior is None:
+                    dict.fromkeys(nodes, self.capacity_per_node))
+        drains = {}
+        for kind, scale in (("trained", 1.0), ("prior", 0.0)):
+            policy.set_correction_scale(scale)
+            drains[kind] = [drain_s(burst_split(policy, known, costs, tasks, capacity), rates)
+                            for known in state_sets]
+        if any(d is None for ds in drains.values() for d in ds):
             return BurstVerdict(True, "not judged: a node the burst reaches has no measured "
-                                      "drain rate yet", trained, prior)
+                                      "drain rate yet")
+        trained = sum(drains["trained"]) / len(state_sets)
+        prior = sum(drains["prior"]) / len(state_sets)
+        over = f"over {len(state_sets)} node state{'s' if len(state_sets) > 1 else ''}"
         if trained > prior * (1.0 + self.tolerance):
             return BurstVerdict(False, f"its decisions drain a {len(tasks)}-task burst in "
                                        f"{trained:.3g} s at the measured rates, its prior's in "
-                                       f"{prior:.3g} s (tolerance {self.tolerance:.0%})",
-                                trained, prior)
-        return BurstVerdict(True, f"burst drains in {trained:.3g} s (prior {prior:.3g} s)",
-                            trained, prior)
+                                       f"{prior:.3g} s ({over}; tolerance "
+                                       f"{self.tolerance:.0%})", trained, prior)
+        return BurstVerdict(True, f"burst drains in {trained:.3g} s (prior {prior:.3g} s, "
+                                  f"{over})", trained, prior)

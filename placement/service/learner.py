@@ -372,7 +372,8 @@ class OnlineLearner:
             self.examples.reject_timing()  # features are clamped; this is a last line of defence
             return
         self.examples_seen += 1
-        self.burst_check.observe_task(example.task)   # the burst a version is judged on
+        # the burst a version is judged on, and the node states it was decided in
+        self.burst_check.observe_task(example.task, example.states)
         if self.gate.is_held_back(self.examples_seen):
             self.gate.hold_back(state, action, reward)  # judges versions, never trained on
             return

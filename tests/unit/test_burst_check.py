@@ -105,6 +105,51 @@ def test_a_burst_split_with_capacity_is_the_routers_own_split(capacity):
     assert (router.full_skips > 0) is (capacity < 100)
 
 
+def _recorded_busy_states(cluster, count: int = 4) -> list[tuple[NodeState, ...]]:
+    """Node states the recorded run's routers saw while a node was busy (its CPU over 30%):
+    the nodes' newest reports after each report, the last 200 such snapshots, ``count`` of
+    the busy ones evenly spread."""
+    newest, snapshots = {}, []
+    for record in read_feedback(RUN / "feedback.jsonl.gz"):
+        newest[record["node_id"]] = record
+        if len(newest) == len(cluster.nodes):
+            snapshots.append(tuple(node_state_from_feedback(newest[n.node_id], n.uplink_mbps,
+                                                            n.downlink_mbps)
+                                   for n in cluster.nodes))
+    busy = [s for s in snapshots[-200:] if max(n.cpu_util for n in s) > 0.3]
+    return [busy[k * len(busy) // count] for k in range(count)]
+
+
+def test_a_version_that_wins_on_idle_states_and_loses_on_busy_ones_is_refused(recorded_run):
+    """Version 8 drains the burst faster than its prior with the newest (idle) states, but
+    routers decide bursts while the nodes report load: judged over the states the recent tasks
+    were decided in it is slower (its correction moves work off the loaded node that the
+    prior's own backlog already accounts for), so it is refused; snapshots=0 keeps the
+    newest-states verdict."""
+    cluster, costs, rates, tasks, states = recorded_run
+    busy = _recorded_busy_states(cluster)
+    layers, metadata = load_model(RUN / "models" / "v000008.spmodel")
+    verdicts = {}
+    for snapshots in (0, 4):
+        check = BurstCheck(snapshots=snapshots)
+        for i, task in enumerate(tasks):
+            check.observe_task(task, busy[i * len(busy) // len(tasks)])
+        verdicts[snapshots] = check.check(layers, metadata, cluster, costs, states, rates)
+    assert verdicts[0].ok and verdicts[0].trained_drain_s < verdicts[0].prior_drain_s
+    assert not verdicts[4].ok and "over 5 node states" in verdicts[4].reason
+    assert verdicts[4].trained_drain_s > verdicts[0].trained_drain_s
+
+
+def test_recorded_states_missing_a_node_are_not_judged_on(recorded_run):
+    cluster, costs, rates, tasks, states = recorded_run
+    check = BurstCheck(snapshots=4)
+    for task in tasks:
+        check.observe_task(task, tuple(states[:2]))    # the third node never reported
+    layers, metadata = load_model(RUN / "models" / "v000008.spmodel")
+    verdict = check.check(layers, metadata, cluster, costs, states, rates)
+    assert verdict.ok and "over 1 node state)" in verdict.reason
+
+
 def _recorded(smoothing: float):
     """What a service had after one quick round set on the emulated hosts: costs learned from
     every timing, drain rates, the newest 2,000 tasks, each node's newest reported state."""
@@ -185,7 +230,8 @@ def test_too_little_to_judge_passes_and_says_so(recorded_run):
 def test_bad_settings_are_refused():
     for kwargs in ({"burst": 0}, {"min_tasks": 0}, {"tolerance": -0.1},
                    {"tolerance": float("nan")}, {"capacity_per_node": 0},
-                   {"capacity_per_node": True}, {"capacity_per_node": 2.5}):
+                   {"capacity_per_node": True}, {"capacity_per_node": 2.5},
+                   {"snapshots": -1}, {"snapshots": 1.5}, {"snapshots": None}):
         with pytest.raises(ValueError):
             BurstCheck(**kwargs)
 
@@ -198,7 +244,8 @@ class Verdicts:
         self.verdicts = [BurstVerdict(ok, reason, 1.0, 2.0) for ok, reason in verdicts]
         self.tasks = 0
 
-    def observe_task(self, task):
+    def observe_task(self, task, states=None):
+        assert states is not None and all(hasattr(s, "cpu_util") for s in states)
         self.tasks += 1
 
     def check(self, layers, metadata, cluster, costs, states, rates):
