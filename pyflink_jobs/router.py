@@ -366,7 +366,9 @@ class Router:
 
 
 class ModelRefresher(threading.Thread):
-    """Polls the placement service for new model versions and installs them in a router.
+    """Polls the placement service for new model versions and installs them in a router,
+    every ``interval_s`` after the caller's own first :meth:`poll_once` (see
+    ``pyflink_jobs.router_function.start_refresher``).
 
     Failures (service down, bad download, tampered file) are counted and logged; the router
     keeps its last model. ``stop()`` ends the thread within one poll interval."""
@@ -419,9 +421,10 @@ class ModelRefresher(threading.Thread):
             return False
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        # the first poll is the caller's, before the first record
+        # (pyflink_jobs.router_function.start_refresher): the thread waits one interval first
+        while not self._stop.wait(self.interval_s):
             self.poll_once()
-            self._stop.wait(self.interval_s)
 
     def stop(self) -> None:
         self._stop.set()

@@ -204,6 +204,25 @@ def _seed_from_service(router: Router, client) -> None:
     log.info("router starts from %d measured cost fits of the placement service", adopted)
 
 
+def start_refresher(router: Router, client, interval_s: float) -> ModelRefresher:
+    """The service's current model installed before the router's first record, then the
+    refresher thread for the versions after it.
+
+    Why one poll here and not only in the thread: a job sends its backlog at once, and a router
+    whose model came through the thread decided its first records by the fallback rule and
+    then, a burst already under way, held the GIL for the model's first install (numba's
+    kernel, the policy's imports: 0.7 s on an idle core, seconds on a throttled host) while the
+    checkpoint barrier waited behind it. An unreachable service costs at most the client's
+    timeout per request here; the thread keeps trying."""
+    refresher = ModelRefresher(router, client, interval_s)
+    started = time.perf_counter()
+    if refresher.poll_once():
+        log.info("router starts on model version %s of the placement service (installed in "
+                 "%.2f s)", router.model_version, time.perf_counter() - started)
+    refresher.start()
+    return refresher
+
+
 class RouterFunction(BroadcastProcessFunction):
     """Read + decide in one Python function (see the module docstring). Output: DeadLetter
     bytes (main); RoutedRecords on one side output per node."""
@@ -233,9 +252,8 @@ class RouterFunction(BroadcastProcessFunction):
                                      self.settings.service_token or None, timeout_s=2.0)
             _seed_from_service(router, client)
             if self.settings.policy == "ldwp":
-                self.refresher = ModelRefresher(router, client,
-                                                self.settings.refresh_interval_s)
-                self.refresher.start()
+                self.refresher = start_refresher(router, client,
+                                                 self.settings.refresh_interval_s)
         group = runtime_context.get_metrics_group()
         self._counts = CountGauges(group, [f"streamplace_routed_{n}" for n in router.node_ids] +
                                    ["streamplace_dead_letters"])

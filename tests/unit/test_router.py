@@ -299,6 +299,30 @@ class FakeService:
         return self.versions[version]
 
 
+def test_a_router_function_starts_on_the_services_model_before_its_first_record(tmp_path):
+    from pyflink_jobs.router_function import start_refresher
+    _, agent = _agent(seed=1)
+    agent.save(tmp_path / "v1")
+    service = FakeService()
+    service.versions[1] = (tmp_path / "v1").read_bytes()
+    router = Router(RouterSettings(nodes=NODES, policy="ldwp"), clock=FakeClock())
+    refresher = start_refresher(router, service, interval_s=60.0)
+    try:
+        assert router.model_version == 1 and refresher.installed == 1   # before any record
+        assert router.decide_event(event(0)).reason.startswith("LDWP")
+        assert router.fallback_decisions == 0 and refresher.is_alive()
+    finally:
+        refresher.stop()
+    service.down = True   # unreachable: the router starts on its fallback, the thread retries
+    down = Router(RouterSettings(nodes=NODES, policy="ldwp"), clock=FakeClock())
+    refresher = start_refresher(down, service, interval_s=60.0)
+    try:
+        assert down.model_version is None and refresher.failures == 1 and refresher.is_alive()
+        assert down.policy.name == "least_loaded"
+    finally:
+        refresher.stop()
+
+
 def test_router_uses_the_fallback_then_swaps_in_new_models_and_survives_outages(tmp_path):
     router = Router(RouterSettings(nodes=NODES, policy="ldwp"), clock=FakeClock())
     assert router.policy.name == "least_loaded"
