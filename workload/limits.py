@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 __all__ = ["TaskLimits", "BYTES_PER_PIXEL", "BYTES_PER_RECORD_BYTE", "MEMORY_FRACTION",
            "DEFAULT_NODE_MEMORY_BYTES", "DEFAULT_MAX_TASK_SIZE", "DEFAULT_MAX_EXPECTED_WORK_MS",
            "DEFAULT_MAX_TASK_ID_CHARS", "DEFAULT_MAX_TASK_TYPE_CHARS", "OPERATOR_FIELDS",
-           "TASK_EVENT_FIELDS", "short_repr", "finite_real"]
+           "TASK_EVENT_FIELDS", "short_repr", "finite_real", "require_count"]
 
 #: Memory one pixel of a built-in video app's task costs while it runs (measured: 45-100).
 BYTES_PER_PIXEL = 100
@@ -103,12 +103,12 @@ class TaskLimits:
         # changing its dict afterwards must not change them.
         object.__setattr__(self, "max_size_by_type", dict(self.max_size_by_type or {}))
         for name in ("max_size", "max_task_id_chars", "max_task_type_chars"):
-            _require_count(name, getattr(self, name), minimum=1 if "chars" in name else 0)
+            require_count(name, getattr(self, name), minimum=1 if "chars" in name else 0)
         for task_type, size in self.max_size_by_type.items():
             if not isinstance(task_type, str) or not task_type:
                 raise ValueError(f"max_size_by_type keys must be task type names, got "
                                  f"{task_type!r}")
-            _require_count(f"max_size_by_type[{task_type!r}]", size, minimum=0)
+            require_count(f"max_size_by_type[{task_type!r}]", size, minimum=0)
         work = self.max_expected_work_ms
         if not _is_real(work) or not math.isfinite(work) or work < 0:
             raise ValueError(f"max_expected_work_ms must be a finite number >= 0, got {work!r}")
@@ -231,7 +231,8 @@ def _is_real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _require_count(name: str, value, minimum: int) -> None:
+def require_count(name: str, value, minimum: int) -> None:
+    """A setting that must be an integer >= ``minimum`` (bools refused): ValueError if not."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 

@@ -42,6 +42,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Mapping
 
+from workload.limits import require_count
 from workload.model import NodeState, Observation, Task, offered_nodes
 
 __all__ = ["BurstCheck", "BurstVerdict", "DrainRates", "burst_split", "drain_s"]
@@ -134,14 +135,9 @@ class BurstCheck:
         # the newest, evenly spread over the recent tasks (0: the newest states alone)
         if burst < 1 or min_tasks < 1 or not tolerance >= 0:   # NaN fails too
             raise ValueError("need burst >= 1, min_tasks >= 1 and a tolerance >= 0")
-        for name, value, low in (("capacity_per_node", capacity_per_node, 1),
-                                 ("snapshots", snapshots, 0)):
-            if value is None and name == "capacity_per_node":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}"
-                                 f"{' or None' if name == 'capacity_per_node' else ''}, "
-                                 f"got {value!r}")
+        if capacity_per_node is not None:
+            require_count("capacity_per_node", capacity_per_node, 1)
+        require_count("snapshots", snapshots, 0)
         self.burst, self.tolerance, self.min_tasks = burst, tolerance, min_tasks
         self.capacity_per_node, self.snapshots = capacity_per_node, snapshots
         self._tasks: deque[Task] = deque(maxlen=burst)
