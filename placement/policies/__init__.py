@@ -14,6 +14,7 @@ name                          rule
 ``least_outstanding``         fewest tasks in flight (per slot by default)
 ``met``                       minimum execution time (ignores load)
 ``mct``                       minimum completion time, the paper's ETC (alias ``etc``)
+``mct_drain``                 MCT with each backlog over the node's measured drain rate
 ``flink_slot_filling``        Flink's default: fill one TaskManager before the next
 ``flink_tasks_balance``       Flink ``taskmanager.load-balance.mode: TASKS``
 ``kubernetes``                kube-scheduler fit filter + LeastAllocated + BalancedAllocation
@@ -65,6 +66,7 @@ from placement.policies.least_outstanding import LeastOutstandingPolicy
 from placement.policies.least_similar import LeastSimilarPolicy
 from placement.policies.liquid import LiquidPolicy
 from placement.policies.mct import MinimumCompletionTimePolicy
+from placement.policies.mct_drain import MeasuredDrainMCTPolicy
 from placement.policies.met import MinimumExecutionTimePolicy
 from placement.policies.pipe_torch import PipeTorchPolicy
 from placement.policies.placement_aware import PlacementAwarePolicy
@@ -79,6 +81,7 @@ from workload.model import ClusterSpec, Policy
 __all__ = ["POLICIES", "ALIASES", "make_policy", "ClusterPolicy", "EstimatingPolicy",
            "RandomPolicy", "RoundRobinPolicy", "WeightedRoundRobinPolicy", "LeastLoadedPolicy",
            "LeastOutstandingPolicy", "MinimumExecutionTimePolicy", "MinimumCompletionTimePolicy",
+           "MeasuredDrainMCTPolicy",
            "FlinkSlotFillingPolicy", "FlinkTasksBalancePolicy", "KubernetesPolicy",
            "LiquidPolicy", "PlacementAwarePolicy", "DelayLocalityPolicy", "DualAgentPolicy",
            "LeastSimilarPolicy", "PowerFlowPolicy", "GreenFlowPolicy", "HiveDPolicy", "GaiPolicy",
@@ -88,7 +91,7 @@ __all__ = ["POLICIES", "ALIASES", "make_policy", "ClusterPolicy", "EstimatingPol
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (
     RandomPolicy, RoundRobinPolicy, WeightedRoundRobinPolicy, LeastLoadedPolicy,
     LeastOutstandingPolicy, MinimumExecutionTimePolicy, MinimumCompletionTimePolicy,
-    FlinkSlotFillingPolicy, FlinkTasksBalancePolicy, KubernetesPolicy,
+    MeasuredDrainMCTPolicy, FlinkSlotFillingPolicy, FlinkTasksBalancePolicy, KubernetesPolicy,
     LiquidPolicy, PlacementAwarePolicy, DelayLocalityPolicy, DualAgentPolicy, LeastSimilarPolicy,
     PowerFlowPolicy, GreenFlowPolicy, HiveDPolicy, GaiPolicy, SjfBcoPolicy, PipeTorchPolicy,
     IoTPartitionPolicy)}

@@ -269,7 +269,7 @@ def test_nodes_without_a_spec_are_left_out_until_the_cluster_is_updated(costs):
 
 def test_registry_names_aliases_and_errors():
     assert set(POLICIES) == {"random", "round_robin", "weighted_round_robin", "least_loaded",
-                             "least_outstanding", "met", "mct", "flink_slot_filling",
+                             "least_outstanding", "met", "mct", "mct_drain", "flink_slot_filling",
                              "flink_tasks_balance", "kubernetes", "liquid", "placement_aware",
                              "delay_locality", "dual_agent", "least_similar", "powerflow",
                              "greenflow", "hived", "gai", "sjf_bco", "pipe_torch",
