@@ -163,3 +163,38 @@ def test_hostile_backlogs_change_no_rate():
         assert decision.node in CLUSTER.node_ids
     units = {n.node_id: n.cpu_cores + len(n.gpus) for n in CLUSTER.nodes}
     assert {n: policy.meter.rate(n) for n in units} == pytest.approx(units)
+
+
+def test_the_flink_router_runs_it_on_measured_costs():
+    """The router's rule by name, on its learned work times (MeasuredCosts): a node that
+    reports its completions slowly is seen draining slowly and gets less."""
+    from pyflink_jobs.router import Router, RouterNode, RouterSettings
+    clock = [1000.0]
+    router = Router(RouterSettings(nodes=[RouterNode("fast", cpu_cores=2),
+                                          RouterNode("slow", cpu_cores=2)],
+                                   policy="mct_drain", executor_capacity=10_000),
+                    clock=lambda: clock[0])
+    router.fixed_policy.meter.prior_s = 1.0      # let a short run move the rates
+    inflight = {"fast": [], "slow": []}
+    counts = {"fast": 0, "slow": 0}
+    for i in range(1200):
+        clock[0] += 0.005          # two tasks per 10 ms: more than both nodes finish
+        decision, _ = router.route_event({"task_id": f"t{i}", "app_id": "face_recognition",
+                                          "input_size": 100_000})
+        inflight[decision.node].append(f"t{i}")
+        counts[decision.node] += 1
+        if i % 2:
+            continue
+        # "fast" finishes a task every 10 ms, "slow" one every 40 ms
+        for node, every in (("fast", 1), ("slow", 4)):
+            if (i // 2) % every == 0 and inflight[node]:
+                task_id = inflight[node].pop(0)
+                router.on_feedback({"node_id": node, "emitted_at_ms": int(clock[0] * 1000),
+                                    "completed": [{"task_id": task_id,
+                                                   "app_id": "face_recognition",
+                                                   "input_size": 100_000, "queue_ms": 1.0,
+                                                   "service_ms": 20.0,
+                                                   "finished_at_ms": int(clock[0] * 1000)}]})
+    meter = router.fixed_policy.meter
+    assert meter.rate("fast") > 2.0 * meter.rate("slow")
+    assert counts["fast"] > 2 * counts["slow"]

@@ -35,3 +35,20 @@ def test_summary_pairs_each_seed_with_mct_and_the_paper_baselines():
     # without the paper baselines on those seeds there is no gain over them
     assert "gain_over_paper_baselines_mean" not in mct_drain.summarise(
         runs, ["drain"], (1, 2, 3), paper[:2])[0]
+
+
+def test_the_ldwp_experiment_swaps_units_for_rates_and_nothing_else(monkeypatch):
+    from benchmarks import ldwp_drain_prior
+    from placement.ldwp import encoding
+    from placement.ldwp.agent import LDWPPolicy, LDWPSettings
+    from simulator.scenarios import paper_cluster, paper_costs
+    # restored after the test: the experiment changes the class for its whole process
+    monkeypatch.setattr(encoding.ObservationEncoder, "coefficients",
+                        encoding.ObservationEncoder.coefficients)
+    cluster = paper_cluster()
+    before = LDWPPolicy(cluster, paper_costs(), LDWPSettings(seed=0)).encoder.coefficients()
+    ldwp_drain_prior.use_rates_as_units({"p4x4-32g-0": 6.5})
+    after = LDWPPolicy(cluster, paper_costs(), LDWPSettings(seed=0)).encoder.coefficients()
+    assert after["p4x4-32g-0"] == (before["p4x4-32g-0"][0], 6.5)
+    assert {n: v for n, v in after.items() if n != "p4x4-32g-0"} == \
+        {n: v for n, v in before.items() if n != "p4x4-32g-0"}
