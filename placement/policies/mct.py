@@ -28,7 +28,7 @@ Example::
 from __future__ import annotations
 
 from placement.policies.base import EstimatingPolicy, first_and_second
-from workload.model import Decision, NodeSpec, Observation
+from workload.model import Decision, NodeSpec, Observation, Task
 
 __all__ = ["MinimumCompletionTimePolicy", "parallel_units"]
 
@@ -39,29 +39,46 @@ def parallel_units(node: NodeSpec) -> int:
 
 
 class MinimumCompletionTimePolicy(EstimatingPolicy):
-    """Scores: estimated completion time in seconds per node (lowest wins)."""
+    """Scores: estimated completion time in seconds per node (lowest wins).
+
+    A subclass may divide the backlog by something else than the unit count
+    (:meth:`_drain_rates`) and hear which node it picked (:meth:`_decided`)."""
 
     name = "mct"
+    #: how the reason names the rule
+    rule = "minimum completion time"
 
     def _cluster_changed(self) -> None:
         super()._cluster_changed()
         self._units = {n.node_id: parallel_units(n) for n in self.cluster.nodes}
 
+    def _drain_rates(self, observation: Observation, ids, states) -> dict[str, float]:
+        """What each node's backlog is divided by: its parallel units."""
+        return self._units
+
+    def _rate_note(self, rate: float) -> str:
+        """The divisor in the reason ("" for the unit count)."""
+        return ""
+
+    def _decided(self, task: Task, node: str) -> None:
+        """``task`` goes to ``node`` (a hook for rules that learn from what they sent)."""
+
     def decide(self, observation: Observation) -> Decision:
         ids, left_out = self.known_ids(observation)
         states = self.states(observation)
-        task, units = observation.task, self._units
-        ready = {nid: states[nid].backlog_s / units[nid] for nid in ids}
+        task = observation.task
+        rates = self._drain_rates(observation, ids, states)
+        ready = {nid: states[nid].backlog_s / rates[nid] for nid in ids}
         # speed_factor: the node's measured task time over the estimate (1 in the simulator;
         # the Flink router measures it from the feedback, placement.speed)
         scores = {nid: ready[nid] + self.task_ms(task, nid) * states[nid].speed_factor / 1000.0
                   for nid in ids}
         node, second = first_and_second(ids, scores.__getitem__)
+        self._decided(task, node)
 
         def parts(nid: str) -> str:
-            return f"ready {ready[nid]:.2f} s + compute {scores[nid] - ready[nid]:.2f} s " \
-                   f"= {scores[nid]:.2f} s"
+            return f"ready {ready[nid]:.2f} s{self._rate_note(rates[nid])} + compute " \
+                   f"{scores[nid] - ready[nid]:.2f} s = {scores[nid]:.2f} s"
 
         nxt = f"next {second} {parts(second)}" if second else "only node"
-        return Decision(node, f"minimum completion time: {node} {parts(node)} ({nxt}){left_out}",
-                        scores)
+        return Decision(node, f"{self.rule}: {node} {parts(node)} ({nxt}){left_out}", scores)

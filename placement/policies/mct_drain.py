@@ -44,10 +44,9 @@ from __future__ import annotations
 
 import math
 
-from placement.policies.base import EstimatingPolicy, first_and_second
-from placement.policies.mct import parallel_units
+from placement.policies.mct import MinimumCompletionTimePolicy
 from workload.estimates import CostModel
-from workload.model import ClusterSpec, Decision, Observation
+from workload.model import ClusterSpec, Observation, Task
 
 __all__ = ["MeasuredDrainMCTPolicy", "DrainRateMeter"]
 
@@ -130,11 +129,12 @@ class DrainRateMeter:
         return min(max(rate, MIN_RATE_SHARE * units), MAX_RATE_SHARE * units)
 
 
-class MeasuredDrainMCTPolicy(EstimatingPolicy):
+class MeasuredDrainMCTPolicy(MinimumCompletionTimePolicy):
     """Scores: estimated completion time in seconds per node, the backlog over the node's
     measured drain rate (lowest wins)."""
 
     name = "mct_drain"
+    rule = "minimum completion time at measured drain rates"
 
     def __init__(self, cluster: ClusterSpec, costs: CostModel | None = None, seed: int = 0,
                  prior_s: float = PRIOR_S, half_life_s: float = HALF_LIFE_S,
@@ -151,27 +151,15 @@ class MeasuredDrainMCTPolicy(EstimatingPolicy):
 
     def _cluster_changed(self) -> None:
         super()._cluster_changed()
-        self.meter = DrainRateMeter({n.node_id: parallel_units(n) for n in self.cluster.nodes},
-                                    self._prior_s, self._half_life_s)
+        self.meter = DrainRateMeter(self._units, self._prior_s, self._half_life_s)
 
-    def decide(self, observation: Observation) -> Decision:
-        ids, left_out = self.known_ids(observation)
-        states = self.states(observation)
-        meter = self.meter
+    def _drain_rates(self, observation: Observation, ids, states) -> dict[str, float]:
+        meter, fixed = self.meter, self.fixed_rates
         meter.observe(observation.now_s, {nid: states[nid].backlog_s for nid in ids})
-        task = observation.task
-        fixed = self.fixed_rates
-        rate = {nid: fixed[nid] if fixed and nid in fixed else meter.rate(nid) for nid in ids}
-        ready = {nid: states[nid].backlog_s / rate[nid] for nid in ids}
-        scores = {nid: ready[nid] + self.task_ms(task, nid) * states[nid].speed_factor / 1000.0
-                  for nid in ids}
-        node, second = first_and_second(ids, scores.__getitem__)
-        meter.sent(node, self.costs.task_work_ms(task, self._specs[node]) / 1000.0)
+        return {nid: fixed[nid] if fixed and nid in fixed else meter.rate(nid) for nid in ids}
 
-        def parts(nid: str) -> str:
-            return f"ready {ready[nid]:.2f} s (drains {rate[nid]:.2f}/s) + compute " \
-                   f"{scores[nid] - ready[nid]:.2f} s = {scores[nid]:.2f} s"
+    def _rate_note(self, rate: float) -> str:
+        return f" (drains {rate:.2f}/s)"
 
-        nxt = f"next {second} {parts(second)}" if second else "only node"
-        return Decision(node, f"minimum completion time at measured drain rates: {node} "
-                              f"{parts(node)} ({nxt}){left_out}", scores)
+    def _decided(self, task: Task, node: str) -> None:
+        self.meter.sent(node, self.costs.task_work_ms(task, self._specs[node]) / 1000.0)
