@@ -6,7 +6,9 @@ the HEFT node scheduler; beside them the two other shipped LDWP networks: ``size
 (zero-shot: the same weights on any cluster) and ``paper_transferred`` (the paper's network,
 one output per node: moved to the cluster by ``placement.ldwp.transfer``, each new node
 starting as the training node most like it, then fine-tuned online for one episode of
-FINE_TUNE_TASKS tasks on a training seed, then frozen). On:
+FINE_TUNE_TASKS tasks on a training seed, then frozen); and ``mct_drain``, MCT at drain
+rates measured online (``placement.policies.mct_drain``, its default settings: chosen on the
+paper cluster's tuning seeds), a rule and not a model, with its paired change over MCT. On:
 
 - ``two_cpu_3x``: two CPU-only nodes, one three times as fast (speeds never seen in training);
 - ``five_mixed_unseen_gpu``: five nodes, one with a GPU type never seen in training ("a100" at
@@ -38,7 +40,8 @@ from pathlib import Path
 from benchmarks._common import RESULTS, bar_with_ci, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, confidence_interval
 
-POLICIES = ("ldwp", "mct", "least_loaded", "random", "size_agnostic", "paper_transferred")
+POLICIES = ("ldwp", "mct", "mct_drain", "least_loaded", "random", "size_agnostic",
+            "paper_transferred")
 #: the fine-tuning episode of the transferred paper network (a training seed, never evaluated)
 FINE_TUNE_TASKS, FINE_TUNE_SEED = 1500, 150
 CLUSTERS = ("two_cpu_3x", "five_mixed_unseen_gpu", "alibaba_17", "alibaba_100",
@@ -158,7 +161,7 @@ def verdicts(rows: list[dict], runs: list[dict]) -> dict:
         if mct is None:
             continue
         mct_mean = mct["throughput_per_min"]["mean"]
-        for policy in LEARNED:
+        for policy in (*LEARNED, "mct_drain"):   # mct_drain: the measured-rate rule, beside
             row = by.get((cluster, policy))
             if row is None:
                 continue
@@ -238,7 +241,8 @@ def plot(rows: list[dict], path: Path) -> None:
     clusters = list(dict.fromkeys(r["cluster"] for r in rows))
     fig, axes = plt.subplots(1, len(clusters), figsize=(4 * len(clusters), 4), squeeze=False)
     axes = axes[0]
-    colours = {"ldwp": "tab:red", "mct": "tab:blue", "least_loaded": "tab:gray",
+    colours = {"ldwp": "tab:red", "mct": "tab:blue", "mct_drain": "tab:cyan",
+               "least_loaded": "tab:gray",
                "random": "tab:olive", "size_agnostic": "tab:orange",
                "paper_transferred": "tab:purple"}
     for ax, cluster in zip(axes, clusters):

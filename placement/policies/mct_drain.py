@@ -155,6 +155,8 @@ class MeasuredDrainMCTPolicy(MinimumCompletionTimePolicy):
 
     def _drain_rates(self, observation: Observation, ids, states) -> dict[str, float]:
         meter, fixed = self.meter, self.fixed_rates
+        if fixed and all(nid in fixed for nid in ids):
+            return {nid: fixed[nid] for nid in ids}   # every rate known: nothing to measure
         meter.observe(observation.now_s, {nid: states[nid].backlog_s for nid in ids})
         return {nid: fixed[nid] if fixed and nid in fixed else meter.rate(nid) for nid in ids}
 
@@ -162,4 +164,6 @@ class MeasuredDrainMCTPolicy(MinimumCompletionTimePolicy):
         return f" (drains {rate:.2f}/s)"
 
     def _decided(self, task: Task, node: str) -> None:
+        if self.fixed_rates and node in self.fixed_rates:
+            return                                     # its rate is known: the meter never asks
         self.meter.sent(node, self.costs.task_work_ms(task, self._specs[node]) / 1000.0)

@@ -152,6 +152,29 @@ def test_known_rates_are_used_and_validated():
             MeasuredDrainMCTPolicy(twins, costs, rates=bad)
 
 
+def test_known_rates_skip_the_meter_and_a_partial_table_measures_the_rest():
+    costs = CostModel()
+    trio = ClusterSpec((NodeSpec("a", 4, 16), NodeSpec("b", 4, 16), NodeSpec("c", 4, 16)))
+    task = Task("t", "face_recognition", 1_000_000)
+
+    def observe(policy, backlogs, now):
+        states = tuple(NodeState(n, backlog_s=b) for n, b in backlogs.items())
+        return policy.decide(Observation(task, states, now))
+
+    full = MeasuredDrainMCTPolicy(trio, costs, rates={"a": 8.0, "b": 1.0, "c": 2.0})
+    for second in range(5):
+        observe(full, {"a": 30.0, "b": 20.0, "c": 25.0}, float(second))
+    assert full.meter._last_time is None and not full.meter._sent   # never asked
+    # only c unknown: its rate is measured (the known two are never counted as sent)
+    partial = MeasuredDrainMCTPolicy(trio, costs, prior_s=1.0, rates={"a": 8.0, "b": 1.0})
+    for second in range(40):
+        observe(partial, {"a": 30.0, "b": 20.0, "c": 100.0 - 2.0 * second}, float(second))
+    # c's backlog fell 2 s a second (plus what was sent there): measured well below the
+    # prior of its 4 units; a and b are never counted as sent
+    assert 1.5 < partial.meter.rate("c") < 3.5
+    assert set(partial.meter._sent) <= {"c"}
+
+
 def test_hostile_backlogs_change_no_rate():
     costs = CostModel()
     policy = make_policy("mct_drain", CLUSTER, costs)
