@@ -88,13 +88,14 @@ def jit_available() -> bool:
     return os.environ.get(JIT_ENV, "1").strip() != "0" and _import_numba() is not None
 
 
-def _node_scoring_q(numbers, alone, template, size_column, size_feature, first_column,
-                    units, low, high, log_divisors, own, context, base, weights, biases,
-                    trust, mode, completion_scale):
+def _node_scoring_q(numbers, fixed, slope, size, template, size_column, size_feature,
+                    first_column, units, low, high, log_divisors, own, context, base, weights,
+                    biases, trust, mode, completion_scale):
     """(rows, Q) for one observation; mirrors FastNodeRows.encode + NumpyLDWPPolicy.fast_q.
 
     ``numbers`` (M, 9): each node's six utilisations, queue depth, backlog, speed factor
-    (overwritten); ``alone`` (M,): the task's estimated seconds alone on each node; ``template``
+    (overwritten); ``fixed + slope * size`` (M,): the task's estimated seconds alone on each
+    node (a learned cost model's estimates come as ``fixed``, with zero slopes); ``template``
     (M, width): the node set's and task type's constant columns; ``units`` (M,): parallel units;
     ``low``/``high`` (9,): clamps; ``log_divisors`` (4,); ``own``/``context`` (width, H1): the
     first layer split; ``base`` (M, H1): the first layer on the template alone, context and
@@ -107,7 +108,8 @@ def _node_scoring_q(numbers, alone, template, size_column, size_feature, first_c
     m, read = numbers.shape
     width = template.shape[1]
     # numba does not check indices: refuse any shape the writes below would overrun
-    if read != 9 or alone.shape[0] < m or units.shape[0] < m or template.shape[0] != m or \
+    if read != 9 or fixed.shape[0] < m or slope.shape[0] < m or units.shape[0] < m or \
+            template.shape[0] != m or \
             (trust.shape[0] and trust.shape[0] < m) or \
             width < first_column + CHANGING_NODE_COLUMNS + 1 or \
             size_column >= width or own.shape[0] != width or context.shape[0] != width or \
@@ -118,7 +120,7 @@ def _node_scoring_q(numbers, alone, template, size_column, size_feature, first_c
     wait_estimate = np.empty((m, 2))
     fastest = np.inf
     for i in range(m):
-        numbers[i, 8] *= alone[i]          # speed factor x estimate alone
+        numbers[i, 8] *= fixed[i] + slope[i] * size   # speed factor x estimate alone
         for c in range(read):
             v = numbers[i, c]
             if not v >= low[c]:            # NaN reads as the lower bound (np.fmax)
@@ -240,26 +242,40 @@ class CompiledNodeScoring:
             self.failed = f"{type(exc).__name__}: {exc}"
             return None
 
-    def q_values(self, numbers, alone, template, size_feature, units, trust, base=None):
+    def q_values(self, numbers, alone, template, size_feature, units, trust, base=None,
+                 slope=None, size=0.0):
         """(rows, Q) or None when the compiled call failed (the reason in ``failed``);
-        ``base``: :meth:`template_part` of ``template`` (computed here when not given)."""
+        ``alone``: the task's estimated seconds alone per node, or with ``slope`` its fixed
+        part (the estimate is ``alone + slope * size``, computed in the kernel); ``base``:
+        :meth:`template_part` of ``template`` (computed here when not given)."""
         if base is None:
             base = self.template_part(template)
             if base is None:
                 return None
         c = self.constants
         try:
-            return _kernel()(numbers, alone, template, c["size_column"], size_feature,
-                           c["first_column"], units, c["low"], c["high"], c["log_divisors"],
-                           self.own, self.context, base, self.weights, self.biases,
-                           _NO_TRUST if trust is None else trust, self.mode,
-                           c["completion_scale"])
+            return _kernel()(numbers, alone, _zeros(len(alone)) if slope is None else slope,
+                             float(size), template, c["size_column"], size_feature,
+                             c["first_column"], units, c["low"], c["high"], c["log_divisors"],
+                             self.own, self.context, base, self.weights, self.biases,
+                             _NO_TRUST if trust is None else trust, self.mode,
+                             c["completion_scale"])
         except Exception as exc:  # noqa: BLE001 - any compile/runtime failure: use numpy
             self.failed = f"{type(exc).__name__}: {exc}"
             return None
 
 
 _NO_TRUST = np.empty(0)
+_ZEROS: dict[int, np.ndarray] = {}
+
+
+def _zeros(length: int) -> np.ndarray:
+    """A zero slope per node, one per length (the kernel never writes it; not marked read
+    only, which numba would compile as another signature)."""
+    zeros = _ZEROS.get(length)
+    if zeros is None:
+        zeros = _ZEROS[length] = np.zeros(length)
+    return zeros
 
 
 def compiled_scorer(layers, row_size: int, q_prior: str | None, residual: str | None,

@@ -257,9 +257,28 @@ class FastNodeRows:
         return ids, rows, costs, node_set.mean_weights
 
     def inputs(self, observation: Observation) -> tuple:
-        """What :meth:`encode` (and the compiled path, ``placement.ldwp.compiled``) starts
-        from: (node ids, the node set's constants, the task type's row template, the task's
-        estimated seconds alone per node, each node's raw numbers (M, 9) float64, the size)."""
+        """What :meth:`encode` starts from: (node ids, the node set's constants, the task
+        type's row template, the task's estimated seconds alone per node, each node's raw
+        numbers (M, 9) float64, the size)."""
+        ids, node_set, template, fixed, slope, numbers, size = self._gather(observation)
+        alone = self._estimates(node_set, ids, observation.task.app_id, size, fixed, slope)
+        return ids, node_set, template, alone, numbers, size
+
+    def compiled_inputs(self, observation: Observation) -> tuple:
+        """What the compiled path (``placement.ldwp.compiled``) starts from: :meth:`inputs`
+        with the estimate alone left as (fixed part, slope per unit of size) for the kernel to
+        finish (``fixed + slope * size``: the numbers :meth:`inputs` computes, without its
+        cache or a numpy call). A learned cost model's estimates, or a size that is not a
+        plain number, come finished: the slope is then None."""
+        ids, node_set, template, fixed, slope, numbers, size = self._gather(observation)
+        if self.live is not None or type(size) not in (int, float) or not -1e300 < size < 1e300:
+            fixed = self._estimates(node_set, ids, observation.task.app_id, size, fixed, slope)
+            slope = None
+        return ids, node_set, template, fixed, slope, numbers, size
+
+    def _gather(self, observation: Observation) -> tuple:
+        """(ids, node set, template, fixed parts, slopes (None with a learned cost model),
+        raw numbers, size): what both inputs share."""
         nodes = observation.nodes
         ids = tuple(map(_NODE_ID, nodes))
         m = len(ids)
@@ -269,13 +288,12 @@ class FastNodeRows:
         task = observation.task
         app, size = task.app_id, task.input_size
         template, fixed, slope = node_set.types.get(app) or self._task_type(node_set, ids, app)
-        alone = self._estimates(node_set, ids, app, size, fixed, slope)
         try:
             numbers = np.fromiter(chain.from_iterable(map(_NODE_NUMBERS, nodes)), np.float64,
                                   m * _READ).reshape(m, _READ)
         except (TypeError, ValueError):  # None, numeric strings: as node_rows' np.array reads
             numbers = np.array(list(map(_NODE_NUMBERS, nodes)), dtype=np.float64)
-        return ids, node_set, template, alone, numbers, size
+        return ids, node_set, template, fixed, slope, numbers, size
 
     def _estimates(self, node_set: _NodeSet, ids, app: str, size, fixed, slope) -> np.ndarray:
         if self.live is not None:
@@ -494,7 +512,8 @@ class NumpyLDWPPolicy(Policy):
             state = self.encode(observation)
             return observation.node_ids, self.q_values(state), state
         if self.compiled is not None and self.compiled.failed is None:
-            ids, node_set, template, alone, numbers, size = self.fast_rows.inputs(observation)
+            ids, node_set, template, fixed, slope, numbers, size = \
+                self.fast_rows.compiled_inputs(observation)
             key = (ids, observation.task.app_id)   # what stays fixed: node set and task type
             trust = self._trust(key, observation)
             base = self._template_parts.get(key)
@@ -502,8 +521,9 @@ class NumpyLDWPPolicy(Policy):
                 base = self.compiled.template_part(template)   # None: it failed, numpy decides
                 if base is not None:
                     _remember(self._template_parts, key, base, TASK_TYPE_CACHE_SIZE)
-            answer = self.compiled.q_values(numbers, alone, template, task_size_feature(size),
-                                            node_set.units, trust, base)
+            answer = self.compiled.q_values(numbers, fixed, template, task_size_feature(size),
+                                            node_set.units, trust, base, slope,
+                                            size if slope is not None else 0.0)
             if answer is not None:
                 return ids, answer[1], answer[0]
         encoded = self.fast_encode(observation)
