@@ -60,14 +60,17 @@ import statistics
 import threading
 import time
 from pathlib import Path
-
-import requests
+from urllib.parse import quote
 
 from benchmarks._common import RESULTS, exclusive_home, write_result
 from benchmarks.learning_curve import learning_curve, placement_drift
 from benchmarks.learning_curve import plot as plot_learning
+from placement.service.flink_rest import FlinkRestClient
 
 log = logging.getLogger(__name__)
+
+#: seconds each Flink REST request of the gauges may take
+REST_TIMEOUT_S = 10.0
 
 __all__ = ["main", "Bench", "bench_config", "simulate", "spec_record", "VARIANTS",
            "SIM_POLICIES", "DEFAULT_SPEC"]
@@ -265,21 +268,28 @@ def collect_results(cfg, topic: str, expected_ids: set[str], timeout_s: float,
 
 
 def router_gauges(rest_url: str, job_id: str, wait_s: float = 15.0) -> dict:
-    """The router's gauges from REST (metrics appear a few seconds after they change)."""
-    job = requests.get(f"{rest_url}/jobs/{job_id}", timeout=10).json()
+    """The router's gauges from REST (metrics appear a few seconds after they change); a
+    gauge whose value is not a number is left out."""
+    rest = FlinkRestClient(rest_url, timeout_s=REST_TIMEOUT_S)
+    job = rest.get(f"/jobs/{job_id}")
     router = [v for v in job.get("vertices", []) if "router" in v["name"]]
     if not router:
         return {}
-    base = f"{rest_url}/jobs/{job_id}/vertices/{router[0]['id']}/metrics"
+    path = f"/jobs/{job_id}/vertices/{router[0]['id']}/metrics"
     deadline = time.monotonic() + wait_s
     while True:
-        ids = [m["id"] for m in requests.get(base, timeout=10).json()
-               if "streamplace_" in m["id"]]
+        ids = [m["id"] for m in rest.get(path) if "streamplace_" in m["id"]]
         if ids or time.monotonic() > deadline:
             break
         time.sleep(1.0)
-    values = requests.get(base, params={"get": ",".join(ids)}, timeout=10).json() if ids else []
-    return {v["id"].rsplit(".", 1)[-1]: float(v["value"]) for v in values}
+    values = rest.get(f"{path}?get={quote(','.join(ids), safe=',')}") if ids else []
+    gauges = {}
+    for value in values:
+        try:
+            gauges[value["id"].rsplit(".", 1)[-1]] = float(value["value"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return gauges
 
 
 def summarise_run(results: list[dict], sent_at: float, nodes=NODES) -> dict:

@@ -61,9 +61,12 @@ from pathlib import Path
 
 from benchmarks._common import RESULTS, exclusive_home, write_result
 from benchmarks.flink_e2e import confidence
+from placement.service.flink_rest import FlinkRestClient
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = ("tm_a", "tm_b", "tm_c")
+#: seconds each Flink REST request of the diagnostics may take
+REST_TIMEOUT_S = 10.0
 #: Outputs committed within less than this (about two checkpoints) give no flowing rate.
 MIN_RATE_SPAN_S = 2.0
 VARIANTS = [
@@ -124,10 +127,8 @@ def ensure_taskmanagers(cluster, expected: int = len(NODES)) -> bool:
     exception handler ... Reference count must not be negative" in Beam's bundle factory),
     seen about once in 15 cancellations here; the next job would then never get its
     resources. A dead process is seen at once; REST only after the heartbeat timeout."""
-    import requests
     try:
-        alive = len(requests.get(f"{cluster.rest_url}/taskmanagers", timeout=10)
-                    .json()["taskmanagers"])
+        alive = len(_rest(cluster.rest_url).get("/taskmanagers")["taskmanagers"])
     except Exception:  # noqa: BLE001 - REST down counts as gone
         alive = 0
     running = sum(1 for tm in cluster.status().taskmanagers if tm.running)
@@ -314,13 +315,17 @@ def verdict(summary: list[dict]) -> dict:
             "batching_on_over_off": ratio("LDWP + IAWP, batching off")}
 
 
+def _rest(rest_url: str) -> FlinkRestClient:
+    """The project's one Flink REST client (bounded answers, clear errors)."""
+    return FlinkRestClient(rest_url, timeout_s=REST_TIMEOUT_S)
+
+
 def checkpoint_summary(rest_url: str, job_id: str) -> dict:
     """The job's checkpoint durations so far (Flink REST): completed, failed, p50/p95/max
     end-to-end ms. With a backlog, a checkpoint that cannot complete holds every output of
     an exactly-once sink back; this says how long that was."""
-    import requests
     try:
-        body = requests.get(f"{rest_url}/jobs/{job_id}/checkpoints", timeout=10).json()
+        body = _rest(rest_url).get(f"/jobs/{job_id}/checkpoints")
     except Exception:  # noqa: BLE001 - REST down: no numbers, not no run
         return {}
     e2e = (body.get("summary") or {}).get("end_to_end_duration") or {}
@@ -332,20 +337,17 @@ def checkpoint_summary(rest_url: str, job_id: str) -> dict:
 
 def vertex_names(rest_url: str, job_id: str) -> dict[str, str]:
     """Vertex id -> its operator names (cut to 80 characters), from Flink REST."""
-    import requests
-    job = requests.get(f"{rest_url}/jobs/{job_id}", timeout=10).json()
+    job = _rest(rest_url).get(f"/jobs/{job_id}")
     return {v["id"]: v["name"][:80] for v in job["vertices"]}
 
 
 def operator_hosts(rest_url: str, job_id: str) -> dict:
     """Operator name -> the TaskManagers its subtasks ran on (Flink REST; on emulated hosts a
     TaskManager's id carries its host's address), e.g. which host the router shared."""
-    import requests
     out = {}
     try:
         for vertex, name in vertex_names(rest_url, job_id).items():
-            body = requests.get(f"{rest_url}/jobs/{job_id}/vertices/{vertex}/taskmanagers",
-                                timeout=10).json()
+            body = _rest(rest_url).get(f"/jobs/{job_id}/vertices/{vertex}/taskmanagers")
             out[name] = sorted({tm.get("taskmanager-id") or tm.get("endpoint") or "?"
                                 for tm in body.get("taskmanagers", [])})
     except Exception as exc:  # noqa: BLE001 - a diagnosis, never a failed run
@@ -359,7 +361,6 @@ def slowest_checkpoint(rest_url: str, job_id: str, history: list) -> dict:
     is how long the barrier took to reach the operator (queued records ahead of it),
     ``alignment`` the wait for the barrier on its other inputs, ``sync``/``async`` the
     snapshot itself (a Python operator's sync part includes finishing its bundle)."""
-    import requests
     done = [h for h in history if h.get("status") == "COMPLETED"]
     if not done:
         return {}
@@ -368,9 +369,9 @@ def slowest_checkpoint(rest_url: str, job_id: str, history: list) -> dict:
            "operators": {}}
     try:
         for vertex, name in vertex_names(rest_url, job_id).items():
-            summary = requests.get(f"{rest_url}/jobs/{job_id}/checkpoints/details/"
-                                   f"{worst['id']}/subtasks/{vertex}",
-                                   timeout=10).json().get("summary") or {}
+            summary = _rest(rest_url).get(f"/jobs/{job_id}/checkpoints/details/"
+                                          f"{worst['id']}/subtasks/{vertex}"
+                                          ).get("summary") or {}
             duration = summary.get("checkpoint_duration") or {}
             out["operators"][name] = {
                 "end_to_end_ms": (summary.get("end_to_end_duration") or {}).get("max"),

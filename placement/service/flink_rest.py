@@ -14,7 +14,9 @@ Endpoints used (Flink 2.2 REST API): ``/overview``, ``/taskmanagers``, ``/jobs/o
 ``/jobs/<jid>`` (its vertices), ``/jobs/<jid>/vertices/<vid>`` (subtask -> TaskManager),
 ``/jobmanager/config``, ``/jobs/<jid>/checkpoints``, ``/jobs/<jid>/exceptions``,
 ``POST /jobs/<jid>/stop`` (stop-with-savepoint), ``/jobs/<jid>/savepoints/<trigger>``,
-``PATCH /jobs/<jid>?mode=cancel``.
+``PATCH /jobs/<jid>?mode=cancel``; and for the engine benchmarks' diagnostics (through
+:meth:`get`): ``/jobs/<jid>/vertices/<vid>/metrics``, ``/jobs/<jid>/vertices/<vid>/taskmanagers``
+and ``/jobs/<jid>/checkpoints/details/<id>/subtasks/<vid>``.
 
 Example::
 

@@ -1,13 +1,18 @@
 """The examples benchmark's pure parts: the goals read from a summary, and how the hooked jobs
 reach the placement service on emulated hosts (no cluster needed)."""
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.flink_e2e_examples import (VARIANTS, decision_phases, flink_conf_entries,
-                                           operator_hosts, service_access, slowest_checkpoint,
-                                           start_engines, verdict)
+from benchmarks.flink_e2e import router_gauges
+from benchmarks.flink_e2e_examples import (VARIANTS, checkpoint_summary, decision_phases,
+                                           flink_conf_entries, operator_hosts, service_access,
+                                           slowest_checkpoint, start_engines, verdict)
+from placement.service.flink_rest import FlinkRestClient, FlinkUnreachable
 
 
 def _row(label, mean):
@@ -66,12 +71,10 @@ def test_flink_conf_entries_refuse_entries_without_a_key(bad):
         flink_conf_entries(["ok=1", bad])
 
 
-class _Answer:
-    def __init__(self, body):
-        self.body = body
-
-    def json(self):
-        return self.body
+def _serve(monkeypatch, answer):
+    """Every FlinkRestClient GET answered by ``answer(base_url + path)``."""
+    monkeypatch.setattr(FlinkRestClient, "get",
+                        lambda self, path, timeout_s=None: answer(self.base_url + path))
 
 
 def test_slowest_checkpoint_names_where_the_barrier_waited(monkeypatch):
@@ -86,14 +89,14 @@ def test_slowest_checkpoint_names_where_the_barrier_waited(monkeypatch):
                 "v2": {"end_to_end_duration": {"max": 15000}, "start_delay": {"max": 9000}}}
     asked = []
 
-    def get(url, timeout):
+    def get(url):
         asked.append(url)
         if url.endswith("/jobs/j"):
-            return _Answer({"vertices": [{"id": "v1", "name": "router"},
-                                         {"id": "v2", "name": "executor-tm_b"}]})
-        return _Answer({"summary": subtasks[url.rsplit("/", 1)[1]]})
+            return {"vertices": [{"id": "v1", "name": "router"},
+                                 {"id": "v2", "name": "executor-tm_b"}]}
+        return {"summary": subtasks[url.rsplit("/", 1)[1]]}
 
-    monkeypatch.setattr("requests.get", get)
+    _serve(monkeypatch, get)
     got = slowest_checkpoint("http://rest", "j", history)
     assert got["id"] == 5 and got["end_to_end_ms"] == 15000
     assert all("/checkpoints/details/5/subtasks/" in url for url in asked[1:])
@@ -106,10 +109,10 @@ def test_slowest_checkpoint_names_where_the_barrier_waited(monkeypatch):
 def test_slowest_checkpoint_without_a_completed_one_or_with_rest_down(monkeypatch):
     assert slowest_checkpoint("http://rest", "j", [{"id": 1, "status": "FAILED"}]) == {}
 
-    def down(url, timeout):
-        raise ConnectionError("refused")
+    def down(url):
+        raise FlinkUnreachable(f"Flink REST API at {url} is unreachable (refused)", "refused")
 
-    monkeypatch.setattr("requests.get", down)
+    _serve(monkeypatch, down)
     got = slowest_checkpoint("http://rest", "j", [{"id": 2, "status": "COMPLETED",
                                                    "end_to_end_duration": 5}])
     assert got["id"] == 2 and got["operators"] == {} and "refused" in got["error"]
@@ -132,10 +135,10 @@ def test_operator_hosts_lists_each_operators_taskmanagers(monkeypatch):
             {"taskmanager-id": "10.213.0.3:4000-aa"}]},
         "http://rest/jobs/j/vertices/v2/taskmanagers": {"taskmanagers": [
             {"taskmanager-id": "b"}, {"endpoint": "a:1"}, {"taskmanager-id": "b"}]}}
-    monkeypatch.setattr("requests.get", lambda url, timeout: _Answer(answers[url]))
+    _serve(monkeypatch, answers.__getitem__)
     assert operator_hosts("http://rest", "j") == {"streamplace-router": ["10.213.0.3:4000-aa"],
                                                   "executor": ["a:1", "b"]}
-    monkeypatch.setattr("requests.get", lambda url, timeout: _Answer({}))
+    _serve(monkeypatch, lambda url: {})
     assert "KeyError" in operator_hosts("http://rest", "j")["error"]
 
 
@@ -203,3 +206,73 @@ def test_the_frozen_ablation_takes_another_model_file_and_says_so(tmp_path):
     assert env["INITIAL_MODEL"] == str(model) and env["SERVICE_URL"] == ""
     with pytest.raises(SystemExit, match="no such file"):
         frozen_variant(EXTRA_VARIANTS[0], str(tmp_path / "missing.spmodel"))
+
+
+class _JobManager(BaseHTTPRequestHandler):
+    """Answers GETs from ``server.routes[path with its query] = JSON-able body``; 404 else."""
+
+    def do_GET(self):
+        self.server.seen.append(self.path)
+        body = self.server.routes.get(self.path)
+        data = json.dumps(body).encode() if body is not None else b'{"errors": []}'
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):  # quiet
+        pass
+
+
+@pytest.fixture
+def jobmanager():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _JobManager)
+    server.routes, server.seen = {}, []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_router_gauges_read_over_the_one_rest_client(jobmanager):
+    """Over real HTTP: the router vertex is found by name, its streamplace_ gauges are asked
+    for in one request (ids comma-joined in the query), and a value that is not a number is
+    left out instead of failing the run's summary."""
+    server, url = jobmanager
+    metrics = "/jobs/j/vertices/v2/metrics"
+    ids = ["0.streamplace-router.streamplace_decision_p99_us",
+           "0.streamplace-router.streamplace_decision_compiled",
+           "0.streamplace-router.streamplace_policy"]
+    server.routes.update({
+        "/jobs/j": {"vertices": [{"id": "v1", "name": "source"},
+                                 {"id": "v2", "name": "streamplace-router -> map"}]},
+        metrics: [{"id": i} for i in ids] + [{"id": "0.numRecordsIn"}],
+        f"{metrics}?get={','.join(ids)}": [{"id": ids[0], "value": "41.5"},
+                                           {"id": ids[1], "value": "1"},
+                                           {"id": ids[2], "value": "ldwp"}]})
+    assert router_gauges(url, "j", wait_s=0.0) == {"streamplace_decision_p99_us": 41.5,
+                                                   "streamplace_decision_compiled": 1.0}
+    server.routes["/jobs/k"] = {"vertices": [{"id": "v1", "name": "source"}]}
+    assert router_gauges(url, "k", wait_s=0.0) == {}     # no router vertex: no gauges
+
+
+def test_checkpoint_summary_over_http_and_with_the_jobmanager_gone(jobmanager):
+    server, url = jobmanager
+    server.routes.update({
+        "/jobs/j/checkpoints": {"counts": {"completed": 3, "failed": 1},
+                                "summary": {"end_to_end_duration": {"p50": 900, "p95": 1500,
+                                                                     "max": 2000}},
+                                "history": [{"id": 7, "status": "COMPLETED",
+                                             "end_to_end_duration": 2000}]},
+        "/jobs/j": {"vertices": [{"id": "v1", "name": "router"}]},
+        "/jobs/j/checkpoints/details/7/subtasks/v1": {"summary": {
+            "end_to_end_duration": {"max": 2000}, "start_delay": {"max": 1200}}}})
+    got = checkpoint_summary(url, "j")
+    assert (got["completed"], got["failed"], got["p50"], got["p95"], got["max"]) == \
+        (3, 1, 900, 1500, 2000)
+    assert got["slowest"]["id"] == 7
+    assert got["slowest"]["operators"]["router"]["start_delay_ms"] == 1200
+    assert checkpoint_summary(url, "unknown") == {}        # 404: no numbers, not a failed run
+    server.shutdown()
+    server.server_close()
+    assert checkpoint_summary(url, "j") == {}              # JobManager gone: the same
