@@ -21,7 +21,8 @@ cost speed, never a decision.
 Example::
 
     >>> scorer = compiled_scorer(policy)                    # doctest: +SKIP
-    >>> ids, q, rows = scorer.q_values(inputs, trust)       # doctest: +SKIP
+    >>> rows, q, best, runner = scorer.q_values(numbers, alone, template, size_feature,
+    ...                                         units, trust)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -88,27 +89,32 @@ def jit_available() -> bool:
     return os.environ.get(JIT_ENV, "1").strip() != "0" and _import_numba() is not None
 
 
-def _node_scoring_q(numbers, fixed, slope, size, template, size_column, size_feature,
-                    first_column, units, low, high, log_divisors, own, context, base, weights,
-                    biases, trust, mode, completion_scale):
-    """(rows, Q) for one observation; mirrors FastNodeRows.encode + NumpyLDWPPolicy.fast_q.
+def _node_scoring_q(numbers, fixed, slope, size, size_feature, template, units, own, context,
+                    base, weights, biases, trust, fparams, iparams):
+    """(rows, Q, best, runner-up) for one observation; mirrors FastNodeRows.encode +
+    NumpyLDWPPolicy.fast_q, and the decision's argmax (the first of equal Q-values, as
+    ``list.index(max(...))``; the runner-up likewise among the others, -1 with one node).
 
     ``numbers`` (M, 9): each node's six utilisations, queue depth, backlog, speed factor
     (overwritten); ``fixed + slope * size`` (M,): the task's estimated seconds alone on each
     node (a learned cost model's estimates come as ``fixed``, with zero slopes); ``template``
     (M, width): the node set's and task type's constant columns; ``units`` (M,): parallel units;
-    ``low``/``high`` (9,): clamps; ``log_divisors`` (4,); ``own``/``context`` (width, H1): the
-    first layer split; ``base`` (M, H1): the first layer on the template alone, context and
-    bias included (``CompiledNodeScoring.template_part``); ``weights``/``biases``: the later
-    layers; ``trust`` (M,) or empty: the evidence weights; ``mode``: RESIDUAL_MODES.
+    ``own``/``context`` (width, H1): the first layer split; ``base`` (M, H1): the first layer on
+    the template alone, context and bias included (``CompiledNodeScoring.template_part``);
+    ``weights``/``biases``: the later layers; ``trust`` (M,) or empty: the evidence weights;
+    ``fparams``: the clamps low (9) and high (9), the log divisors (4), the completion scale;
+    ``iparams``: the size column, the first node column, the mode (RESIDUAL_MODES). (Packed:
+    numba's dispatcher takes about 60 ns per argument, and the decision is measured in µs.)
 
     Only the size column and a node's first CHANGING_NODE_COLUMNS columns change from one task
     to the next; the rest of a row (type, spec, "exists") is the template's, whose share of the
     first layer is ``base``: the first layer reads those columns per task, not the whole row."""
     m, read = numbers.shape
     width = template.shape[1]
+    size_column, first_column, mode = iparams[0], iparams[1], iparams[2]
     # numba does not check indices: refuse any shape the writes below would overrun
-    if read != 9 or fixed.shape[0] < m or slope.shape[0] < m or units.shape[0] < m or \
+    if read != 9 or fparams.shape[0] != 2 * read + 5 or iparams.shape[0] != 3 or \
+            fixed.shape[0] < m or slope.shape[0] < m or units.shape[0] < m or \
             template.shape[0] != m or \
             (trust.shape[0] and trust.shape[0] < m) or \
             width < first_column + CHANGING_NODE_COLUMNS + 1 or \
@@ -116,6 +122,8 @@ def _node_scoring_q(numbers, fixed, slope, size, template, size_column, size_fea
             context.shape[1] != own.shape[1] or base.shape[0] != m or \
             base.shape[1] != own.shape[1]:
         raise ValueError("the compiled decision got inputs of inconsistent shapes")
+    low, high = fparams[:read], fparams[read:2 * read]
+    log_divisors, completion_scale = fparams[2 * read:2 * read + 4], fparams[2 * read + 4]
     rows = template.copy()
     wait_estimate = np.empty((m, 2))
     fastest = np.inf
@@ -184,7 +192,14 @@ def _node_scoring_q(numbers, fixed, slope, size, template, size_column, size_fea
             q[i] = hidden[i, 0] * weight - completion_scale * rows[i, first_column + 9]
         else:
             q[i] = hidden[i, 0]
-    return rows, q
+    best, runner = 0, -1
+    for i in range(1, m):
+        if q[i] > q[best]:
+            best = i
+    for i in range(m):
+        if i != best and (runner < 0 or q[i] > q[runner]):
+            runner = i
+    return rows, q, best, runner
 
 
 #: the compiled _node_scoring_q, made on first use (numba compiles it on its first call, or loads
@@ -223,6 +238,12 @@ class CompiledNodeScoring:
             raise ValueError("the compiled path needs at least one hidden layer")
         self.mode = RESIDUAL_MODES[mode]
         self.constants = constants
+        c = constants
+        self.fparams = np.concatenate([np.asarray(c["low"], dtype=np.float64),
+                                       np.asarray(c["high"], dtype=np.float64),
+                                       np.asarray(c["log_divisors"], dtype=np.float64),
+                                       [float(c["completion_scale"])]])
+        self.iparams = np.array([c["size_column"], c["first_column"], self.mode], dtype=np.int64)
         self.failed: str | None = None   # why the compiled path was given up, if it was
 
     def template_part(self, template: np.ndarray) -> np.ndarray | None:
@@ -244,7 +265,8 @@ class CompiledNodeScoring:
 
     def q_values(self, numbers, alone, template, size_feature, units, trust, base=None,
                  slope=None, size=0.0):
-        """(rows, Q) or None when the compiled call failed (the reason in ``failed``);
+        """(rows, Q, best, runner-up) or None when the compiled call failed (the reason in
+        ``failed``); best and runner-up are node indices (``_node_scoring_q``);
         ``alone``: the task's estimated seconds alone per node, or with ``slope`` its fixed
         part (the estimate is ``alone + slope * size``, computed in the kernel); ``base``:
         :meth:`template_part` of ``template`` (computed here when not given)."""
@@ -252,14 +274,11 @@ class CompiledNodeScoring:
             base = self.template_part(template)
             if base is None:
                 return None
-        c = self.constants
         try:
             return _kernel()(numbers, alone, _zeros(len(alone)) if slope is None else slope,
-                             float(size), template, c["size_column"], size_feature,
-                             c["first_column"], units, c["low"], c["high"], c["log_divisors"],
-                             self.own, self.context, base, self.weights, self.biases,
-                             _NO_TRUST if trust is None else trust, self.mode,
-                             c["completion_scale"])
+                             float(size), size_feature, template, units, self.own,
+                             self.context, base, self.weights, self.biases,
+                             _NO_TRUST if trust is None else trust, self.fparams, self.iparams)
         except Exception as exc:  # noqa: BLE001 - any compile/runtime failure: use numpy
             self.failed = f"{type(exc).__name__}: {exc}"
             return None

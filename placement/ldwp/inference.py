@@ -191,6 +191,28 @@ def _decide_without_model(kind: str, state: np.ndarray, q: np.ndarray, ids) -> D
                     {n: float(v) for n, v in zip(ids, scores)})
 
 
+def _decision(ids, q: np.ndarray, state: np.ndarray, best: int | None, runner: int | None,
+              kind: str) -> Decision:
+    """The Decision for Q-values ``q`` over ``ids``: the highest (the first of equals, as
+    np.argmax), with the runner-up in its reason; ``best``/``runner`` when the compiled call
+    already found them."""
+    scores = q.tolist()
+    # one sum answers "all finite?" (a sum of finite Q-values can only overflow when they
+    # are near 1e308; then the exact check decides)
+    if not math.isfinite(sum(scores)) and not np.isfinite(q).all():
+        return _decide_without_model(kind, state, q, ids)
+    if best is None:
+        best = scores.index(max(scores))
+        runner = -1
+        if len(scores) > 1:
+            others = scores.copy()
+            others[best] = -math.inf
+            runner = others.index(max(others))
+    text = f", next {ids[runner]} {scores[runner]:.3f}" if runner >= 0 else ""
+    return Decision(ids[best], f"LDWP: highest Q {scores[best]:.3f} on {ids[best]}{text}",
+                    dict(zip(ids, scores)))
+
+
 class _NodeSet:
     """What never changes for one observed node set: (parallel units, 1) per node, the known
     nodes, the base template (spec and constant columns), 1/M per node (the mean's weights)."""
@@ -448,7 +470,8 @@ class NumpyLDWPPolicy(Policy):
         # How much of the learned correction decisions use, on top of the evidence weights
         # (set_correction_scale): 1 as trained, 0 the prior alone (an ablation, a replay).
         self.correction_scale = 1.0
-        self._template_parts: dict[tuple, np.ndarray] = {}   # the compiled path's, per (ids, type)
+        # the compiled path's, per (ids, type): (the first layer on the template, trust)
+        self._template_parts: dict[tuple, tuple] = {}
         self.digest = hashlib.sha256(b"".join(w.tobytes() + b.tobytes() for w, b in layers)
                                      ).hexdigest()[:12]
 
@@ -508,28 +531,36 @@ class NumpyLDWPPolicy(Policy):
         """(node ids, Q-values, network input) for ``observation``: what :meth:`decide` uses.
         The same Q-values as ``q_values(encode(observation))`` up to float rounding; a task
         type that is not a string (never sent by the router) takes that plain path."""
+        return self._answer(observation)[:3]
+
+    def _answer(self, observation: Observation) -> tuple:
+        """:meth:`fast_q_values`, then the best node's and the runner-up's indices when the
+        compiled call found them (None, None otherwise)."""
         if type(observation.task.app_id) is not str:
             state = self.encode(observation)
-            return observation.node_ids, self.q_values(state), state
+            return observation.node_ids, self.q_values(state), state, None, None
         if self.compiled is not None and self.compiled.failed is None:
             ids, node_set, template, fixed, slope, numbers, size = \
                 self.fast_rows.compiled_inputs(observation)
             key = (ids, observation.task.app_id)   # what stays fixed: node set and task type
-            trust = self._trust(key, observation)
-            base = self._template_parts.get(key)
-            if base is None:  # the first layer on the template: fixed per node set and type
+            fixed_part = self._template_parts.get(key)
+            if fixed_part is None:  # the first layer on the template, and the trust weights
                 base = self.compiled.template_part(template)   # None: it failed, numpy decides
+                fixed_part = (base, self._trust(key, observation))
                 if base is not None:
-                    _remember(self._template_parts, key, base, TASK_TYPE_CACHE_SIZE)
-            answer = self.compiled.q_values(numbers, fixed, template, task_size_feature(size),
-                                            node_set.units, trust, base, slope,
-                                            size if slope is not None else 0.0)
+                    _remember(self._template_parts, key, fixed_part, TASK_TYPE_CACHE_SIZE)
+            base, trust = fixed_part
+            answer = None if base is None else self.compiled.q_values(
+                numbers, fixed, template, task_size_feature(size), node_set.units, trust, base,
+                slope, size if slope is not None else 0.0)
             if answer is not None:
-                return ids, answer[1], answer[0]
+                rows, q, best, runner = answer
+                return ids, q, rows, best, runner
         encoded = self.fast_encode(observation)
         state = encoded[1] if self.kind == "node_scoring" else encoded[1][:-1]
         key = (encoded[0], observation.task.app_id)
-        return encoded[0], self.fast_q(encoded, self._trust(key, observation, state)), state
+        return (encoded[0], self.fast_q(encoded, self._trust(key, observation, state)), state,
+                None, None)
 
     def set_correction_scale(self, scale: float) -> None:
         """Decide with ``scale`` times the learned correction (times its evidence weights):
@@ -540,6 +571,7 @@ class NumpyLDWPPolicy(Policy):
             raise ValueError(f"the correction scale must be in [0, 1], got {scale!r}")
         self.correction_scale = float(scale)
         self._trust_cache.clear()
+        self._template_parts.clear()   # holds the trust weights beside the template part
 
     def _trust(self, key: tuple, observation: Observation, state=None) -> np.ndarray | None:
         """The evidence weights per node (placement.ldwp.evidence) times the correction scale,
@@ -604,19 +636,4 @@ class NumpyLDWPPolicy(Policy):
         return np.negative(q, out=q)
 
     def decide(self, observation: Observation) -> Decision:
-        ids, q, state = self.fast_q_values(observation)
-        scores = q.tolist()
-        # one sum answers "all finite?" (a sum of finite Q-values can only overflow when they
-        # are near 1e308; then the exact check decides)
-        if not math.isfinite(sum(scores)) and not np.isfinite(q).all():
-            return _decide_without_model(self.kind, state, q, ids)
-        best = max(scores)
-        index = scores.index(best)   # the first of equals, as np.argmax
-        runner = ""
-        if len(scores) > 1:
-            others = scores.copy()
-            others[index] = -math.inf
-            second = max(others)
-            runner = f", next {ids[others.index(second)]} {second:.3f}"
-        return Decision(ids[index], f"LDWP: highest Q {best:.3f} on {ids[index]}{runner}",
-                        dict(zip(ids, scores)))
+        return _decision(*self._answer(observation), self.kind)

@@ -182,3 +182,30 @@ def test_the_kernel_keeps_the_gil():
     busy Python worker every decision then costs up to 5 ms (measured: p99 5.3 ms against 1.0
     ms). An 11 us kernel gains nothing from releasing it."""
     assert compiled._kernel().targetoptions.get("nogil", False) is False
+
+
+@needs_numba
+@pytest.mark.parametrize("estimates, best, runner", [
+    ((2.0, 1.0, 3.0, 1.0), 1, 3),     # equal best Q on nodes 1 and 3: the first is best
+    ((1.0, 1.0, 1.0, 1.0), 0, 1),     # all equal: the first, then the second
+    ((5.0, 4.0, 3.0, 2.0), 3, 2),
+    ((1.0,), 0, -1),                  # one node: no runner-up
+])
+def test_the_kernel_names_the_best_and_the_runner_up_as_the_decision_does(
+        monkeypatch, estimates, best, runner):
+    """An untrained scaled residual is MCT: Q = -log(1 + estimate) on idle nodes, so the
+    lowest estimate wins; ties go to the first node, as list.index(max(...)) does."""
+    monkeypatch.setenv(JIT_ENV, "1")
+    width = 20
+    layers = [(np.zeros((2 * width, 6)), np.zeros(6)), (np.zeros((6, 2)), np.zeros(2))]
+    constants = dict(CONSTANTS, high=np.full(9, 1e7))   # estimates above 1 stay themselves
+    scorer = compiled_scorer(layers, width, "completion", "scaled", constants)
+    m = len(estimates)
+    numbers = np.zeros((m, 9))
+    numbers[:, 8] = 1.0                # speed factor 1: the estimate is the one given
+    template = np.zeros((m, width))
+    _, q, got_best, got_runner = scorer.q_values(numbers, np.array(estimates), template, 0.0,
+                                                 np.ones(m), None)
+    scores = q.tolist()
+    assert (got_best, got_runner) == (best, runner)
+    assert got_best == scores.index(max(scores))
