@@ -2,8 +2,6 @@
 reach the placement service on emulated hosts (no cluster needed)."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
@@ -208,42 +206,22 @@ def test_the_frozen_ablation_takes_another_model_file_and_says_so(tmp_path):
         frozen_variant(EXTRA_VARIANTS[0], str(tmp_path / "missing.spmodel"))
 
 
-class _JobManager(BaseHTTPRequestHandler):
-    """Answers GETs from ``server.routes[path with its query] = JSON-able body``; 404 else."""
-
-    def do_GET(self):
-        self.server.seen.append(self.path)
-        body = self.server.routes.get(self.path)
-        data = json.dumps(body).encode() if body is not None else b'{"errors": []}'
-        self.send_response(200 if body is not None else 404)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):  # quiet
-        pass
-
-
-@pytest.fixture
-def jobmanager():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _JobManager)
-    server.routes, server.seen = {}, []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def _json_routes(server, routes: dict) -> None:
+    """GET ``path`` answers ``body`` as JSON, for each ``path: body``."""
+    server.routes.update({("GET", path): (200, json.dumps(body).encode())
+                          for path, body in routes.items()})
 
 
 def test_router_gauges_read_over_the_one_rest_client(jobmanager):
     """Over real HTTP: the router vertex is found by name, its streamplace_ gauges are asked
     for in one request (ids comma-joined in the query), and a value that is not a number is
     left out instead of failing the run's summary."""
-    server, url = jobmanager
+    server, url = jobmanager, jobmanager.url
     metrics = "/jobs/j/vertices/v2/metrics"
     ids = ["0.streamplace-router.streamplace_decision_p99_us",
            "0.streamplace-router.streamplace_decision_compiled",
            "0.streamplace-router.streamplace_policy"]
-    server.routes.update({
+    _json_routes(server, {
         "/jobs/j": {"vertices": [{"id": "v1", "name": "source"},
                                  {"id": "v2", "name": "streamplace-router -> map"}]},
         metrics: [{"id": i} for i in ids] + [{"id": "0.numRecordsIn"}],
@@ -252,13 +230,13 @@ def test_router_gauges_read_over_the_one_rest_client(jobmanager):
                                            {"id": ids[2], "value": "ldwp"}]})
     assert router_gauges(url, "j", wait_s=0.0) == {"streamplace_decision_p99_us": 41.5,
                                                    "streamplace_decision_compiled": 1.0}
-    server.routes["/jobs/k"] = {"vertices": [{"id": "v1", "name": "source"}]}
+    _json_routes(server, {"/jobs/k": {"vertices": [{"id": "v1", "name": "source"}]}})
     assert router_gauges(url, "k", wait_s=0.0) == {}     # no router vertex: no gauges
 
 
 def test_checkpoint_summary_over_http_and_with_the_jobmanager_gone(jobmanager):
-    server, url = jobmanager
-    server.routes.update({
+    server, url = jobmanager, jobmanager.url
+    _json_routes(server, {
         "/jobs/j/checkpoints": {"counts": {"completed": 3, "failed": 1},
                                 "summary": {"end_to_end_duration": {"p50": 900, "p95": 1500,
                                                                      "max": 2000}},
@@ -274,5 +252,5 @@ def test_checkpoint_summary_over_http_and_with_the_jobmanager_gone(jobmanager):
     assert got["slowest"]["operators"]["router"]["start_delay_ms"] == 1200
     assert checkpoint_summary(url, "unknown") == {}        # 404: no numbers, not a failed run
     server.shutdown()
-    server.server_close()
+    server.server_close()                                  # the fixture's second close: a no-op
     assert checkpoint_summary(url, "j") == {}              # JobManager gone: the same

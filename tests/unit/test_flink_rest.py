@@ -1,45 +1,14 @@
-"""The one Flink REST client against a real local HTTP server that plays a JobManager."""
+"""The one Flink REST client against a real local HTTP server that plays a JobManager (the
+``jobmanager`` fixture, tests/unit/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from placement.service import flink_rest
 from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
-
-
-class _JobManager(BaseHTTPRequestHandler):
-    """Answers from ``server.routes[(method, path)] = (status, body bytes)``; records requests."""
-
-    def _answer(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        sent = self.rfile.read(length) if length else b""
-        self.server.seen.append((self.command, self.path, sent))
-        status, body = self.server.routes.get((self.command, self.path), (404, b'{"errors":[]}'))
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = do_PATCH = _answer
-
-    def log_message(self, *args):  # quiet
-        pass
-
-
-@pytest.fixture
-def jobmanager():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _JobManager)
-    server.routes, server.seen = {}, []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 def _client(server, **kwargs):
