@@ -69,7 +69,7 @@ from placement.service.flink_rest import FlinkRestClient
 
 log = logging.getLogger(__name__)
 
-#: seconds each Flink REST request of the gauges may take
+#: seconds each Flink REST request of the engine benchmarks' diagnostics may take
 REST_TIMEOUT_S = 10.0
 
 __all__ = ["main", "Bench", "bench_config", "simulate", "spec_record", "VARIANTS",
@@ -267,10 +267,16 @@ def collect_results(cfg, topic: str, expected_ids: set[str], timeout_s: float,
     return list(first.values())
 
 
+def rest_client(rest_url: str) -> FlinkRestClient:
+    """The project's one Flink REST client (bounded answers, clear errors), as the engine
+    benchmarks read their diagnostics with it."""
+    return FlinkRestClient(rest_url, timeout_s=REST_TIMEOUT_S)
+
+
 def router_gauges(rest_url: str, job_id: str, wait_s: float = 15.0) -> dict:
     """The router's gauges from REST (metrics appear a few seconds after they change); a
     gauge whose value is not a number is left out."""
-    rest = FlinkRestClient(rest_url, timeout_s=REST_TIMEOUT_S)
+    rest = rest_client(rest_url)
     job = rest.get(f"/jobs/{job_id}")
     router = [v for v in job.get("vertices", []) if "router" in v["name"]]
     if not router:

@@ -61,12 +61,10 @@ from pathlib import Path
 
 from benchmarks._common import RESULTS, exclusive_home, write_result
 from benchmarks.flink_e2e import confidence
-from placement.service.flink_rest import FlinkRestClient
+from benchmarks.flink_e2e import rest_client as _rest
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = ("tm_a", "tm_b", "tm_c")
-#: seconds each Flink REST request of the diagnostics may take
-REST_TIMEOUT_S = 10.0
 #: Outputs committed within less than this (about two checkpoints) give no flowing rate.
 MIN_RATE_SPAN_S = 2.0
 VARIANTS = [
@@ -313,11 +311,6 @@ def verdict(summary: list[dict]) -> dict:
             "ldwp_over_plain_job": ratio(plain) if plain else None,
             "ldwp_over_mct": ratio("MCT at measured speeds"),
             "batching_on_over_off": ratio("LDWP + IAWP, batching off")}
-
-
-def _rest(rest_url: str) -> FlinkRestClient:
-    """The project's one Flink REST client (bounded answers, clear errors)."""
-    return FlinkRestClient(rest_url, timeout_s=REST_TIMEOUT_S)
 
 
 def checkpoint_summary(rest_url: str, job_id: str) -> dict:

@@ -144,6 +144,9 @@ def summarise(runs: list[dict]) -> list[dict]:
 
 
 LEARNED = ("ldwp", "size_agnostic", "paper_transferred")
+#: the policies whose verdict (paired change over MCT) is given: the learned ones, and the
+#: rule at measured drain rates
+BESIDE_MCT = (*LEARNED, "mct_drain")
 
 
 def verdicts(rows: list[dict], runs: list[dict]) -> dict:
@@ -161,7 +164,7 @@ def verdicts(rows: list[dict], runs: list[dict]) -> dict:
         if mct is None:
             continue
         mct_mean = mct["throughput_per_min"]["mean"]
-        for policy in (*LEARNED, "mct_drain"):   # mct_drain: the measured-rate rule, beside
+        for policy in BESIDE_MCT:
             row = by.get((cluster, policy))
             if row is None:
                 continue
