@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from streamplace.cluster_health import heal_cluster
 from streamplace.config import StreamplaceConfig, load_config
 from streamplace.flink_cluster import FlinkCluster
 from streamplace.kafka_broker import KafkaBroker
@@ -47,13 +48,22 @@ def kafka_broker(stack_config):
 
 
 @pytest.fixture(scope="session")
-def flink_cluster(stack_config, kafka_broker):
+def _session_flink_cluster(stack_config, kafka_broker):
     cluster = FlinkCluster(stack_config)
     cluster.stop()
     shutil.rmtree(stack_config.flink_dir, ignore_errors=True)
     cluster.start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def flink_cluster(_session_flink_cluster):
+    """The session's cluster, whole again for each test module. Why: PyFlink 2.2.1 sometimes
+    kills a TaskManager seconds after the previous module cancelled its job; the next module's
+    job would then wait for slots that never come (NoResourceAvailableException)."""
+    heal_cluster(_session_flink_cluster)
+    return _session_flink_cluster
 
 
 def pytest_collection_modifyitems(items):
