@@ -385,11 +385,15 @@ class StreamplaceHook:
                 .uid(f"{s.uid_prefix}-feedback-source").set_parallelism(1))
 
     def apply(self, env, stream, operator=None, output_type=None, task_type=None,
-              task_size=None, name: str | None = None):
+              task_size=None, name: str | None = None, flat: bool | None = None):
         """Route each record of ``stream`` and run ``operator`` on it where the policy decides.
 
         ``operator``: a callable, a ``MapFunction`` / ``FlatMapFunction``, a torch
-        ``nn.Module`` or a :class:`workload.operators.StagedOperator`; ``output_type``: as in
+        ``nn.Module``, a PyFlink ``AsyncFunction`` or ``async def`` function (awaited on one
+        event loop per worker; the hook's own timeout applies, ``AsyncFunction.timeout`` is
+        not called) or a :class:`workload.operators.StagedOperator`; ``flat=True``: a plain
+        callable's result per record is an iterable of outputs, as ``flat_map(fn)`` (default:
+        only generator functions are); ``output_type``: as in
         ``DataStream.map`` (default: pickled); ``task_type(record) -> str`` /
         ``task_size(record) -> int``: what the policy sees (defaults: the operator's name; the
         record's serialized length). Returns the operator's outputs; sets
@@ -405,9 +409,10 @@ class StreamplaceHook:
             if s.executor == "checksum":
                 raise ValueError("executor='checksum' runs TaskEvents only; with an operator "
                                  "the operator is the work")
-            op = as_operator(operator, name, task_type, task_size)
-        elif task_type is not None or task_size is not None or output_type is not None:
-            raise ValueError("task_type, task_size and output_type need an operator: "
+            op = as_operator(operator, name, task_type, task_size, flat)
+        elif (task_type is not None or task_size is not None or output_type is not None
+              or flat is not None):
+            raise ValueError("task_type, task_size, output_type and flat need an operator: "
                              "hook.apply(env, stream, operator, output_type=...)")
         self.nodes = s.resolved_nodes()
         env.register_slot_sharing_group(io_slot_sharing_group(host=self._router_host()))

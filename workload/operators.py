@@ -3,7 +3,9 @@
 A job hands the hook its operator in one of these forms (:func:`as_operator` turns each into a
 :class:`StagedOperator`):
 
-- a plain Python callable ``fn(record) -> output``;
+- a plain Python callable ``fn(record) -> output`` (``async def`` too: awaited on one event
+  loop per worker process; a generator function is flat: its items are the record's outputs);
+- a PyFlink ``AsyncFunction``: ``async_invoke(record)`` returns the record's list of outputs;
 - a PyFlink ``MapFunction`` (``map``) or ``FlatMapFunction`` (``flat_map``): its ``open`` /
   ``close`` run once per executor instance, as in Flink;
 - a torch ``nn.Module`` (an instance, or a class / zero-argument factory built once per executor
@@ -39,14 +41,20 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import pickle
 import threading
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any, Callable, Sequence
 
+from workload.async_calls import (collect_async, is_async_callable, is_generator_callable,
+                                  run_coroutines)
+
 __all__ = ["BatchPolicy", "OperatorStage", "StagedOperator", "TaskDescriber", "chain_cpu_stages", "stage", "torch_stage",
+           "async_function_stage", "ASYNC_BATCHING", "ASYNC_TIMEOUT_S",
            "as_operator", "pipeline_stages", "record_size", "record_bytes", "DEVICES", "OperatorError"]
 
 #: Where a stage may run: ``cpu`` (a CPU core), ``gpu`` (a GPU; on a node without one it runs on
@@ -112,6 +120,16 @@ class BatchPolicy:
 
 NO_BATCHING = BatchPolicy()
 
+#: An ``async def`` stage's or ``AsyncFunction``'s default batch: the coroutines of up to 32
+#: in-flight records (the hook's ``executor_capacity``) wait together on one CPU lane, as in
+#: PyFlink's async operator, instead of one record per lane at a time.
+ASYNC_BATCHING = BatchPolicy.up_to(32, max_queue_delay_us=1000)
+
+#: An ``AsyncFunction`` call's timeout (seconds) under the hook: PyFlink takes it from
+#: ``unordered_wait``, which the hook replaces. Below the hook's own executor timeout (300 s),
+#: so that the function's ``timeout`` is what a slow call gets, as in the plain job.
+ASYNC_TIMEOUT_S = 60.0
+
 
 @dataclass(frozen=True)
 class OperatorStage:
@@ -143,24 +161,83 @@ def stage(name: str, fn: Callable, deps: Sequence[str] = (), device: str = "cpu"
     """A stage from a function: per input ``fn(x) -> y`` (default), or per batch
     ``fn(xs) -> ys`` with ``batched=True``. ``batch``: a :class:`BatchPolicy`, or an int for
     ``BatchPolicy.up_to(n)``. Functions with a parameter named ``device`` get the unit's device
-    (``"cpu"`` or ``"cuda:0"``)."""
-    policy = _batch_policy(batch)
+    (``"cpu"`` or ``"cuda:0"``). An ``async def`` function is awaited, a batch's calls
+    concurrently (:mod:`workload.async_calls`; default batch :data:`ASYNC_BATCHING`, so that
+    in-flight records wait together, as in PyFlink's async operator); a generator function's
+    items come as a list."""
+    asynchronous = is_async_callable(fn)
+    policy = ASYNC_BATCHING if asynchronous and batch is None else _batch_policy(batch)
     takes_device = _accepts_keyword(fn, "device")
 
     if batched:
         def run(inputs: list, device: str) -> list:
             out = fn(inputs, device=device) if takes_device else fn(inputs)
+            if asynchronous:
+                out = _awaited([out])[0]
             out = list(out)
             if len(out) != len(inputs):
                 raise OperatorError(f"stage {name!r} returned {len(out)} outputs for "
                                     f"{len(inputs)} inputs")
             return out
+    elif asynchronous:  # the batch's coroutines run concurrently (workload.async_calls)
+        def run(inputs: list, device: str) -> list:
+            if takes_device:
+                return _awaited([fn(x, device=device) for x in inputs])
+            return _awaited([fn(x) for x in inputs])
+    elif is_generator_callable(fn):  # drained here: the work is the stage's (timed, retried)
+        def run(inputs: list, device: str) -> list:
+            if takes_device:
+                return [list(fn(x, device=device)) for x in inputs]
+            return [list(fn(x)) for x in inputs]
     else:
         def run(inputs: list, device: str) -> list:
             if takes_device:
                 return [fn(x, device=device) for x in inputs]
             return [fn(x) for x in inputs]
     return OperatorStage(name, run, tuple(deps), device, policy)
+
+
+def _awaited(values: list) -> list:
+    """``values`` (coroutines or async generators) run to their results (a list per async
+    generator)."""
+    return run_coroutines([collect_async(v) if inspect.isasyncgen(v) else v for v in values])
+
+
+def async_function_stage(name: str, function, timeout_s: float = ASYNC_TIMEOUT_S,
+                         batch: BatchPolicy | int | None = None) -> OperatorStage:
+    """A PyFlink ``AsyncFunction`` as one CPU stage of a flat operator, with PyFlink's
+    semantics: ``async_invoke(record)`` gives the record's list of outputs (not None, an
+    iterable); past ``timeout_s`` its call is cancelled and ``function.timeout(record)`` gives
+    them instead (PyFlink's default ``timeout`` raises TimeoutError: the record fails). A
+    batch's calls run concurrently (default batch :data:`ASYNC_BATCHING`)."""
+    if not 0 < timeout_s < 1e6:
+        raise OperatorError(f"timeout_s must be in (0, 1e6) seconds, got {timeout_s!r}")
+    invoke = function.async_invoke
+    on_timeout = getattr(function, "timeout", None)
+
+    async def call(record):
+        try:
+            return await asyncio.wait_for(invoke(record), timeout_s)
+        except asyncio.TimeoutError:
+            if on_timeout is None:
+                raise
+            return on_timeout(record)
+
+    def run(inputs: list, device: str) -> list:
+        return [_async_function_results(name, r)
+                for r in run_coroutines([call(x) for x in inputs])]
+    return OperatorStage(name, run, batch=ASYNC_BATCHING if batch is None
+                         else _batch_policy(batch))
+
+
+def _async_function_results(name: str, result) -> list:
+    if result is None:
+        raise OperatorError(f"{name}.async_invoke returned None; an AsyncFunction returns a "
+                            f"list of results (PyFlink refuses None too)")
+    if not isinstance(result, Iterable):
+        raise OperatorError(f"{name}.async_invoke returned {type(result).__name__}; an "
+                            f"AsyncFunction returns a list of results")
+    return list(result)
 
 
 def torch_stage(module, name: str = "model", deps: Sequence[str] = (), device: str = "gpu",
@@ -542,10 +619,27 @@ def _refuse_stateful(fn, what: str) -> None:
 
 
 def as_operator(operator, name: str | None = None, task_type: Callable | None = None,
-                task_size: Callable | None = None) -> StagedOperator:
-    """Any supported operator form as a :class:`StagedOperator` (see the module docstring)."""
+                task_size: Callable | None = None, flat: bool | None = None) -> StagedOperator:
+    """Any supported operator form as a :class:`StagedOperator` (see the module docstring).
+
+    ``flat`` is for a plain callable: True when its result per record is an iterable of
+    outputs (as ``DataStream.flat_map(fn)``); None (default) reads it from the function (a
+    generator function is flat, any other callable a map)."""
     if not isinstance(operator, (StagedOperator, OperatorStage)):
         _refuse_stateful(operator, "the operator")
+    plain_callable = (callable(operator) and not isinstance(operator, (list, tuple))
+                      and not _is_torch_module(operator)
+                      and not _is_torch_module_class(operator)
+                      and not any(callable(getattr(operator, m, None))
+                                  for m in ("map", "flat_map", "async_invoke")))
+    if flat is not None and not plain_callable:
+        raise OperatorError(f"flat= is for a plain callable; {type(operator).__name__} says "
+                            f"itself whether it is flat (a FlatMapFunction, an AsyncFunction "
+                            f"and a StagedOperator(flat=True) are)")
+    if flat is False and is_generator_callable(operator):
+        raise OperatorError(f"{getattr(operator, '__name__', operator)!r} is a generator "
+                            f"function: each record gives several outputs, so it is flat "
+                            f"(as DataStream.flat_map); flat=False would emit the generator")
     if isinstance(operator, StagedOperator):
         op = operator
     elif isinstance(operator, OperatorStage):
@@ -564,6 +658,12 @@ def as_operator(operator, name: str | None = None, task_type: Callable | None = 
         op = StagedOperator(label, [run], flat=flat,
                             on_open=getattr(operator, "open", None),
                             on_close=getattr(operator, "close", None))
+    elif callable(getattr(operator, "async_invoke", None)):
+        # a PyFlink AsyncFunction: its coroutine per record gives a list of outputs
+        label = name or type(operator).__name__
+        op = StagedOperator(label, [async_function_stage(label, operator)], flat=True,
+                            on_open=getattr(operator, "open", None),
+                            on_close=getattr(operator, "close", None))
     elif _is_torch_module(operator) or _is_torch_module_class(operator):
         # A class is built once per executor instance (torch_stage), not called per record.
         label = name or (operator.__name__ if isinstance(operator, type)
@@ -573,7 +673,8 @@ def as_operator(operator, name: str | None = None, task_type: Callable | None = 
         label = name or getattr(operator, "__name__", None) or type(operator).__name__
         if label == "<lambda>":
             label = "lambda"
-        op = StagedOperator(label, [stage(label, operator)])
+        op = StagedOperator(label, [stage(label, operator)],
+                            flat=is_generator_callable(operator) if flat is None else flat)
     else:
         raise OperatorError(f"cannot place {operator!r}: hand the hook a callable, a "
                             f"MapFunction / FlatMapFunction, a torch nn.Module, or a "
@@ -607,8 +708,12 @@ def pipeline_stages(steps: Sequence) -> list[OperatorStage]:
         elif callable(step):
             _refuse_stateful(step, "pipeline step")
             wants_record = i > 0 and _positional_count(step) == 2
-            fn = (lambda both, f=step: f(both[RECORD_STAGE], both["previous"])) \
-                if wants_record else step
+            fn = step
+            if wants_record and is_async_callable(step):
+                async def fn(both, f=step):
+                    return await f(both[RECORD_STAGE], both["previous"])
+            elif wants_record:
+                fn = (lambda both, f=step: f(both[RECORD_STAGE], both["previous"]))
             made = stage(getattr(step, "__name__", type(step).__name__), fn)
         else:
             raise OperatorError(f"pipeline step {i} ({step!r}) is not a stage, a torch module "
