@@ -2,7 +2,9 @@
 
 For each example (``examples/json_enrich``: JSON in, a CPU-heavy enrichment function, JSON out;
 ``examples/text_inference``: a torch classifier as tokenize -> batched model -> label;
-``examples/video_analytics``: the built-in apps on clips of real photographs) the plain
+``examples/async_scoring``: a PyFlink ``AsyncFunction`` calling an (emulated) remote model, as
+PyFlink's own async example; ``examples/video_analytics``: the built-in apps on clips of real
+photographs) the plain
 job and the hooked job run side by side on the same clean input, and the hooked job runs again
 on an input where some records make the operator raise. Checked: every input record's output
 exactly once (read_committed; none missing, none extra); the hooked outputs equal the plain
@@ -84,6 +86,8 @@ EXAMPLES = {
                     lambda raw: json.loads(raw)["id"]),
     "text_inference": (240, 12, reviews, lambda out: json.loads(out)["id"],
                        lambda raw: json.loads(raw)["id"]),
+    "async_scoring": (240, 12, reviews, lambda out: json.loads(out)["id"],
+                      lambda raw: json.loads(raw)["id"]),
     "video_analytics": (48, 8, clips, lambda out: json.loads(out)["task_id"],
                         lambda raw: _decode_event(raw)["task_id"]),
 }

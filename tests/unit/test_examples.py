@@ -22,6 +22,9 @@ PAIRS = [
      "topics = reviews.map(Classify(), output_type=Types.STRING())",
      "topics = hook.apply(env, reviews, [tokenize, TextNet, to_label], "
      "output_type=Types.STRING())"),
+    ("async_scoring/plain_job.py", "async_scoring/hooked_job.py",
+     "scores = AsyncDataStream.unordered_wait(reviews, ScoreReview()",
+     "scores = hook.apply(env, reviews, ScoreReview(), output_type=Types.STRING())"),
     ("video_analytics/plain_job.py", "video_analytics/hooked_job.py",
      "answers = clips.map(AnalyseClip(), output_type=Types.STRING())",
      "answers = hook.apply(env, clips, AnalyseClip(), output_type=Types.STRING(), "
