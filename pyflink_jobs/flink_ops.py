@@ -16,6 +16,7 @@ import time
 
 __all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter",
            "executor_slot_sharing_group", "io_slot_sharing_group", "kafka_bytes_sink",
+           "input_is_bounded", "runtime_mode",
            "side_output", "CountGauges", "MAX_REASON_CHARS", "MAX_DEAD_LETTER_RAW_BYTES",
            "dead_letter_raw",
            "EXECUTOR_CPU", "EXECUTOR_HEAP_MB", "EXECUTOR_MANAGED_MB",
@@ -67,6 +68,38 @@ def python_execution_mode(stream) -> str:
     except Exception:  # noqa: BLE001 - a stand-in stream (tests) or an older PyFlink
         return "process"
     return str(mode or "process").lower()
+
+
+def runtime_mode(stream) -> str:
+    """The job's ``execution.runtime-mode`` ("STREAMING", "BATCH" or "AUTOMATIC") as the
+    stream's environment has it; "STREAMING" (Flink's default) when it cannot be read."""
+    try:
+        from pyflink.java_gateway import get_gateway
+        from pyflink.util.java_utils import get_j_env_configuration
+        conf = get_j_env_configuration(stream._j_data_stream.getExecutionEnvironment())
+        mode = conf.get(get_gateway().jvm.org.apache.flink.configuration.ExecutionOptions
+                        .RUNTIME_MODE)
+    except Exception:  # noqa: BLE001 - a stand-in stream (tests)
+        return "STREAMING"
+    return str(mode or "STREAMING").upper()
+
+
+def input_is_bounded(stream) -> bool:
+    """True when every source behind ``stream`` is bounded (``from_collection``, a bounded
+    ``KafkaSource``, a file read once): the job is meant to finish when they do. False when
+    one is unbounded, none is found, or there is no JVM behind the stream (tests)."""
+    try:
+        transformation = stream._j_data_stream.getTransformation()
+        seen = [transformation, *transformation.getTransitivePredecessors()]
+    except Exception:  # noqa: BLE001 - a stand-in stream (tests)
+        return False
+    kinds = []
+    for t in seen:
+        try:
+            kinds.append(str(t.getBoundedness()))   # sources only (WithBoundedness)
+        except Exception:  # noqa: BLE001 - not a source
+            continue
+    return bool(kinds) and all(k == "BOUNDED" for k in kinds)
 
 
 def dead_letter_tag():

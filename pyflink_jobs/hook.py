@@ -60,8 +60,8 @@ from workload.operators import as_operator
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
 from pyflink_jobs.flink_ops import (dead_letter_tag, executor_slot_sharing_group,
-                                    io_slot_sharing_group, kafka_bytes_sink,
-                                    python_execution_mode, side_output)
+                                    input_is_bounded, io_slot_sharing_group, kafka_bytes_sink,
+                                    python_execution_mode, runtime_mode, side_output)
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
 from interference.executor.direct import direct_operator
@@ -371,15 +371,22 @@ class StreamplaceHook:
         except (ValueError, KeyError, OSError):
             return 0
 
-    def feedback_stream(self, env):
+    def feedback_stream(self, env, bounded: bool = False):
+        """The NodeFeedback topic as a stream. ``bounded``: the job's input is bounded, so
+        this source must end too, or the job would never finish (and a BATCH job refuses an
+        unbounded source): it reads what is in the topic when the job starts, and the
+        routers decide on their own in-flight counts and the service's model after that."""
         from pyflink.common import ByteArraySchema, WatermarkStrategy
         from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
         s = self.settings
-        source = (KafkaSource.builder().set_bootstrap_servers(s.bootstrap_servers)
-                  .set_topics(s.feedback_topic).set_group_id(s.feedback_group_id)
-                  # Node state is only worth its newest reports; the past is in broadcast state.
-                  .set_starting_offsets(KafkaOffsetsInitializer.latest())
-                  .set_value_only_deserializer(ByteArraySchema()).build())
+        builder = (KafkaSource.builder().set_bootstrap_servers(s.bootstrap_servers)
+                   .set_topics(s.feedback_topic).set_group_id(s.feedback_group_id)
+                   # Node state is only worth its newest reports; the past is in broadcast state.
+                   .set_starting_offsets(KafkaOffsetsInitializer.latest())
+                   .set_value_only_deserializer(ByteArraySchema()))
+        if bounded:
+            builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
+        source = builder.build()
         return (env.from_source(source, WatermarkStrategy.no_watermarks(),
                                 "streamplace-feedback-source")
                 .uid(f"{s.uid_prefix}-feedback-source").set_parallelism(1))
@@ -416,7 +423,19 @@ class StreamplaceHook:
                              "hook.apply(env, stream, operator, output_type=...)")
         self.nodes = s.resolved_nodes()
         env.register_slot_sharing_group(io_slot_sharing_group(host=self._router_host()))
-        broadcast = self.feedback_stream(env).broadcast(feedback_state_descriptor())
+        self.bounded = input_is_bounded(stream)
+        mode = runtime_mode(stream)
+        if mode == "BATCH" or (mode == "AUTOMATIC" and self.bounded):
+            raise ValueError(
+                "the hook runs in streaming execution mode, and this job is set to BATCH "
+                f"(execution.runtime-mode {mode}): in BATCH mode the router and its executors "
+                "would exchange records through blocking shuffles, which the small "
+                "TaskManagers this was checked on could not give network buffers for (the "
+                "job restarted until it failed). Leave the runtime mode at STREAMING: a "
+                "bounded input (from_collection, a bounded KafkaSource) still finishes the "
+                "job once every record's output is out")
+        broadcast = self.feedback_stream(env, self.bounded).broadcast(
+            feedback_state_descriptor())
         single = s.routing == "rest_partitioner"
         limits = self.task_limits(user_records=op is not None)
         reader = OperatorRecords(op, limits) if op is not None else TaskEventRecords(limits)
