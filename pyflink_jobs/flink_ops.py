@@ -16,7 +16,7 @@ import time
 
 __all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter",
            "executor_slot_sharing_group", "io_slot_sharing_group", "kafka_bytes_sink",
-           "input_is_bounded", "runtime_mode",
+           "input_is_bounded", "runtime_mode", "execution_target",
            "side_output", "CountGauges", "MAX_REASON_CHARS", "MAX_DEAD_LETTER_RAW_BYTES",
            "dead_letter_raw",
            "EXECUTOR_CPU", "EXECUTOR_HEAP_MB", "EXECUTOR_MANAGED_MB",
@@ -68,6 +68,17 @@ def python_execution_mode(stream) -> str:
     except Exception:  # noqa: BLE001 - a stand-in stream (tests) or an older PyFlink
         return "process"
     return str(mode or "process").lower()
+
+
+def execution_target(env) -> str:
+    """The environment's ``execution.target``: "local" when the job runs in this process's
+    mini cluster (``python my_job.py``), "remote" under ``flink run``; "" when unreadable."""
+    try:
+        from pyflink.util.java_utils import get_j_env_configuration
+        conf = get_j_env_configuration(env._j_stream_execution_environment)
+        return str(conf.getString("execution.target", "") or "").lower()
+    except Exception:  # noqa: BLE001 - a stand-in environment (tests)
+        return ""
 
 
 def runtime_mode(stream) -> str:

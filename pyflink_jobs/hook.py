@@ -59,8 +59,8 @@ from workload.operators import as_operator
 
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
-from pyflink_jobs.flink_ops import (dead_letter_tag, executor_slot_sharing_group,
-                                    input_is_bounded, io_slot_sharing_group, kafka_bytes_sink,
+from pyflink_jobs.flink_ops import (dead_letter_tag, execution_target,
+                                    executor_slot_sharing_group, input_is_bounded, io_slot_sharing_group, kafka_bytes_sink,
                                     python_execution_mode, runtime_mode, side_output)
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
@@ -310,6 +310,8 @@ class StreamplaceHook:
         self.settings = settings or HookSettings()
         self.dead_letters = None
         self.nodes: list[RouterNode] = []
+        self.local = False    # apply(): the job runs in this process's mini cluster
+        self.bounded = False  # apply(): every source behind the stream is bounded
 
     @staticmethod
     def builder() -> "HookBuilder":
@@ -422,7 +424,17 @@ class StreamplaceHook:
             raise ValueError("task_type, task_size, output_type and flat need an operator: "
                              "hook.apply(env, stream, operator, output_type=...)")
         self.nodes = s.resolved_nodes()
-        env.register_slot_sharing_group(io_slot_sharing_group(host=self._router_host()))
+        # In this process's mini cluster (``python my_job.py``) there are no TaskManagers to
+        # pin to, and it has only as many slots as the job's largest parallelism: every
+        # operator of the hook shares the default slot sharing group, and the executors are
+        # the plan's nodes in name only.
+        self.local = execution_target(env) == "local"
+        if self.local:
+            log.warning("streamplace hook: local execution (execution.target local): the "
+                        "executors of %s share this process; placement is by name only",
+                        [n.node_id for n in self.nodes])
+        else:
+            env.register_slot_sharing_group(io_slot_sharing_group(host=self._router_host()))
         self.bounded = input_is_bounded(stream)
         mode = runtime_mode(stream)
         if mode == "BATCH" or (mode == "AUTOMATIC" and self.bounded):
@@ -490,7 +502,7 @@ class StreamplaceHook:
         """``stream`` through one executor operator (uid by ``label``, pinned to ``host``)
         and, for a user operator, the split into outputs and dead letters."""
         s = self.settings
-        group = group or executor_slot_sharing_group(host)
+        group = "default" if self.local else (group or executor_slot_sharing_group(host))
         if op is not None and direct_operator(op) is not None:
             # one per-record CPU step: computed inline, outputs and dead letters in one operator
             outputs = (stream.process(DirectOperatorFunction(
@@ -518,6 +530,11 @@ class StreamplaceHook:
                    .name(f"streamplace-outputs{'-' + label if label else ''}{suffix}")
                    .uid(f"{s.uid_prefix}-outputs{'-' + label if label else ''}").set_parallelism(parallelism)
                    .slot_sharing_group(group))
+        if self.local:
+            # PyFlink chains the split into the async executor; in a mini cluster collected
+            # with execute_and_collect that chain was built twice and its uid clashed ("Hash
+            # collision on user-specified ID"). One more Python hop there is fine.
+            outputs = outputs.start_new_chain()
         self._dead.append(side_output(outputs, dead_letter_tag()))
         return outputs
 
@@ -545,7 +562,8 @@ class StreamplaceHook:
             raise ValueError("rest_partitioner routing needs the job's name (job_name) to find "
                              "its executor instances in REST")
         total = sum(n.instances for n in self.nodes)
-        env.register_slot_sharing_group(io_slot_sharing_group("streamplace-executors"))
+        if not self.local:
+            env.register_slot_sharing_group(io_slot_sharing_group("streamplace-executors"))
         partitioned = side_output(routed, routed_tag()).partition_custom(
             RestAwarePartitioner(s.rest_url, s.job_name, "streamplace-executor"),
             lambda pair: pair[0])

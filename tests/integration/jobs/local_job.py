@@ -1,0 +1,52 @@
+"""A user's job run as a plain script (``python local_job.py``), in this process's mini cluster,
+as PyFlink's documentation runs its examples: a bounded collection through the hook, collected
+back with ``execute_and_collect``. Prints the outputs as one JSON list on the last line.
+
+    python tests/integration/jobs/local_job.py --bootstrap-servers ... --connector-jar ... \\
+        [--operator async] [--records 60]
+"""
+
+import argparse
+import asyncio
+import json
+import os
+
+from pyflink.common import Types
+from pyflink.datastream import StreamExecutionEnvironment
+
+
+def shout(line: str) -> str:
+    record = json.loads(line)
+    return json.dumps({"id": record["id"], "text": record["text"].upper()})
+
+
+async def shout_later(line: str) -> str:
+    await asyncio.sleep(0.001)
+    return shout(line)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--connector-jar", required=True)
+    parser.add_argument("--records", type=int, default=60)
+    parser.add_argument("--operator", choices=("map", "async"), default="map")
+    args = parser.parse_args()
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.add_jars(f"file://{os.path.abspath(args.connector_jar)}")
+    lines = env.from_collection([json.dumps({"id": i, "text": f"record {i}"})
+                                 for i in range(args.records)], type_info=Types.STRING())
+
+    from pyflink_jobs.hook import StreamplaceHook
+    hook = StreamplaceHook.create(args.bootstrap_servers)
+    out = hook.apply(env, lines, shout if args.operator == "map" else shout_later,
+                     output_type=Types.STRING())
+
+    with out.execute_and_collect() as results:
+        outputs = list(results)
+    print(json.dumps(outputs))
+
+
+if __name__ == "__main__":
+    main()

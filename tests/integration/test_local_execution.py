@@ -1,0 +1,44 @@
+"""A user's hooked job run as a plain script (``python my_job.py``: PyFlink's mini cluster in
+the script's own process, no standalone cluster) runs and finishes with every output once.
+
+There are no TaskManagers to pin executors to there, and the mini cluster has only as many
+slots as the job's largest parallelism: the hook puts all its operators in the default slot
+sharing group (``StreamplaceHook.local``). Before that, such a job failed at once with
+NoResourceAvailableException.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from streamplace.jars import flink_connector_jar
+from streamplace.topics import create_topics
+
+JOB = Path(__file__).resolve().parent / "jobs" / "local_job.py"
+ROOT = Path(__file__).resolve().parents[2]
+RECORDS = 60
+
+
+@pytest.mark.parametrize("operator", ["map", "async"])
+def test_a_hooked_script_runs_in_its_own_mini_cluster(stack_config, kafka_broker, operator):
+    create_topics(stack_config, ["feedback"])
+    env = dict(os.environ)
+    # PyFlink starts its Python workers with the `python` on PATH, as in the user's venv
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(
+        [sys.executable, str(JOB), "--bootstrap-servers", stack_config.kafka.bootstrap_servers,
+         "--connector-jar", str(flink_connector_jar(stack_config)), "--records", str(RECORDS),
+         "--operator", operator],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "local execution" in done.stderr  # the hook said how it runs here
+    outputs = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = Counter(json.dumps({"id": i, "text": f"RECORD {i}"}) for i in range(RECORDS))
+    assert Counter(outputs) == expected
