@@ -17,6 +17,7 @@ import time
 __all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter",
            "executor_slot_sharing_group", "io_slot_sharing_group", "kafka_bytes_sink",
            "input_is_bounded", "runtime_mode", "execution_target",
+           "disable_python_chaining", "DeadLetterLog",
            "side_output", "CountGauges", "MAX_REASON_CHARS", "MAX_DEAD_LETTER_RAW_BYTES",
            "dead_letter_raw",
            "EXECUTOR_CPU", "EXECUTOR_HEAP_MB", "EXECUTOR_MANAGED_MB",
@@ -81,6 +82,17 @@ def execution_target(env) -> str:
         return ""
 
 
+def disable_python_chaining(env) -> None:
+    """``python.operator-chaining.enabled: false`` for the job of ``env`` (nothing without a
+    JVM behind it)."""
+    try:
+        from pyflink.util.java_utils import get_j_env_configuration
+        get_j_env_configuration(env._j_stream_execution_environment).setString(
+            "python.operator-chaining.enabled", "false")
+    except Exception:  # noqa: BLE001 - a stand-in environment (tests)
+        pass
+
+
 def runtime_mode(stream) -> str:
     """The job's ``execution.runtime-mode`` ("STREAMING", "BATCH" or "AUTOMATIC") as the
     stream's environment has it; "STREAMING" (Flink's default) when it cannot be read."""
@@ -142,6 +154,40 @@ def make_dead_letter(raw: bytes, topic: str, partition: int, offset: int, reason
         "offset": int(offset if offset is not None else -1), "reason": reason,
         "raw": bytes(raw or b"")[:MAX_DEAD_LETTER_RAW_BYTES],
         "failed_at_ms": int(time.time() * 1000), "stage": stage})
+
+
+class DeadLetterLog:
+    """The consumer of a job's dead letters when it names no dead-letter topic: each is logged
+    (the first :attr:`FIRST`, then every :attr:`EVERY`-th) with its stage and reason, and
+    nothing is emitted. Used as ``dead_letters.flat_map(DeadLetterLog())``.
+
+    Why a consumer at all: PyFlink 2.2.1 encodes a Python function's side-output pair
+    ``(tag, value)`` as a main output when nothing reads that tag, and the operator fails
+    ("'tuple' object has no attribute 'encode'"): without one, the first record a user's
+    operator raised on would fail the job."""
+
+    FIRST = 20
+    EVERY = 100
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, raw):
+        import logging
+
+        from workload.codec import decode
+        self.count += 1
+        if self.count <= self.FIRST or self.count % self.EVERY == 0:
+            try:
+                letter = decode("DeadLetter", bytes(raw))
+                stage, lines = letter["stage"], (letter["reason"] or "?").splitlines() or ["?"]
+            except Exception:  # noqa: BLE001 - undecodable: said so
+                stage, lines = "?", ["an undecodable dead letter"]
+            why = lines[0][:300] + (f" ... {lines[-1][:300]}" if len(lines) > 1 else "")
+            logging.getLogger("streamplace.dead_letters").warning(
+                "dead letter %d (the job names no dead-letter topic): %s: %s", self.count,
+                stage, why)
+        return []
 
 
 def executor_slot_sharing_group(node_id: str):

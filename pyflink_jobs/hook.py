@@ -59,8 +59,9 @@ from workload.operators import as_operator
 
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
-from pyflink_jobs.flink_ops import (dead_letter_tag, execution_target,
-                                    executor_slot_sharing_group, input_is_bounded, io_slot_sharing_group, kafka_bytes_sink,
+from pyflink_jobs.flink_ops import (DeadLetterLog, dead_letter_tag, disable_python_chaining,
+                                    execution_target, executor_slot_sharing_group,
+                                    input_is_bounded, io_slot_sharing_group, kafka_bytes_sink,
                                     python_execution_mode, runtime_mode, side_output)
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
@@ -311,6 +312,7 @@ class StreamplaceHook:
         self.dead_letters = None
         self.nodes: list[RouterNode] = []
         self.local = False    # apply(): the job runs in this process's mini cluster
+        self._uid_base = self.settings.uid_prefix
         self.bounded = False  # apply(): every source behind the stream is bounded
 
     @staticmethod
@@ -410,6 +412,13 @@ class StreamplaceHook:
         streamplace TaskEvents, run by the built-in apps (TaskResult bytes)."""
         from pyflink.common import Types
 
+        # The n-th apply on one job (the same hook or another) gets uids of its own, or the
+        # job would be refused ("Hash collision on user-specified ID"); the order of the
+        # applies in the job's code keeps them stable across resubmissions.
+        applied = getattr(env, "_streamplace_applies", 0) + 1
+        env._streamplace_applies = applied
+        self.settings = replace(self.settings, uid_prefix=self._uid_base if applied == 1
+                                else f"{self._uid_base}-{applied}")
         s = self.settings
         if s.routing not in ("pinned", "rest_partitioner"):
             raise ValueError(f"routing must be 'pinned' or 'rest_partitioner', got {s.routing!r}")
@@ -433,6 +442,12 @@ class StreamplaceHook:
             log.warning("streamplace hook: local execution (execution.target local): the "
                         "executors of %s share this process; placement is by name only",
                         [n.node_id for n in self.nodes])
+            # In one slot sharing group PyFlink chains the hook's Python operators across
+            # side outputs: the executor's dead letters reached the next operator's main
+            # output ("'tuple' object has no attribute 'encode'"), and under
+            # execute_and_collect the executor-split chain was built twice (uid "Hash
+            # collision"). Without Python chaining each runs as its own operator.
+            disable_python_chaining(env)
         else:
             env.register_slot_sharing_group(io_slot_sharing_group(host=self._router_host()))
         self.bounded = input_is_bounded(stream)
@@ -478,6 +493,10 @@ class StreamplaceHook:
                 f"{s.uid_prefix}-{s.dead_letter_topic}",  # one prefix per job and topic
                 s.transaction_timeout_ms))
              .name("streamplace-dead-letter-sink").uid(f"{s.uid_prefix}-dead-letter-sink")
+             .slot_sharing_group("default"))
+        else:  # logged, and read: PyFlink fails an operator whose side output nobody reads
+            (self.dead_letters.flat_map(DeadLetterLog(), output_type=Types.PICKLED_BYTE_ARRAY())
+             .name("streamplace-dead-letter-log").uid(f"{s.uid_prefix}-dead-letter-log")
              .slot_sharing_group("default"))
         return result
 
@@ -530,11 +549,7 @@ class StreamplaceHook:
                    .name(f"streamplace-outputs{'-' + label if label else ''}{suffix}")
                    .uid(f"{s.uid_prefix}-outputs{'-' + label if label else ''}").set_parallelism(parallelism)
                    .slot_sharing_group(group))
-        if self.local:
-            # PyFlink chains the split into the async executor; in a mini cluster collected
-            # with execute_and_collect that chain was built twice and its uid clashed ("Hash
-            # collision on user-specified ID"). One more Python hop there is fine.
-            outputs = outputs.start_new_chain()
+
         self._dead.append(side_output(outputs, dead_letter_tag()))
         return outputs
 

@@ -4,7 +4,10 @@ the script's own process, no standalone cluster) runs and finishes with every ou
 There are no TaskManagers to pin executors to there, and the mini cluster has only as many
 slots as the job's largest parallelism: the hook puts all its operators in the default slot
 sharing group (``StreamplaceHook.local``). Before that, such a job failed at once with
-NoResourceAvailableException.
+NoResourceAvailableException. Also checked here: a job that names no dead-letter topic keeps
+running past records its operator raises on (PyFlink fails an operator whose side output nobody
+reads: ``flink_ops.DeadLetterLog`` reads and logs them), and two hooks in one job get uids of
+their own.
 """
 
 from __future__ import annotations
@@ -26,8 +29,18 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDS = 60
 
 
-@pytest.mark.parametrize("operator", ["map", "async"])
-def test_a_hooked_script_runs_in_its_own_mini_cluster(stack_config, kafka_broker, operator):
+def _expected(operator: str, twice: bool) -> Counter:
+    ids = [i for i in range(RECORDS) if operator != "picky" or i % 5 != 4]
+    return Counter(json.dumps({"id": i, "text": f"RECORD {i}"}) + ("!" if twice else "")
+                   for i in ids)
+
+
+@pytest.mark.parametrize("operator, twice", [("map", False), ("async", False),
+                                             ("picky", True)])
+def test_a_hooked_script_runs_in_its_own_mini_cluster(stack_config, kafka_broker, operator,
+                                                      twice):
+    """``picky`` raises on every 5th record and the job names no dead-letter topic: those
+    records are logged as dead letters, the rest come out; ``twice``: two hooks in one job."""
     create_topics(stack_config, ["feedback"])
     env = dict(os.environ)
     # PyFlink starts its Python workers with the `python` on PATH, as in the user's venv
@@ -35,10 +48,9 @@ def test_a_hooked_script_runs_in_its_own_mini_cluster(stack_config, kafka_broker
     done = subprocess.run(
         [sys.executable, str(JOB), "--bootstrap-servers", stack_config.kafka.bootstrap_servers,
          "--connector-jar", str(flink_connector_jar(stack_config)), "--records", str(RECORDS),
-         "--operator", operator],
+         "--operator", operator] + (["--twice"] if twice else []),
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "local execution" in done.stderr  # the hook said how it runs here
     outputs = json.loads(done.stdout.strip().splitlines()[-1])
-    expected = Counter(json.dumps({"id": i, "text": f"RECORD {i}"}) for i in range(RECORDS))
-    assert Counter(outputs) == expected
+    assert Counter(outputs) == _expected(operator, twice)

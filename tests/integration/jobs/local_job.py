@@ -3,7 +3,7 @@ as PyFlink's documentation runs its examples: a bounded collection through the h
 back with ``execute_and_collect``. Prints the outputs as one JSON list on the last line.
 
     python tests/integration/jobs/local_job.py --bootstrap-servers ... --connector-jar ... \\
-        [--operator async] [--records 60]
+        [--operator async|picky] [--twice] [--records 60]
 """
 
 import argparse
@@ -25,12 +25,24 @@ async def shout_later(line: str) -> str:
     return shout(line)
 
 
+def picky(line: str) -> str:
+    """shout, raising on every 5th record."""
+    if json.loads(line)["id"] % 5 == 4:
+        raise ValueError(f"record {line} is not wanted")
+    return shout(line)
+
+
+OPERATORS = {"map": shout, "async": shout_later, "picky": picky}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--connector-jar", required=True)
     parser.add_argument("--records", type=int, default=60)
-    parser.add_argument("--operator", choices=("map", "async"), default="map")
+    parser.add_argument("--operator", choices=sorted(OPERATORS), default="map")
+    parser.add_argument("--twice", action="store_true",
+                        help="a second hook.apply on the first one's outputs (exclaim)")
     args = parser.parse_args()
 
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -40,8 +52,10 @@ def main():
 
     from pyflink_jobs.hook import StreamplaceHook
     hook = StreamplaceHook.create(args.bootstrap_servers)
-    out = hook.apply(env, lines, shout if args.operator == "map" else shout_later,
-                     output_type=Types.STRING())
+    out = hook.apply(env, lines, OPERATORS[args.operator], output_type=Types.STRING())
+    if args.twice:
+        out = StreamplaceHook.create(args.bootstrap_servers).apply(
+            env, out, lambda s: s + "!", output_type=Types.STRING())
 
     with out.execute_and_collect() as results:
         outputs = list(results)
