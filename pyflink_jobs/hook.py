@@ -416,7 +416,10 @@ class StreamplaceHook:
         # job would be refused ("Hash collision on user-specified ID"); the order of the
         # applies in the job's code keeps them stable across resubmissions.
         applied = getattr(env, "_streamplace_applies", 0) + 1
-        env._streamplace_applies = applied
+        try:
+            env._streamplace_applies = applied
+        except AttributeError:  # a stand-in environment (tests): one apply
+            applied = 1
         self.settings = replace(self.settings, uid_prefix=self._uid_base if applied == 1
                                 else f"{self._uid_base}-{applied}")
         s = self.settings
@@ -432,6 +435,7 @@ class StreamplaceHook:
               or flat is not None):
             raise ValueError("task_type, task_size, output_type and flat need an operator: "
                              "hook.apply(env, stream, operator, output_type=...)")
+        _refuse_keyed(stream)
         self.nodes = s.resolved_nodes()
         # In this process's mini cluster (``python my_job.py``) there are no TaskManagers to
         # pin to, and it has only as many slots as the job's largest parallelism: every
@@ -584,6 +588,19 @@ class StreamplaceHook:
             lambda pair: pair[0])
         return self._executor_chain(partitioned, op, "", "", total,
                                     group="streamplace-executors")
+
+
+def _refuse_keyed(stream) -> None:
+    try:
+        from pyflink.datastream import KeyedStream
+    except ImportError:  # no PyFlink: a stand-in stream (tests)
+        return
+    if isinstance(stream, KeyedStream):
+        raise ValueError(
+            "hook.apply takes a DataStream, and this is a KeyedStream (key_by): keying keeps "
+            "each key's records and state on one instance, and the hook moves records between "
+            "nodes, so it cannot keep that promise. Apply the hook to the stream before "
+            "key_by (its operator is stateless per record), and key its outputs afterwards")
 
 
 class HookBuilder:

@@ -627,6 +627,9 @@ def as_operator(operator, name: str | None = None, task_type: Callable | None = 
     generator function is flat, any other callable a map)."""
     if not isinstance(operator, (StagedOperator, OperatorStage)):
         _refuse_stateful(operator, "the operator")
+    if isinstance(operator, type) and any(callable(getattr(operator, m, None))
+                                          for m in ("map", "flat_map", "async_invoke")):
+        operator = _instance_of(operator)   # a MapFunction class: one instance, as Flink's
     plain_callable = (callable(operator) and not isinstance(operator, (list, tuple))
                       and not _is_torch_module(operator)
                       and not _is_torch_module_class(operator)
@@ -685,6 +688,15 @@ def as_operator(operator, name: str | None = None, task_type: Callable | None = 
         op = StagedOperator(name, op.stages, op.flat, op._on_open, op._on_close,
                             op._task_type, op._task_size)
     return op
+
+
+def _instance_of(cls: type):
+    """``cls()``: the hook was handed a function class (``Enrich``) instead of an instance."""
+    try:
+        return cls()
+    except Exception as exc:  # noqa: BLE001 - the user's constructor: say what to do
+        raise OperatorError(f"{cls.__name__} is a class and {cls.__name__}() failed ({exc}); "
+                            f"hand the hook an instance, e.g. {cls.__name__}(...)") from exc
 
 
 def pipeline_stages(steps: Sequence) -> list[OperatorStage]:

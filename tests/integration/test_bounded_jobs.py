@@ -63,3 +63,15 @@ def test_a_batch_mode_job_is_refused_with_the_reason(mode):
     with pytest.raises(ValueError, match="Leave the runtime mode at STREAMING"):
         StreamplaceHook.create("127.0.0.1:9").apply(env, lines, str.upper,
                                                     output_type=Types.STRING())
+
+
+def test_a_keyed_stream_is_refused_with_the_reason():
+    from pyflink.common import Types
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    from pyflink_jobs.hook import StreamplaceHook
+    env = StreamExecutionEnvironment.get_execution_environment()
+    keyed = env.from_collection(["a", "b"], type_info=Types.STRING()).key_by(lambda s: s)
+    with pytest.raises(ValueError, match="Apply the hook to the stream before key_by"):
+        StreamplaceHook.create("127.0.0.1:9").apply(env, keyed, str.upper,
+                                                    output_type=Types.STRING())

@@ -262,3 +262,25 @@ def test_a_slow_async_call_gets_the_functions_own_timeout_answer():
         async_function_stage("slow", Slow(), timeout_s=0.05).run([1], "cpu")
     with pytest.raises(OperatorError, match="timeout_s"):
         async_function_stage("slow", Slow(), timeout_s=float("nan"))
+
+
+class Shout(MapFunction):
+    def open(self, runtime_context):
+        self.suffix = "!"
+
+    def map(self, value):
+        return value.upper() + self.suffix
+
+
+class NeedsArgs(MapFunction):
+    def __init__(self, suffix):
+        self.suffix = suffix
+
+    def map(self, value):
+        return value + self.suffix
+
+
+def test_a_function_class_is_built_once_and_a_class_that_needs_arguments_is_refused():
+    assert as_operator(Shout).run_record("hi") == ["HI!"]
+    with pytest.raises(OperatorError, match=r"hand the hook an instance, e.g. NeedsArgs\(\.\.\.\)"):
+        as_operator(NeedsArgs)
