@@ -1,6 +1,7 @@
-"""Users' own jobs on the real engines: examples (b) and (c) under each placement.
+"""Users' own jobs on the real engines: examples (b) and (c), and the async model call of
+``examples/async_scoring``, under each placement.
 
-    python -m benchmarks.flink_e2e_examples [--quick] [--example text_inference|video_analytics]
+    python -m benchmarks.flink_e2e_examples [--quick] [--example text_inference|video_analytics|async_scoring]
     python -m benchmarks.flink_e2e --workload text_inference      # the same, from flink_e2e
     python -m benchmarks.flink_e2e_examples --spec hosts          # on the emulated hosts
 
@@ -89,7 +90,7 @@ WORDS = ("the market rallied as the team won a cup while science labs found new 
 def records_for(example: str, count: int, seed: int, prefix: str) -> list[bytes]:
     """The example's input records (the same for every variant of a round)."""
     rng = random.Random(seed)
-    if example == "text_inference":
+    if example in ("text_inference", "async_scoring"):  # reviews, JSON
         return [json.dumps({"id": f"{prefix}-{i}", "text": " ".join(
             rng.choices(WORDS, k=rng.randrange(5, 64)))}).encode() for i in range(count)]
     from streamplace.kafka_io import synthetic_task_events
@@ -432,10 +433,10 @@ def main(argv=None) -> int:
 def _main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--example", default="text_inference",
-                        choices=["text_inference", "video_analytics"])
+                        choices=["text_inference", "video_analytics", "async_scoring"])
     parser.add_argument("--quick", action="store_true", help="1 round, fewer records")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--records", type=int, default=0, help="0: 6000 text / 300 clips")
+    parser.add_argument("--records", type=int, default=0, help="0: 6000 reviews / 300 clips")
     parser.add_argument("--only", default="",
                         help="variants whose label contains this (or any of these, "
                              "comma-separated)")
@@ -474,7 +475,7 @@ def _main(argv=None) -> int:
         parser.error(f"--router-host {args.router_host!r} is none of the spec's TaskManagers "
                      f"{list(nodes)}")
     # 6,000 reviews: with 3,000 the seconds before the first commit were most of a run
-    count = args.records or (6000 if args.example == "text_inference" else 300)
+    count = args.records or (300 if args.example == "video_analytics" else 6000)
     runs = 1 if args.quick else args.runs
     if args.quick:
         count //= 3
