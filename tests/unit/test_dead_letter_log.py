@@ -37,3 +37,14 @@ def test_an_undecodable_dead_letter_is_logged_as_such(caplog):
     with caplog.at_level(logging.WARNING, logger="streamplace.dead_letters"):
         assert DeadLetterLog()(b"\xff\x00 not avro") == []
     assert "undecodable" in caplog.records[0].getMessage()
+
+
+def test_the_job_readers_fall_back_to_flinks_defaults_without_a_jvm():
+    from pyflink_jobs.flink_ops import (disable_python_chaining, execution_target,
+                                        input_is_bounded, runtime_mode)
+
+    stand_in = object()
+    assert input_is_bounded(stand_in) is False      # unknown: keep the feedback unbounded
+    assert runtime_mode(stand_in) == "STREAMING"
+    assert execution_target(stand_in) == ""          # not "local": pin as on a cluster
+    assert disable_python_chaining(stand_in) is None  # nothing to change, no error
