@@ -59,10 +59,10 @@ from workload.operators import as_operator
 
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
-from pyflink_jobs.flink_ops import (DeadLetterLog, dead_letter_tag, disable_python_chaining,
-                                    execution_target, executor_slot_sharing_group,
-                                    input_is_bounded, io_slot_sharing_group, kafka_bytes_sink,
-                                    python_execution_mode, runtime_mode, side_output)
+from pyflink_jobs.flink_ops import (DeadLetterLog, dead_letter_tag, executor_slot_sharing_group,
+                                    io_slot_sharing_group, kafka_bytes_sink,
+                                    python_execution_mode, side_output)
+from pyflink_jobs.job_shape import JobShape
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
 from interference.executor.direct import direct_operator
@@ -412,16 +412,9 @@ class StreamplaceHook:
         streamplace TaskEvents, run by the built-in apps (TaskResult bytes)."""
         from pyflink.common import Types
 
-        # The n-th apply on one job (the same hook or another) gets uids of its own, or the
-        # job would be refused ("Hash collision on user-specified ID"); the order of the
-        # applies in the job's code keeps them stable across resubmissions.
-        applied = getattr(env, "_streamplace_applies", 0) + 1
-        try:
-            env._streamplace_applies = applied
-        except AttributeError:  # a stand-in environment (tests): one apply
-            applied = 1
-        self.settings = replace(self.settings, uid_prefix=self._uid_base if applied == 1
-                                else f"{self._uid_base}-{applied}")
+        shape = JobShape.read(env, stream)
+        self.local, self.bounded = shape.local, shape.bounded
+        self.settings = replace(self.settings, uid_prefix=shape.uid_prefix(self._uid_base))
         s = self.settings
         if s.routing not in ("pinned", "rest_partitioner"):
             raise ValueError(f"routing must be 'pinned' or 'rest_partitioner', got {s.routing!r}")
@@ -435,36 +428,13 @@ class StreamplaceHook:
               or flat is not None):
             raise ValueError("task_type, task_size, output_type and flat need an operator: "
                              "hook.apply(env, stream, operator, output_type=...)")
-        _refuse_keyed(stream)
         self.nodes = s.resolved_nodes()
-        # In this process's mini cluster (``python my_job.py``) there are no TaskManagers to
-        # pin to, and it has only as many slots as the job's largest parallelism: every
-        # operator of the hook shares the default slot sharing group, and the executors are
-        # the plan's nodes in name only.
-        self.local = execution_target(env) == "local"
-        if self.local:
+        if self.local:  # no TaskManagers to pin to: every operator in the default group
             log.warning("streamplace hook: local execution (execution.target local): the "
                         "executors of %s share this process; placement is by name only",
                         [n.node_id for n in self.nodes])
-            # In one slot sharing group PyFlink chains the hook's Python operators across
-            # side outputs: the executor's dead letters reached the next operator's main
-            # output ("'tuple' object has no attribute 'encode'"), and under
-            # execute_and_collect the executor-split chain was built twice (uid "Hash
-            # collision"). Without Python chaining each runs as its own operator.
-            disable_python_chaining(env)
         else:
             env.register_slot_sharing_group(io_slot_sharing_group(host=self._router_host()))
-        self.bounded = input_is_bounded(stream)
-        mode = runtime_mode(stream)
-        if mode == "BATCH" or (mode == "AUTOMATIC" and self.bounded):
-            raise ValueError(
-                "the hook runs in streaming execution mode, and this job is set to BATCH "
-                f"(execution.runtime-mode {mode}): in BATCH mode the router and its executors "
-                "would exchange records through blocking shuffles, which the small "
-                "TaskManagers this was checked on could not give network buffers for (the "
-                "job restarted until it failed). Leave the runtime mode at STREAMING: a "
-                "bounded input (from_collection, a bounded KafkaSource) still finishes the "
-                "job once every record's output is out")
         broadcast = self.feedback_stream(env, self.bounded).broadcast(
             feedback_state_descriptor())
         single = s.routing == "rest_partitioner"
@@ -588,19 +558,6 @@ class StreamplaceHook:
             lambda pair: pair[0])
         return self._executor_chain(partitioned, op, "", "", total,
                                     group="streamplace-executors")
-
-
-def _refuse_keyed(stream) -> None:
-    try:
-        from pyflink.datastream import KeyedStream
-    except ImportError:  # no PyFlink: a stand-in stream (tests)
-        return
-    if isinstance(stream, KeyedStream):
-        raise ValueError(
-            "hook.apply takes a DataStream, and this is a KeyedStream (key_by): keying keeps "
-            "each key's records and state on one instance, and the hook moves records between "
-            "nodes, so it cannot keep that promise. Apply the hook to the stream before "
-            "key_by (its operator is stateless per record), and key its outputs afterwards")
 
 
 class HookBuilder:
