@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import time
 
 __all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter",
@@ -57,54 +58,50 @@ def subtask_index(runtime_context) -> int:
         return int(java_context.getTaskInfo().getIndexOfThisSubtask())
 
 
-def python_execution_mode(stream) -> str:
-    """The job's ``python.execution-mode`` ("process" or "thread") as the stream's environment
-    has it; "process" (Flink's default) when it cannot be read (no JVM behind the stream)."""
+def _job_option(j_env, read, default: str) -> str:
+    """``read(configuration, jvm)`` on the Flink configuration of the job environment that
+    ``j_env()`` returns, as text; ``default`` when it is unset or cannot be read (no JVM behind
+    the stream or environment: a stand-in in tests, or an older PyFlink)."""
     try:
         from pyflink.java_gateway import get_gateway
         from pyflink.util.java_utils import get_j_env_configuration
-        conf = get_j_env_configuration(stream._j_data_stream.getExecutionEnvironment())
-        mode = conf.get(get_gateway().jvm.org.apache.flink.python.PythonOptions
-                        .PYTHON_EXECUTION_MODE)
-    except Exception:  # noqa: BLE001 - a stand-in stream (tests) or an older PyFlink
-        return "process"
-    return str(mode or "process").lower()
+        value = read(get_j_env_configuration(j_env()), get_gateway().jvm)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return default
+    return str(value or default)
+
+
+def python_execution_mode(stream) -> str:
+    """The job's ``python.execution-mode`` ("process" or "thread") as the stream's environment
+    has it; "process" (Flink's default) when it cannot be read (no JVM behind the stream)."""
+    return _job_option(lambda: stream._j_data_stream.getExecutionEnvironment(),
+                       lambda conf, jvm: conf.get(
+                           jvm.org.apache.flink.python.PythonOptions.PYTHON_EXECUTION_MODE),
+                       "process").lower()
 
 
 def execution_target(env) -> str:
     """The environment's ``execution.target``: "local" when the job runs in this process's
     mini cluster (``python my_job.py``), "remote" under ``flink run``; "" when unreadable."""
-    try:
-        from pyflink.util.java_utils import get_j_env_configuration
-        conf = get_j_env_configuration(env._j_stream_execution_environment)
-        return str(conf.getString("execution.target", "") or "").lower()
-    except Exception:  # noqa: BLE001 - a stand-in environment (tests)
-        return ""
+    return _job_option(lambda: env._j_stream_execution_environment,
+                       lambda conf, jvm: conf.getString("execution.target", ""), "").lower()
 
 
 def disable_python_chaining(env) -> None:
     """``python.operator-chaining.enabled: false`` for the job of ``env`` (nothing without a
     JVM behind it)."""
-    try:
-        from pyflink.util.java_utils import get_j_env_configuration
-        get_j_env_configuration(env._j_stream_execution_environment).setString(
-            "python.operator-chaining.enabled", "false")
-    except Exception:  # noqa: BLE001 - a stand-in environment (tests)
-        pass
+    _job_option(lambda: env._j_stream_execution_environment,
+                lambda conf, jvm: conf.setString("python.operator-chaining.enabled", "false"),
+                "")
 
 
 def runtime_mode(stream) -> str:
     """The job's ``execution.runtime-mode`` ("STREAMING", "BATCH" or "AUTOMATIC") as the
     stream's environment has it; "STREAMING" (Flink's default) when it cannot be read."""
-    try:
-        from pyflink.java_gateway import get_gateway
-        from pyflink.util.java_utils import get_j_env_configuration
-        conf = get_j_env_configuration(stream._j_data_stream.getExecutionEnvironment())
-        mode = conf.get(get_gateway().jvm.org.apache.flink.configuration.ExecutionOptions
-                        .RUNTIME_MODE)
-    except Exception:  # noqa: BLE001 - a stand-in stream (tests)
-        return "STREAMING"
-    return str(mode or "STREAMING").upper()
+    return _job_option(lambda: stream._j_data_stream.getExecutionEnvironment(),
+                       lambda conf, jvm: conf.get(
+                           jvm.org.apache.flink.configuration.ExecutionOptions.RUNTIME_MODE),
+                       "STREAMING").upper()
 
 
 def input_is_bounded(stream) -> bool:
@@ -173,8 +170,6 @@ class DeadLetterLog:
         self.count = 0
 
     def __call__(self, raw):
-        import logging
-
         from workload.codec import decode
         self.count += 1
         if self.count <= self.FIRST or self.count % self.EVERY == 0:

@@ -401,8 +401,9 @@ class StreamplaceHook:
 
         ``operator``: a callable, a ``MapFunction`` / ``FlatMapFunction``, a torch
         ``nn.Module``, a PyFlink ``AsyncFunction`` or ``async def`` function (awaited on one
-        event loop per worker; the hook's own timeout applies, ``AsyncFunction.timeout`` is
-        not called) or a :class:`workload.operators.StagedOperator`; ``flat=True``: a plain
+        event loop per worker; an ``AsyncFunction`` call past
+        ``workload.operators.ASYNC_TIMEOUT_S`` gets its ``timeout(record)`` answer) or a
+        :class:`workload.operators.StagedOperator`; ``flat=True``: a plain
         callable's result per record is an iterable of outputs, as ``flat_map(fn)`` (default:
         only generator functions are); ``output_type``: as in
         ``DataStream.map`` (default: pickled); ``task_type(record) -> str`` /
@@ -523,7 +524,6 @@ class StreamplaceHook:
                    .name(f"streamplace-outputs{'-' + label if label else ''}{suffix}")
                    .uid(f"{s.uid_prefix}-outputs{'-' + label if label else ''}").set_parallelism(parallelism)
                    .slot_sharing_group(group))
-
         self._dead.append(side_output(outputs, dead_letter_tag()))
         return outputs
 

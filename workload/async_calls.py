@@ -101,14 +101,16 @@ async def collect_async(iterable) -> list:
 def is_async_callable(fn: Callable[..., Any]) -> bool:
     """True for an ``async def`` function (or a ``functools.partial`` of one, or an object
     whose ``__call__`` is one), an async generator function included."""
-    call = getattr(fn, "__call__", None)
-    return any(inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)
-               for f in (fn, call) if f is not None)
+    return _function_is(fn, inspect.iscoroutinefunction, inspect.isasyncgenfunction)
 
 
 def is_generator_callable(fn: Callable[..., Any]) -> bool:
     """True for a generator function (``yield``, sync or async): its result per record is
     several outputs, as in ``DataStream.flat_map``."""
+    return _function_is(fn, inspect.isgeneratorfunction, inspect.isasyncgenfunction)
+
+
+def _function_is(fn, *tests) -> bool:
+    """True when one of ``tests`` holds for ``fn`` or for its ``__call__``."""
     call = getattr(fn, "__call__", None)
-    return any(inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f)
-               for f in (fn, call) if f is not None)
+    return any(test(f) for f in (fn, call) if f is not None for test in tests)

@@ -627,14 +627,12 @@ def as_operator(operator, name: str | None = None, task_type: Callable | None = 
     generator function is flat, any other callable a map)."""
     if not isinstance(operator, (StagedOperator, OperatorStage)):
         _refuse_stateful(operator, "the operator")
-    if isinstance(operator, type) and any(callable(getattr(operator, m, None))
-                                          for m in ("map", "flat_map", "async_invoke")):
+    if isinstance(operator, type) and _is_flink_function(operator):
         operator = _instance_of(operator)   # a MapFunction class: one instance, as Flink's
     plain_callable = (callable(operator) and not isinstance(operator, (list, tuple))
                       and not _is_torch_module(operator)
                       and not _is_torch_module_class(operator)
-                      and not any(callable(getattr(operator, m, None))
-                                  for m in ("map", "flat_map", "async_invoke")))
+                      and not _is_flink_function(operator))
     if flat is not None and not plain_callable:
         raise OperatorError(f"flat= is for a plain callable; {type(operator).__name__} says "
                             f"itself whether it is flat (a FlatMapFunction, an AsyncFunction "
@@ -688,6 +686,11 @@ def as_operator(operator, name: str | None = None, task_type: Callable | None = 
         op = StagedOperator(name, op.stages, op.flat, op._on_open, op._on_close,
                             op._task_type, op._task_size)
     return op
+
+
+def _is_flink_function(operator) -> bool:
+    """A PyFlink function (instance or class): a map, flat map or async function."""
+    return any(callable(getattr(operator, m, None)) for m in ("map", "flat_map", "async_invoke"))
 
 
 def _instance_of(cls: type):
