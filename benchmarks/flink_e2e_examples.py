@@ -455,6 +455,9 @@ def _main(argv=None) -> int:
     parser.add_argument("--frozen-model", default="",
                         help="the model file of the 'LDWP frozen' ablation (default: the shipped "
                              "residual model), e.g. a version the service learned")
+    parser.add_argument("--colocated", action=argparse.BooleanOptionalAction, default=True,
+                        help="--overhead: also measure routing='colocated' (one router per "
+                             "TaskManager, running what it keeps on its own node)")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the hook's own cost with a trivial operator against "
                              "rebalance(), both spread one instance per TaskManager")
@@ -583,7 +586,9 @@ def overhead(args) -> int:
     routers = [int(n) for n in args.routers.split(",") if n.strip()]
     variants = [("rebalance() + map (Flink)", (), {})] + [
         (f"hook (round-robin, {n} router{'s' if n > 1 else ''})", ("--hook",),
-         {"ROUTER_PARALLELISM": str(n)}) for n in routers]
+         {"ROUTER_PARALLELISM": str(n)}) for n in routers] + [
+        ("hook (colocated routers)", ("--hook",), {"ROUTING": "colocated"})
+        for _ in range(1 if args.colocated else 0)]
     rows = []
     try:
         warmup = [f"warm-{i}".encode() for i in range(100)]
@@ -606,7 +611,9 @@ def overhead(args) -> int:
         for label, _, _ in variants]
     plain = summary[0]["records_per_s"]["mean"]
     costs = {s["variant"]: 1.0 - s["records_per_s"]["mean"] / plain for s in summary[1:]}
-    name = "flink_e2e_overhead" + ("" if args.python_mode == "process" else "_thread")
+    name = ("flink_e2e_overhead" + ("" if args.python_mode == "process" else "_thread")
+            + ("_colocated" if args.colocated and not routers else "")
+            + ("_quick" if args.quick else ""))
     write_result(name, {"records": count, "rounds": runs, "summary": summary,
                         "python_execution_mode": args.python_mode, "runs": rows,
                         "routers": routers, "hook_cost": min(costs.values()),

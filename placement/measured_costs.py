@@ -275,6 +275,17 @@ class MeasuredCosts:
             fit = fits.get(node_key) if fits and node_key is not None else None
             return fit.count if fit is not None else 0
 
+    def trusted_line(self, node: str, task_type: str) -> tuple[float, float] | None:
+        """(seconds at size 0, seconds per size unit) of a trusted (type, node) fit, None
+        when untrusted or unknown: what a caller that asks per record keeps between samples
+        (``version`` says when to ask again)."""
+        type_key, node_key = self._key(task_type), self._key(node)
+        with self._lock:
+            fits = self._fits.get(type_key) if type_key is not None else None
+            fit = fits.get(node_key) if fits and node_key is not None else None
+            return fit.coefficients() if fit is not None and fit.count >= self.min_samples \
+                else None
+
     def trusted_fits(self) -> list[tuple[str, str, float, float, float, int]]:
         """(type, node, fixed_s, per_unit_s, mean size, samples) of every trusted pair, least
         recently observed type first (what :mod:`placement.cost_snapshot` hands on)."""

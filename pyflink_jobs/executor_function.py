@@ -133,6 +133,11 @@ class ExecutorFeedback:
     results and feedback is the one the TaskManager really has (``STREAMPLACE_NODE_ID``), and a
     mismatch is counted in the ``misplaced`` metric rather than hidden."""
 
+    #: Added to the subtask index to number this instance's feedback: reporters of one node
+    #: in different operators (its executor, a colocated router) must not share a number, or
+    #: their reports of the same millisecond would share a sequence (dropped as duplicates).
+    feedback_instance_base = 0
+
     def __init__(self, planned_node: str, settings: ExecutorFunctionSettings | None = None):
         self.planned_node = planned_node
         self.settings = settings or ExecutorFunctionSettings()
@@ -141,7 +146,7 @@ class ExecutorFeedback:
     def _open_feedback(self, runtime_context, snapshot) -> None:
         from confluent_kafka import Producer
         self.node_id = os.environ.get("STREAMPLACE_NODE_ID") or self.planned_node or "unknown"
-        instance = subtask_index(runtime_context)
+        instance = self.feedback_instance_base + subtask_index(runtime_context)
         s = self.settings
         producer = Producer({"bootstrap.servers": s.bootstrap_servers,
                              "linger.ms": 20, "compression.type": "lz4",

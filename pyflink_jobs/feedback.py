@@ -241,6 +241,12 @@ class FeedbackPublisher:
             self._bytes_in += bytes_in
             self._bytes_out += bytes_out
 
+    def count_bytes(self, bytes_in: int, bytes_out: int) -> None:
+        """A task's bytes, for a task whose timing is not reported."""
+        with self._lock:
+            self._bytes_in += bytes_in
+            self._bytes_out += bytes_out
+
     def _drop_oldest(self) -> None:
         """Called with the lock held when MAX_PENDING_TIMINGS wait (feedback cannot leave, or
         a burst outran it): the oldest timing goes, counted, so memory stays bounded."""

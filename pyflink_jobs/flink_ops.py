@@ -17,6 +17,7 @@ import time
 
 __all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter",
            "executor_slot_sharing_group", "io_slot_sharing_group", "kafka_bytes_sink",
+           "router_slot_sharing_group", "ROUTER_RESOURCE",
            "input_is_bounded", "runtime_mode", "execution_target",
            "disable_python_chaining", "DeadLetterLog",
            "side_output", "CountGauges", "MAX_REASON_CHARS", "MAX_DEAD_LETTER_RAW_BYTES",
@@ -39,6 +40,10 @@ MAX_DEAD_LETTER_RAW_BYTES = 1 << 20
 #: external resource.
 EXECUTOR_CPU, EXECUTOR_HEAP_MB, EXECUTOR_MANAGED_MB = 0.1, 32, 16
 IO_CPU, IO_HEAP_MB, IO_MANAGED_MB = 0.1, 64, 32
+#: An external resource every TaskManager has one unit of (streamplace's launcher declares it):
+#: a slot sharing group that needs one unit gets at most one slot per TaskManager, which
+#: spreads colocated routers one per TaskManager (router_slot_sharing_group).
+ROUTER_RESOURCE = "streamplace_router"
 
 
 def subtask_index(runtime_context) -> int:
@@ -205,6 +210,15 @@ def io_slot_sharing_group(name: str = "default", host: str | None = None):
     if host:
         builder = builder.set_external_resource(host, 1.0)
     return builder.build()
+
+
+def router_slot_sharing_group():
+    """The colocated routers' slot sharing group: the I/O spec plus one unit of
+    :data:`ROUTER_RESOURCE`, so no two of its slots share a TaskManager."""
+    from pyflink.datastream.slot_sharing_group import SlotSharingGroup
+    return (SlotSharingGroup.builder("streamplace-routers").set_cpu_cores(IO_CPU)
+            .set_task_heap_memory_mb(IO_HEAP_MB).set_managed_memory_mb(IO_MANAGED_MB)
+            .set_external_resource(ROUTER_RESOURCE, 1.0).build())
 
 
 def kafka_bytes_sink(bootstrap_servers: str, topic: str, transactional_id_prefix: str,

@@ -43,7 +43,9 @@ What ``apply`` adds::
 Cluster settings the hook needs (``streamplace doctor`` checks them):
 ``cluster.fine-grained-resource-management.enabled: true``; each TaskManager started with
 ``-D taskmanager.resource-id=<node>`` ``-D external-resources=<node>``
-``-D external-resource.<node>.amount=<most executor instances>``; ``STREAMPLACE_NODE_ID=<node>``
+``-D external-resource.<node>.amount=<most executor instances>`` (and, for
+``routing="colocated"``, ``streamplace_router`` in ``external-resources`` with amount 1);
+``STREAMPLACE_NODE_ID=<node>``
 in its environment; ``python.executable`` pointing at a virtualenv with streamplace installed; the
 Kafka connector jar added to the job.
 """
@@ -61,7 +63,9 @@ from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSe
                                             NodeExecutorFunction)
 from pyflink_jobs.flink_ops import (DeadLetterLog, dead_letter_tag, executor_slot_sharing_group,
                                     io_slot_sharing_group, kafka_bytes_sink,
-                                    python_execution_mode, side_output)
+                                    python_execution_mode, router_slot_sharing_group,
+                                    side_output)
+from pyflink_jobs.inline_executor import InlineExecutor, inline_output_tag
 from pyflink_jobs.job_shape import JobShape
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
@@ -82,6 +86,8 @@ log = logging.getLogger(__name__)
 ENV_PREFIX = "STREAMPLACE_HOOK_"
 #: More router instances than this only split every executor's capacity into shares of one.
 MAX_ROUTER_PARALLELISM = 64
+#: How records reach the TaskManager chosen for them (HookSettings.routing).
+ROUTINGS = ("pinned", "rest_partitioner", "colocated")
 
 
 @dataclass
@@ -117,6 +123,10 @@ class HookSettings:
     # management (the default). "rest_partitioner": for clusters without fine-grained resource
     # management: one executor operator wherever Flink puts its instances, and a partitioner
     # that sends each task to an instance on the chosen TaskManager (found through REST).
+    # "colocated": as "pinned", and one router instance per node, at most one per TaskManager
+    # (each needs one unit of the streamplace_router external resource), each running the
+    # records it routes to its own node itself: they cross one Python operator, not two
+    # (pyflink_jobs/inline_executor.py; one-step CPU operators only).
     routing: str = "pinned"
     rest_url: str = "http://127.0.0.1:8081"   # the JobManager REST API (rest_partitioner)
     job_name: str = ""                         # this job's name in REST (rest_partitioner)
@@ -145,9 +155,18 @@ class HookSettings:
     # Tenant quotas enforced by the router (pyflink_jobs/tenant_quotas.py): tenant -> weight,
     # "*" -> the weight of tenants not listed; may be given as "a=3,b=1". Empty: no quotas.
     tenant_shares: dict[str, float] = field(default_factory=dict)
+    # routing "colocated": a record measured lighter than this on the router's own node stays
+    # there without asking the policy (RouterSettings.keep_local_below_ms)
+    keep_local_below_ms: float = 0.25
 
     def __post_init__(self) -> None:
         # Checked here, not when the job starts: a typo fails the submission, not the router.
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
+        if self.routing == "colocated" and self.router_parallelism != 1:
+            raise ValueError("routing='colocated' runs one router per node (at most one per "
+                             "TaskManager); leave router_parallelism at 1, got "
+                             f"{self.router_parallelism}")
         routers = self.router_parallelism
         if (isinstance(routers, bool) or not isinstance(routers, int)
                 or not 1 <= routers <= MAX_ROUTER_PARALLELISM):
@@ -238,6 +257,31 @@ class HookSettings:
         if not resolved:
             raise ValueError("the plan gives no node an executor instance")
         return resolved
+
+    def router_instances(self) -> int:
+        """Router parallelism: ``router_parallelism``; with routing "colocated" one per node."""
+        if self.routing == "colocated":
+            return max(1, len(self.resolved_nodes()))
+        return self.router_parallelism
+
+    def task_limits(self, user_records: bool) -> TaskLimits:
+        """``limits``, else derived from the cluster spec's memory with the cost of a user
+        record's byte or of a TaskEvent's pixel (explicit nodes: no spec to read)."""
+        if self.limits is not None:
+            return self.limits
+        return cluster_task_limits("" if self.nodes else self.cluster_spec,
+                                   BYTES_PER_RECORD_BYTE if user_records else BYTES_PER_PIXEL)
+
+    def node_memory_bytes(self, host: str) -> int:
+        """``host``'s TaskManager process memory from the cluster spec, 0 when unknown (the
+        executor then takes what its process can have: interference.executor.memory)."""
+        if not host or self.nodes or not self.cluster_spec:
+            return 0
+        from workload.cluster_spec import load_cluster_spec
+        try:
+            return load_cluster_spec(self.cluster_spec).node(host).process_memory_mb << 20
+        except (ValueError, KeyError, OSError):
+            return 0
 
 
 def parse_plan(text: str) -> dict[str, int]:
@@ -340,18 +384,14 @@ class StreamplaceHook:
                               service_token=s.service_token,
                               refresh_interval_s=s.refresh_interval_s,
                               executor_capacity=s.executor_capacity,
-                              routers=s.router_parallelism,
+                              routers=s.router_instances(),
+                              keep_local_below_ms=s.keep_local_below_ms,
                               tenant_quotas=QuotaSettings(dict(s.tenant_shares))
                               if s.tenant_shares else None)
 
     def task_limits(self, user_records: bool) -> TaskLimits:
-        """The settings' limits, else derived from the cluster spec's memory with the cost of
-        a user record's byte or of a TaskEvent's pixel (explicit nodes: no spec to read)."""
-        s = self.settings
-        if s.limits is not None:
-            return s.limits
-        return cluster_task_limits("" if s.nodes else s.cluster_spec,
-                                   BYTES_PER_RECORD_BYTE if user_records else BYTES_PER_PIXEL)
+        """:meth:`HookSettings.task_limits`."""
+        return self.settings.task_limits(user_records)
 
     def executor_settings(self, instances: int = 1, host: str = "") -> ExecutorFunctionSettings:
         """The executor instances' settings, derived from this hook's; the per-task memory
@@ -361,19 +401,7 @@ class StreamplaceHook:
             bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
             scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s,
             instances_on_node=instances, batching=s.batching,
-            node_memory_bytes=self._node_memory_bytes(host))
-
-    def _node_memory_bytes(self, host: str) -> int:
-        """``host``'s TaskManager process memory from the cluster spec, 0 when unknown (the
-        executor then takes what its process can have: interference.executor.memory)."""
-        s = self.settings
-        if not host or s.nodes or not s.cluster_spec:
-            return 0
-        from workload.cluster_spec import load_cluster_spec
-        try:
-            return load_cluster_spec(s.cluster_spec).node(host).process_memory_mb << 20
-        except (ValueError, KeyError, OSError):
-            return 0
+            node_memory_bytes=s.node_memory_bytes(host))
 
     def feedback_stream(self, env, bounded: bool = False):
         """The NodeFeedback topic as a stream. ``bounded``: the job's input is bounded, so
@@ -417,8 +445,6 @@ class StreamplaceHook:
         self.local, self.bounded = shape.local, shape.bounded
         self.settings = replace(self.settings, uid_prefix=shape.uid_prefix(self._uid_base))
         s = self.settings
-        if s.routing not in ("pinned", "rest_partitioner"):
-            raise ValueError(f"routing must be 'pinned' or 'rest_partitioner', got {s.routing!r}")
         op = None
         if operator is not None:
             if s.executor == "checksum":
@@ -439,15 +465,19 @@ class StreamplaceHook:
         broadcast = self.feedback_stream(env, self.bounded).broadcast(
             feedback_state_descriptor())
         single = s.routing == "rest_partitioner"
-        limits = self.task_limits(user_records=op is not None)
+        limits = s.task_limits(user_records=op is not None)
         reader = OperatorRecords(op, limits) if op is not None else TaskEventRecords(limits)
+        self._output_type = output_type or Types.PICKLED_BYTE_ARRAY()
+        inline = self._inline_executor(op) if s.routing == "colocated" else None
         routed = (stream.connect(broadcast)
-                  .process(RouterFunction(self.router_settings(), reader, single_output=single),
+                  .process(RouterFunction(self.router_settings(), reader, single_output=single,
+                                          inline=inline),
                            output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
                   .name("streamplace-router").uid(f"{s.uid_prefix}-router")
-                  .set_parallelism(s.router_parallelism))
+                  .set_parallelism(s.router_instances()))
+        if inline is not None and not self.local:  # one router per TaskManager
+            routed = routed.slot_sharing_group(router_slot_sharing_group())
         self._dead = [routed]
-        self._output_type = output_type or Types.PICKLED_BYTE_ARRAY()
         if single:
             result = self._apply_rest_partitioner(env, routed, op)
         else:
@@ -459,6 +489,8 @@ class StreamplaceHook:
             outputs += [self._executor_chain(side_output(routed, node_tag(retired)), op,
                                              retired, host, 1, suffix=f"-retired-on-{host}")
                         for retired, host in sorted(s.retired.items())]
+            if inline is not None:  # what the routers ran on their own nodes
+                outputs.insert(0, side_output(routed, inline.output_tag))
             result = outputs[0].union(*outputs[1:]) if len(outputs) > 1 else outputs[0]
         self.dead_letters = self._dead[0].union(*self._dead[1:]) if len(self._dead) > 1 \
             else self._dead[0]
@@ -474,6 +506,17 @@ class StreamplaceHook:
              .name("streamplace-dead-letter-log").uid(f"{s.uid_prefix}-dead-letter-log")
              .slot_sharing_group("default"))
         return result
+
+    def _inline_executor(self, op) -> InlineExecutor:
+        """What a colocated router runs records with (pyflink_jobs/inline_executor.py)."""
+        if op is None or direct_operator(op) is None:
+            raise ValueError(
+                "routing='colocated' runs records inside the router, one at a time, as a map "
+                "does: it needs a one-step CPU operator (a plain function or a MapFunction). "
+                "TaskEvents, operators with stages, batching, a GPU or async calls need the "
+                "executors' batching: use routing='pinned'")
+        return InlineExecutor(op, self.executor_settings(1, ""),
+                              inline_output_tag(self._output_type))
 
     def _router_host(self) -> str | None:
         """``router_host`` checked against this job's nodes, or None (Flink places it)."""
@@ -614,6 +657,11 @@ class HookBuilder:
     def router_host(self, node_id: str) -> "HookBuilder":
         """Run the router (and the job's other default-group operators) on ``node_id``."""
         return self._set(router_host=str(node_id))
+
+    def routing(self, mode: str) -> "HookBuilder":
+        """How records reach their node: one of :data:`ROUTINGS` (HookSettings.routing)."""
+        replace(self._settings, routing=mode)  # checked now (__post_init__)
+        return self._set(routing=mode)
 
     def executor_capacity(self, capacity: int) -> "HookBuilder":
         if capacity < 1:

@@ -35,8 +35,8 @@ from pyflink_jobs.executor_function import (ExecutorFeedback, ExecutorFunctionBa
 from pyflink_jobs.feedback import FinishedTask, stage_batches
 from pyflink_jobs.flink_ops import dead_letter_raw, dead_letter_tag, make_dead_letter
 
-__all__ = ["ExecutedRecord", "OperatorExecutorFunction", "SplitOutcomes",
-           "DirectOperatorFunction"]
+__all__ = ["ExecutedRecord", "OperatorExecutorFunction", "SplitOutcomes", "DirectRun",
+           "DirectOperatorFunction", "report_outcome", "bytes_out"]
 
 try:  # The module must import without pyflink too (docs, unit tests of the helpers).
     from pyflink.datastream import ProcessFunction
@@ -67,7 +67,7 @@ def _dead_letter(routed, record, reason: str, stage: str) -> bytes:
     return make_dead_letter(raw, topic, partition, offset, reason, stage)
 
 
-def _bytes_out(executed: ExecutedRecord) -> int:
+def bytes_out(executed: ExecutedRecord) -> int:
     # Link-use telemetry: outputs measured as a sink would see them, cheaply for text/bytes.
     from workload.operators import record_size
     if executed.dead_letter is not None:
@@ -94,16 +94,19 @@ def _call_task_id(value) -> str:
     return routed.task_id if routed is not None else ""
 
 
-def _report(function, routed, record, task_id: str, size: int, outcome) -> ExecutedRecord:
-    """Count the outcome, report its timing in the node's feedback, and make the
-    :class:`ExecutedRecord` (outputs, or a dead letter)."""
+def report_outcome(function, routed, record, task_id: str, size: int, outcome,
+            timing: bool = True) -> ExecutedRecord:
+    """Count the outcome, report its timing in the node's feedback (``timing``; its bytes
+    always), and make the :class:`ExecutedRecord` (outputs, or a dead letter)."""
     function._count(outcome.status == "OK")
     executed = executed_from_outcome(routed, record, outcome, function.operator.name)
-    if routed is not None:
+    if routed is not None and not timing:
+        function.feedback.count_bytes(routed.raw_bytes, bytes_out(executed))
+    elif routed is not None:
         function.feedback.task_finished(FinishedTask(
             task_id, routed.task_type, size, float(outcome.queue_ms), float(outcome.service_ms),
             float(outcome.work_ms), int(outcome.finished_at_ms)),
-            routed, bytes_in=routed.raw_bytes, bytes_out=_bytes_out(executed))
+            routed, bytes_in=routed.raw_bytes, bytes_out=bytes_out(executed))
     return executed
 
 
@@ -139,7 +142,7 @@ class OperatorExecutorFunction(ExecutorFunctionBase):
         routed, record, task_id, size = _describe(self, value)
         outcome = await self.in_flight().run(self.call_key(value, _call_task_id(value)),
                                              self.executor.run(task_id, record, size))
-        return [_report(self, routed, record, task_id, size, outcome)]
+        return [report_outcome(self, routed, record, task_id, size, outcome)]
 
     def timeout(self, value):
         routed, record = unwrap(value)
@@ -166,20 +169,18 @@ class SplitOutcomes(ProcessFunction):
         yield from value.outputs
 
 
-class DirectOperatorFunction(ExecutorFeedback, ProcessFunction):
-    """RoutedRecord -> the operator's outputs, computed inline: for an operator that is one
-    per-record CPU step (``interference.executor.direct.direct_operator``), the async operator,
-    its thread hops and the split behind it cost more than the step (a trivial operator ran at
-    about 1,500 records/s through them on this machine). Dead letters leave on the
-    :func:`~pyflink_jobs.flink_ops.dead_letter_tag` side output. A record's call blocks this
-    instance while it runs, as a plain ``map`` does."""
+class DirectRun(ExecutorFeedback):
+    """What runs a one-step CPU operator (``interference.executor.direct.direct_operator``)
+    inline, in the calling operator's own Python function: the executor, its feedback and the
+    record's report. :class:`DirectOperatorFunction` is it as a pinned executor operator;
+    ``pyflink_jobs.inline_executor.InlineExecutor`` is it inside a colocated router."""
 
     def __init__(self, planned_node: str, operator, settings: ExecutorFunctionSettings | None
                  = None):
         ExecutorFeedback.__init__(self, planned_node, settings)
         self.operator = operator
 
-    def open(self, runtime_context):
+    def _open_direct(self, runtime_context) -> None:
         import os
 
         from interference.executor import DirectExecutor, OperatorExecutorSettings
@@ -193,7 +194,6 @@ class DirectOperatorFunction(ExecutorFeedback, ProcessFunction):
         self.executor = DirectExecutor(direct, OperatorExecutorSettings.from_env(
             node_id=node, cpu_workers=1, **self.settings.limits()),
             runtime_context=runtime_context)
-        self._tag = dead_letter_tag()
         self._open_feedback(runtime_context, self._snapshot)
 
     def _snapshot(self) -> dict:
@@ -201,10 +201,28 @@ class DirectOperatorFunction(ExecutorFeedback, ProcessFunction):
         snap["stage_batches"] = stage_batches(self.executor.batch_report())
         return snap
 
-    def process_element(self, value, ctx):
+    def run_routed(self, value, timing: bool = True) -> ExecutedRecord:
+        """Run one record (a RoutedRecord, or a record with no routing) to its end, here;
+        ``timing``: report its timing in the feedback (its bytes are counted either way)."""
         routed, record, task_id, size = _describe(self, value)
         outcome = self.executor.run_now(task_id, record, size)
-        executed = _report(self, routed, record, task_id, size, outcome)
+        return report_outcome(self, routed, record, task_id, size, outcome, timing)
+
+
+class DirectOperatorFunction(DirectRun, ProcessFunction):
+    """RoutedRecord -> the operator's outputs, computed inline: for an operator that is one
+    per-record CPU step (``interference.executor.direct.direct_operator``), the async operator,
+    its thread hops and the split behind it cost more than the step (a trivial operator ran at
+    about 1,500 records/s through them on this machine). Dead letters leave on the
+    :func:`~pyflink_jobs.flink_ops.dead_letter_tag` side output. A record's call blocks this
+    instance while it runs, as a plain ``map`` does."""
+
+    def open(self, runtime_context):
+        self._open_direct(runtime_context)
+        self._tag = dead_letter_tag()
+
+    def process_element(self, value, ctx):
+        executed = self.run_routed(value)
         if executed.dead_letter is not None:
             yield self._tag, executed.dead_letter
         else:

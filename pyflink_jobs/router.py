@@ -56,7 +56,11 @@ from workload.feedback import feedback_age_s, feedback_emitted_at_ms, node_state
 from workload.model import (ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task,
                             offered_nodes)
 
-__all__ = ["RouterNode", "RouterSettings", "Router", "ModelRefresher"]
+__all__ = ["RouterNode", "RouterSettings", "Router", "ModelRefresher", "MAX_KEPT_LINES"]
+
+#: keep_local's cached fit lines: more (task type, node) pairs than this start the cache over
+#: (the types come from records: a stream of new types must not grow it without bound).
+MAX_KEPT_LINES = 4096
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +102,11 @@ class RouterSettings:
     #                                      feedback) after this long, so counts cannot drift up
     latency_samples: int = 20_000        # decision latencies kept for p50/p99
     tenant_quotas: QuotaSettings | None = None   # None: no quotas (pyflink_jobs.tenant_quotas)
+    # A router that runs on a node itself (routing "colocated") keeps a task there without
+    # asking the policy when the task's measured work there is below this: moving a record to
+    # another TaskManager costs about one more PyFlink crossing, ~0.1-0.3 ms of CPU on this
+    # project's machine (benchmarks/hook_profile.py), more than such a task's work. 0 = never.
+    keep_local_below_ms: float = 0.25
 
     def __post_init__(self) -> None:
         ids = [n.node_id for n in self.nodes]
@@ -107,6 +116,9 @@ class RouterSettings:
             raise ValueError(f"node ids must be unique, got {ids}")
         if isinstance(self.routers, bool) or not isinstance(self.routers, int) or self.routers < 1:
             raise ValueError(f"routers must be an int >= 1, got {self.routers!r}")
+        if not 0.0 <= self.keep_local_below_ms <= 1000.0:  # NaN fails too
+            raise ValueError(f"keep_local_below_ms must be in [0, 1000], got "
+                             f"{self.keep_local_below_ms!r}")
 
     def capacity_share(self, node: RouterNode) -> int:
         """The in-flight records one router instance may hold on ``node``: its share of the
@@ -139,6 +151,9 @@ class Router:
         from workload.estimates import CostModel
         self.costs = MeasuredCosts(self.cluster, prior=CostModel(colocation=None))
         self.speeds = ObservedSpeed(self.cluster, self.costs)
+        # keep_local's trusted fit lines per (type, node), valid for one costs.version
+        self._lines: dict[tuple[str, str], tuple[float, float] | None] = {}
+        self._lines_version = -1
         self._lock = threading.Lock()
         self.fallback: Policy = make_policy(settings.fallback, self.cluster, costs=self.costs)
         self.model_policy = None
@@ -275,6 +290,54 @@ class Router:
         ``task.priority`` are counted and a demotion is appended to the decision's reason."""
         decision, context, _ = self._route(task)
         return decision, context
+
+    def keep_local(self, task: Task, node: str) -> float | None:
+        """For a router that runs tasks on its own ``node`` (routing "colocated"): the
+        measured milliseconds of ``task``'s work there when it is below
+        ``keep_local_below_ms`` (kept: counted routed to ``node``, not in flight, the caller
+        runs it at once), else None (then :meth:`route`; a task the policy sends to ``node``
+        the caller runs too, then calls :meth:`ran_inline`). Only trusted fits count (a new
+        type goes to the policy, which explores); never with tenant quotas (they count every
+        task). On every record of a light stream, so the fit's line is kept per type until
+        the next timing arrives (``MeasuredCosts.version``); not in the decision timings."""
+        limit_ms = self.settings.keep_local_below_ms
+        if self.quotas is not None or limit_ms <= 0.0 or node not in self._nodes:
+            return None
+        version = self.costs.version
+        if version != self._lines_version:
+            self._lines.clear()
+            self._lines_version = version
+        key = (task.app_id, node)
+        line = self._lines.get(key, False)
+        if line is False:
+            if len(self._lines) >= MAX_KEPT_LINES:
+                self._lines.clear()
+            line = self._lines[key] = self.costs.trusted_line(node, task.app_id)
+        if line is None:
+            return None
+        size = task.input_size if isinstance(task.input_size, int) and task.input_size > 0 \
+            else 0
+        work_ms = 1000.0 * (line[0] + line[1] * size)
+        if not work_ms < limit_ms:  # NaN never keeps
+            return None
+        self.routed[node] += 1
+        return work_ms
+
+    def kept_decision(self, node: str, work_ms: float) -> tuple[Decision, DecisionContext]:
+        """The decision :meth:`keep_local` made, in words, with what it saw on ``node``."""
+        with self._lock:
+            context = DecisionContext(self._in_flight_count[node],
+                                      self._backlog_s[node] * 1000.0, self.speeds.factor(node))
+        return Decision(node, f"kept on {node}, where it runs: {work_ms:.3f} ms of work, "
+                              f"below the {self.settings.keep_local_below_ms:g} ms a move "
+                              "costs"), context
+
+    def ran_inline(self, task_id: str) -> None:
+        """``task_id`` ran to its end where it was routed from: no longer in flight."""
+        with self._lock:
+            entry = self._in_flight.pop(task_id, None)
+            if entry is not None:
+                self._retire(entry, completed_after_s=self.clock() - entry[1])
 
     def _route(self, task: Task) -> tuple[Decision, DecisionContext, QuotaVerdict | None]:
         cpu_started = time.thread_time() if self.timing.samples_cpu() else None

@@ -225,13 +225,18 @@ def start_refresher(router: Router, client, interval_s: float) -> ModelRefresher
 
 class RouterFunction(BroadcastProcessFunction):
     """Read + decide in one Python function (see the module docstring). Output: DeadLetter
-    bytes (main); RoutedRecords on one side output per node."""
+    bytes (main); RoutedRecords on one side output per node; with ``inline`` (routing
+    "colocated", :mod:`pyflink_jobs.inline_executor`), the outputs of the records it ran on
+    its own node on ``inline.output_tag``."""
 
     def __init__(self, settings: RouterSettings, reader: RecordReader | None = None,
-                 single_output: bool = False):
+                 single_output: bool = False, inline=None):
         self.settings = settings
         self.reader = reader or TaskEventRecords()
         self.single_output = single_output  # rest_partitioner: (node, routed) on one output
+        # routing "colocated": an InlineExecutor (pyflink_jobs.inline_executor) that runs the
+        # records routed to this router's own node here; None: every record is sent on
+        self.inline = inline
 
     def open(self, runtime_context):
         from workload.codec import CodecError, decode
@@ -245,6 +250,9 @@ class RouterFunction(BroadcastProcessFunction):
             self._tags = {n: node_tag(n) for n in router.node_ids}
         self._descriptor = feedback_state_descriptor()
         self._restored = False
+        self._local_node = (self.inline.open_on(runtime_context, router.node_ids)
+                            if self.inline is not None and not self.reader.task_events
+                            else None)
         self.refresher = None
         if self.settings.service_url:
             from placement.service.client import PlacementClient
@@ -298,6 +306,8 @@ class RouterFunction(BroadcastProcessFunction):
     def close(self):
         if getattr(self, "refresher", None) is not None:
             self.refresher.stop()
+        if getattr(self, "_local_node", None) is not None:
+            self.inline.close()
 
     def process_element(self, value, ctx):
         try:
@@ -312,14 +322,43 @@ class RouterFunction(BroadcastProcessFunction):
         if self.reader.task_events:  # quotas may forward the event with a lowered priority
             decision, context, record = self.router.route_task_event(task, record)
         else:
+            local = self._local_node
+            kept_ms = self.router.keep_local(task, local) if local is not None else None
+            if kept_ms is not None:  # light here: run it here, lean (inline_executor)
+                self._counts.inc(f"streamplace_routed_{local}")
+                if self.inline.reports_next_kept():
+                    decision, context = self.router.kept_decision(local, kept_ms)
+                    executed = self.inline.run_routed(RoutedRecord(
+                        task.task_id, task.app_id, task.input_size, local,
+                        int(time.time() * 1000), context, record, raw_bytes, source))
+                else:
+                    executed = self.inline.run_quick(task.task_id, record, raw_bytes, source)
+                yield from self._emit_ran_here(executed)
+                return
             decision, context = self.router.route(task)
         self._counts.inc(f"streamplace_routed_{decision.node}")
         routed = RoutedRecord(task.task_id, task.app_id, task.input_size, decision.node,
                               int(time.time() * 1000), context, record, raw_bytes, source)
+        if decision.node == self._local_node:  # the policy chose this router's own node
+            executed = self.inline.run_routed(routed)
+            self.router.ran_inline(task.task_id)
+            yield from self._emit_ran_here(executed)
+            return
         if self.single_output:
             yield self._tags[decision.node], (decision.node, routed)
         else:
             yield self._tags[decision.node], routed
+
+    def _emit_ran_here(self, executed):
+        """A record this router ran itself: its outputs on the inline output, or its dead
+        letter on the main output."""
+        if executed.dead_letter is not None:
+            self._counts.inc("streamplace_dead_letters")
+            yield executed.dead_letter
+        else:
+            tag = self.inline.output_tag
+            for output in executed.outputs:
+                yield tag, output
 
     def _restore_node_view(self, ctx) -> None:
         # After a restore the in-memory view is empty; the checkpointed broadcast state has the

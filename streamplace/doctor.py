@@ -62,6 +62,16 @@ def check_taskmanager_resources(taskmanagers: list[dict]) -> list[Check]:
             checks.append(Check(f"resource:{tm_id}", OK,
                                 f"external resource {tm_id} = {float(amount):g} "
                                 "(most executor instances it can host)"))
+    from pyflink_jobs.flink_ops import ROUTER_RESOURCE
+    without = sorted(str(tm.get("id", "?")) for tm in taskmanagers
+                     if ((tm.get("totalResource") or {}).get("extendedResources") or {})
+                     .get(ROUTER_RESOURCE) is None)
+    if without:  # only the hook's colocated routing needs it: a warning, not a failure
+        checks.append(Check(f"resource:{ROUTER_RESOURCE}", WARN,
+                            f"no {ROUTER_RESOURCE} resource on {without}: routing='colocated' "
+                            "cannot place its routers there",
+                            f"add {ROUTER_RESOURCE} to external-resources, with "
+                            f"-D external-resource.{ROUTER_RESOURCE}.amount=1"))
     return checks
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from pyflink_jobs.flink_ops import ROUTER_RESOURCE
 from streamplace.config import StreamplaceConfig
 from streamplace.flink_hosts import (HostLauncher, IsolationPlan, taskmanager_address,
                                      taskmanager_host_options)
@@ -190,7 +191,7 @@ class ProcessFiles:
         gives CPUs, and in host mode entered into the node's host (same pid)."""
         cmd = [str(flink_home() / "bin" / "taskmanager.sh"), "start-foreground",
                # A list-valued option must come as -D (the yaml list form is read as one name).
-               "-D", f"external-resources={tm.id}"]
+               "-D", f"external-resources={tm.id};{ROUTER_RESOURCE}"]
         if tm.cpu_affinity and taskset:
             cmd = [taskset, "-c", ",".join(map(str, tm.cpu_affinity))] + cmd
         if self.isolation.emulated:
@@ -214,6 +215,8 @@ class ProcessFiles:
             "taskmanager.memory.jvm-overhead.min": "192m",
             "taskmanager.memory.jvm-overhead.max": "192m",
             f"external-resource.{tm.id}.amount": tm.slots,
+            # one per TaskManager: colocated routers spread one per TaskManager on it
+            f"external-resource.{ROUTER_RESOURCE}.amount": 1,
             "io.tmp.dirs": str(base / "tmp"),
         })
         if self.isolation.emulated:

@@ -3,9 +3,9 @@
     flink run -d -py benchmarks/jobs/passthrough_job.py -- --connector-jar ... [--hook]
 
 Strings in from Kafka, ``passthrough`` (the record itself) on 3 instances, strings out
-exactly-once. Without ``--hook``: ``rebalance()`` then ``map(passthrough)`` at parallelism 3
-(where the 3 instances run is Flink's slot allocation; on a cluster with
-``taskmanager.load-balance.mode: TASKS`` they spread one per TaskManager). With ``--hook``: the
+exactly-once. Without ``--hook``: ``rebalance()`` then ``map(passthrough)`` at parallelism 3,
+one instance per TaskManager (a slot sharing group that needs one unit of the
+``streamplace_router`` resource, of which each TaskManager has one). With ``--hook``: the
 same function through the streamplace hook (one pinned executor per TaskManager; the policy from
 ``STREAMPLACE_HOOK_POLICY``). Used by ``benchmarks/flink_e2e_examples.py --overhead``.
 """
@@ -56,7 +56,15 @@ def main():
                                       dead_letter_topic=args.dead_letter_topic)
         out = hook.apply(env, lines, passthrough, output_type=Types.STRING())
     else:
-        out = lines.rebalance().map(passthrough, output_type=Types.STRING()).set_parallelism(3)
+        # one map instance per TaskManager, as the colocated routers run: the same one unit of
+        # the streamplace_router resource per slot (Flink's TASKS load-balance mode alone
+        # left all three on one TaskManager in some runs)
+        # (with fine-grained resources a default-profile slot takes a share of every external
+        # resource, so the default group gets an explicit spec, as the hook gives it)
+        from pyflink_jobs.flink_ops import io_slot_sharing_group, router_slot_sharing_group
+        env.register_slot_sharing_group(io_slot_sharing_group())
+        out = (lines.rebalance().map(passthrough, output_type=Types.STRING()).set_parallelism(3)
+               .slot_sharing_group(router_slot_sharing_group()))
     out.sink_to(KafkaSink.builder().set_bootstrap_servers(args.bootstrap_servers)
                 .set_record_serializer(KafkaRecordSerializationSchema.builder()
                                        .set_topic(args.output_topic)

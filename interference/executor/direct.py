@@ -117,6 +117,24 @@ class DirectExecutor:
         self._admit()
         return self._run(str(record_id), record, time.perf_counter(), time.time())
 
+    def run_quick(self, record_id: str, record) -> list | RecordOutcome:
+        """The record's outputs, computed in the calling thread with only the counts kept (no
+        in-flight slot, timing or stage report): for a caller that runs records one at a
+        time and has measured them light (a colocated router's kept records). Attempts,
+        emulated slowness and errors as :meth:`run_now`; a record that fails every attempt
+        gives its FAILED outcome (error and traceback) instead of outputs."""
+        if self._closed:
+            raise RuntimeError("the executor is closed")
+        outputs, error, trace, attempts = self._attempts(record, None, self._unit())
+        with self._lock:
+            self._counts["stages_run"] += attempts
+            self._counts["failed" if error else "completed"] += 1
+        if not error:
+            return outputs
+        now = int(time.time() * 1000)
+        return RecordOutcome(str(record_id), "FAILED", [], error, trace, now, now, 0.0, 0.0,
+                             0.0, [])
+
     def _refusal(self, record_id: str, task_size) -> RecordOutcome | None:
         """A FAILED outcome for a record over the memory budget (counted), else None."""
         if isinstance(task_size, bool) or not isinstance(task_size, int) or task_size <= 0:
@@ -193,29 +211,7 @@ class DirectExecutor:
         with self._lock:
             self._counts["queue_depth"] -= 1
             self._counts["in_flight"] += 1
-        outputs, error, trace, attempts = [], None, None, 0
-        stage_input = self.operator.stage_inputs(self.stage.name, record, {})
-        stopped = (lambda: False) if cancel is None else cancel.is_set  # noqa: E731
-        while attempts < self.settings.max_attempts:
-            if stopped():
-                error, trace = CANCELLED, None
-                break
-            attempts += 1
-            try:
-                value = None
-                with cancel_scope(cancel):
-                    for _ in range(self.settings.repeats):  # an emulated slower node
-                        if stopped():
-                            raise StageCancelled()
-                        value = self.stage.run([stage_input], "cpu")[0]
-                outputs, error = self.operator.results(value), None
-                break
-            except StageCancelled:
-                error, trace = CANCELLED, None
-                break
-            except Exception as exc:  # noqa: BLE001 - the user's code: a FAILED record
-                error = describe_failure(self.stage.name, attempts, unit, exc)
-                trace = format_traceback(exc, self.settings.max_traceback_chars)
+        outputs, error, trace, attempts = self._attempts(record, cancel, unit)
         end = time.perf_counter()
         ms = (end - started) * 1000.0
         to_epoch = lambda t: int((accepted_epoch + (t - accepted)) * 1000)  # noqa: E731
@@ -231,6 +227,31 @@ class DirectExecutor:
             record_id, "FAILED" if error else "OK", [] if error else outputs, error, trace,
             to_epoch(started), to_epoch(end), (started - accepted) * 1000.0, ms, ms,
             [StageRun(self.stage.name, unit, to_epoch(started), to_epoch(end), 1, attempts)])
+
+    def _attempts(self, record, cancel: threading.Event | None, unit: str):
+        """(outputs, error, traceback, attempts) of running the stage on ``record`` with the
+        settings' attempts and repeats (``cancel``: stop between them)."""
+        outputs, error, trace, attempts = [], None, None, 0
+        stage_input = self.operator.stage_inputs(self.stage.name, record, {})
+        stopped = (lambda: False) if cancel is None else cancel.is_set  # noqa: E731
+        while attempts < self.settings.max_attempts:
+            if stopped():
+                return outputs, CANCELLED, None, attempts
+            attempts += 1
+            try:
+                value = None
+                with cancel_scope(cancel):
+                    for _ in range(self.settings.repeats):  # an emulated slower node
+                        if stopped():
+                            raise StageCancelled()
+                        value = self.stage.run([stage_input], "cpu")[0]
+                return self.operator.results(value), None, None, attempts
+            except StageCancelled:
+                return outputs, CANCELLED, None, attempts
+            except Exception as exc:  # noqa: BLE001 - the user's code: a FAILED record
+                error = describe_failure(self.stage.name, attempts, unit, exc)
+                trace = format_traceback(exc, self.settings.max_traceback_chars)
+        return outputs, error, trace, attempts
 
     def _unit(self) -> str:
         ident = threading.get_ident()

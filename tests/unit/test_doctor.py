@@ -24,11 +24,22 @@ CASES = [
 
 @pytest.mark.parametrize("name,record,expected", CASES, ids=[c[0] for c in CASES])
 def test_taskmanager_resource_check(name, record, expected):
-    (check,) = check_taskmanager_resources([record])
+    check = check_taskmanager_resources([record])[0]
     assert check.status == expected, check
     assert check.name == "resource:tm_a"
     if expected == MISSING:
         assert "external-resource" in check.fix
+
+
+def test_a_taskmanager_without_the_router_resource_is_a_warning_for_colocated_routing():
+    from streamplace.doctor import WARN
+    checks = check_taskmanager_resources([tm("tm_a", {"tm_a": 2.0, "streamplace_router": 1.0}),
+                                          tm("tm_b", {"tm_b": 2.0})])
+    assert [c.status for c in checks] == [OK, OK, WARN]
+    assert "tm_b" in checks[2].detail and "tm_a" not in checks[2].detail
+    assert "colocated" in checks[2].detail and "streamplace_router" in checks[2].fix
+    spread = check_taskmanager_resources([tm("tm_a", {"tm_a": 1.0, "streamplace_router": 1.0})])
+    assert [c.status for c in spread] == [OK]
 
 
 def test_report_shows_fixes_only_for_problems_and_an_unreachable_cluster_is_missing():

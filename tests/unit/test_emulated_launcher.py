@@ -135,7 +135,7 @@ def test_cpuset_mode_commands_and_options_are_unchanged(tmp_path):
     cmd = cluster.files.taskmanager_command(tm_a, "/usr/bin/taskset")
     assert cmd[:3] == ["/usr/bin/taskset", "-c", "0"]
     assert cmd[3].endswith("bin/taskmanager.sh")
-    assert cmd[4:] == ["start-foreground", "-D", "external-resources=tm_a"]
+    assert cmd[4:] == ["start-foreground", "-D", "external-resources=tm_a;streamplace_router"]
     conf = cluster.files.taskmanager_config(tm_a, cluster.files.common_config())
     assert conf["taskmanager.host"] == conf["taskmanager.bind-host"] == "127.0.0.1"
     assert conf["jobmanager.rpc.address"] == conf["rest.address"] == "127.0.0.1"

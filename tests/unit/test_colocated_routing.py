@@ -1,0 +1,220 @@
+"""routing="colocated": routers that run the records they keep on their own node
+(pyflink_jobs/inline_executor.py, Router.route's local_node)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pyflink_jobs.router import Router, RouterNode, RouterSettings
+from workload.model import Task
+from workload.operators import StagedOperator, as_operator, stage
+
+from flink_fakes import FakeContext
+
+NODES = [RouterNode("tm_a", cpu_cores=2), RouterNode("tm_b", cpu_cores=2)]
+
+
+def _router(**settings) -> Router:
+    return Router(RouterSettings(nodes=NODES, policy=settings.pop("policy", "round_robin"),
+                                 **settings))
+
+
+def _teach(router: Router, node: str, task_type: str, work_s: float, samples: int = 3):
+    for _ in range(samples):
+        assert router.costs.observe(node, task_type, 10, work_s)
+
+
+# (what the router measured of "t" on tm_a, keep_local_below_ms, quotas) -> kept on tm_a?
+KEEP_LOCAL = [
+    ("nothing measured: the policy explores", None, 0.25, False, False),
+    ("two samples only: not trusted yet", (0.00001, 2), 0.25, False, False),
+    ("light, trusted", (0.00001, 3), 0.25, False, True),
+    ("heavier than a move", (0.002, 3), 0.25, False, False),
+    ("keeping switched off", (0.00001, 3), 0.0, False, False),
+    ("tenant quotas count every task", (0.00001, 3), 0.25, True, False),
+]
+
+
+@pytest.mark.parametrize("why,measured,below_ms,quotas,kept", KEEP_LOCAL,
+                         ids=[row[0] for row in KEEP_LOCAL])
+def test_a_router_keeps_on_its_own_node_only_what_is_measured_lighter_than_a_move(
+        why, measured, below_ms, quotas, kept):
+    from pyflink_jobs.tenant_quotas import QuotaSettings
+    router = _router(keep_local_below_ms=below_ms,
+                     tenant_quotas=QuotaSettings({"*": 1.0}) if quotas else None)
+    if measured is not None:
+        _teach(router, "tm_a", "t", measured[0], measured[1])
+    answers = [router.keep_local(Task(f"r{i}", "t", 10), "tm_a") for i in range(4)]
+    assert all(a is not None for a in answers) == kept, why
+    assert all(a is None for a in answers) == (not kept), why
+    if kept:  # ran at once by the caller: nothing held in flight, every one counted routed
+        assert answers[0] == pytest.approx(measured[0] * 1000)
+        decision, context = router.kept_decision("tm_a", answers[0])
+        assert decision.node == "tm_a" and decision.reason.startswith("kept on tm_a")
+        assert context.queue == 0
+        assert router.in_flight() == {"tm_a": 0, "tm_b": 0}
+        assert router.routed["tm_a"] == 4
+
+
+def test_keep_local_follows_new_timings_and_bounds_what_it_caches():
+    from pyflink_jobs.router import MAX_KEPT_LINES
+    router = _router()
+    _teach(router, "tm_a", "t", 0.00001)
+    assert router.keep_local(Task("r0", "t", 10), "tm_a") is not None
+    _teach(router, "tm_a", "t", 0.05, samples=40)  # the type became heavy here
+    assert router.keep_local(Task("r1", "t", 10), "tm_a") is None
+    for i in range(MAX_KEPT_LINES + 10):  # a stream of new types
+        assert router.keep_local(Task(f"n{i}", f"type-{i}", 10), "tm_a") is None
+    assert len(router._lines) <= MAX_KEPT_LINES
+    assert router.keep_local(Task("r2", "t", 10), "tm_z") is None  # not one of its nodes
+
+
+def test_route_itself_never_keeps_a_task_the_policy_decides():
+    router = _router()
+    _teach(router, "tm_a", "t", 0.00001)
+    nodes = {router.route(Task(f"r{i}", "t", 10))[0].node for i in range(4)}
+    assert nodes == {"tm_a", "tm_b"}
+
+
+def test_a_task_the_policy_sends_to_the_routers_own_node_is_retired_once_ran_inline():
+    router = _router(policy="least_outstanding")
+    decision, _ = router.route(Task("r0", "heavy", 10))
+    assert router.in_flight()[decision.node] == 1
+    router.ran_inline("r0")
+    router.ran_inline("r0")  # twice (a replay): counted once
+    assert router.in_flight() == {"tm_a": 0, "tm_b": 0}
+
+
+@pytest.mark.parametrize("value", [-0.1, math.nan, 1001.0])
+def test_keep_local_below_ms_is_checked(value):
+    with pytest.raises(ValueError, match="keep_local_below_ms"):
+        RouterSettings(nodes=NODES, keep_local_below_ms=value)
+
+
+def _colocated_function(monkeypatch, node_env: str, operator, policy="round_robin"):
+    from pyflink.common import Types
+
+    from pyflink_jobs.executor_function import ExecutorFunctionSettings
+    from pyflink_jobs.inline_executor import InlineExecutor, inline_output_tag
+    from pyflink_jobs.router_function import OperatorRecords, RouterFunction
+    monkeypatch.setenv("STREAMPLACE_NODE_ID", node_env)
+    op = as_operator(operator)
+    inline = InlineExecutor(op, ExecutorFunctionSettings(bootstrap_servers="127.0.0.1:1",
+                                                         feedback_interval_s=60.0),
+                            inline_output_tag(Types.STRING()))
+    function = RouterFunction(RouterSettings(nodes=NODES, policy=policy),
+                              OperatorRecords(op), inline=inline)
+    function.open(FakeContext())
+    return function
+
+
+def _close(function):
+    if function.inline is not None and getattr(function.inline, "feedback", None):
+        function.inline.feedback.producer = None  # nothing to flush to an absent broker
+    function.close()
+
+
+def test_a_colocated_router_runs_its_own_nodes_records_and_sends_the_rest_on(monkeypatch):
+    from workload.codec import decode
+
+    def halve(text):
+        return str(int(text) // 2)
+
+    function = _colocated_function(monkeypatch, "tm_a", halve)
+    try:
+        emitted = [list(function.process_element(text, FakeContext()))
+                   for text in ["8", "6", "x", "4"]]
+        record = function.inline.feedback.build_record()
+    finally:
+        _close(function)
+    # round robin over (tm_a, tm_b): records 0 and 2 are tm_a's, ran here
+    [(tag, out)] = emitted[0]
+    assert tag.tag_id == "streamplace-ran-in-router" and out == "4"
+    [(tag, routed)] = emitted[1]
+    assert tag.tag_id == "streamplace-node-tm_b" and routed.record == "6"
+    [dead] = emitted[2]  # the operator raised here: a dead letter on the main output
+    letter = decode("DeadLetter", dead)
+    assert letter["raw"] == b"x" and letter["stage"] == "operator:halve"
+    assert [r.record for _, r in emitted[3]] == ["4"]
+    assert len(record["completed"]) == 2 and record["node_id"] == "tm_a"
+    assert function.router.in_flight() == {"tm_a": 0, "tm_b": 2}
+    assert function._counts.values["streamplace_dead_letters"] == 1
+
+
+def test_records_kept_by_the_light_rule_report_one_timing_in_so_many(monkeypatch):
+    from pyflink_jobs.inline_executor import KEPT_TIMING_EVERY
+    function = _colocated_function(monkeypatch, "tm_a", str.upper)
+    try:
+        _teach(function.router, "tm_a", "upper", 0.00001)
+        count = 2 * KEPT_TIMING_EVERY + 1
+        emitted = [list(function.process_element(f"r{i}", FakeContext()))
+                   for i in range(count)]
+        record = function.inline.feedback.build_record()
+    finally:
+        _close(function)
+    assert [out for [(_, out)] in emitted] == [f"R{i}" for i in range(count)]
+    assert function.router.routed == {"tm_a": count, "tm_b": 0}
+    assert len(record["completed"]) == 3  # the 1st, 17th and 33rd
+    assert record["downlink_bytes_per_s"] > 0  # every record's bytes still counted
+
+
+def test_a_kept_record_the_operator_raises_on_is_a_dead_letter_on_the_lean_path_too(
+        monkeypatch):
+    from workload.codec import decode
+
+    def shout(text):
+        if text.startswith("bad"):
+            raise ValueError(f"cannot shout {text}")
+        return text.upper()
+
+    function = _colocated_function(monkeypatch, "tm_a", shout)
+    try:
+        _teach(function.router, "tm_a", "shout", 0.00001)
+        emitted = [list(function.process_element(text, FakeContext()))
+                   for text in ["a", "bad1", "b", "bad2"]]  # the 1st reported, then lean
+    finally:
+        _close(function)
+    assert [out for _, out in emitted[0] + emitted[2]] == ["A", "B"]
+    for raw, [dead] in (("bad1", emitted[1]), ("bad2", emitted[3])):
+        letter = decode("DeadLetter", dead)
+        assert letter["raw"] == raw.encode() and letter["stage"] == "operator:shout"
+        assert "ValueError" in letter["reason"] and "Traceback" in letter["reason"]
+    assert function._counts.values["streamplace_dead_letters"] == 2
+    assert function.inline._counts.values["streamplace_tasks_failed"] == 2
+    assert function.inline._counts.values["streamplace_tasks_ok"] == 2
+
+
+def test_a_router_on_a_taskmanager_of_no_known_node_only_routes(monkeypatch):
+    function = _colocated_function(monkeypatch, "tm_elsewhere", str.upper)
+    try:
+        emitted = [list(function.process_element(text, FakeContext())) for text in "ab"]
+    finally:
+        _close(function)
+    assert [tag.tag_id for [(tag, _)] in emitted] == ["streamplace-node-tm_a",
+                                                       "streamplace-node-tm_b"]
+
+
+def test_the_hook_refuses_colocated_routing_for_what_needs_the_executors_batching():
+    from pyflink_jobs.hook import HookSettings, StreamplaceHook
+    hook = StreamplaceHook(HookSettings(routing="colocated", nodes=NODES))
+    batched = StagedOperator("scale", [stage("scale", lambda xs: xs, batched=True, batch=8)])
+    hook._output_type = None
+    for op in (None, as_operator(batched)):
+        with pytest.raises(ValueError, match="one-step CPU operator"):
+            hook._inline_executor(op)
+    assert hook.settings.router_instances() == 2  # one per node
+    with pytest.raises(ValueError, match="one router per node"):
+        HookSettings(routing="colocated", nodes=NODES, router_parallelism=4)
+
+
+def test_an_unknown_routing_is_refused_when_set():
+    from pyflink_jobs.hook import HookSettings
+    from pyflink_jobs.hook import StreamplaceHook
+    with pytest.raises(ValueError, match="routing must be one of"):
+        HookSettings(routing="colocted")
+    with pytest.raises(ValueError, match="routing must be one of"):
+        StreamplaceHook.builder().routing("colocted")
+    assert StreamplaceHook.builder().routing("colocated").build().settings.routing == \
+        "colocated"
