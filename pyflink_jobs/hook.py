@@ -30,6 +30,9 @@ What ``apply`` adds::
   broadcast NodeFeedback corrected by its own in-flight counts, refreshes model versions from the
   placement service in the background and falls back to the last model, or least-loaded, when the
   service is unreachable (:mod:`pyflink_jobs.router`, :mod:`pyflink_jobs.router_function`).
+- ``routing="colocated"`` (one-step CPU operators): one router instance per TaskManager, each
+  running the records it routes to its own node itself (they cross one Python operator, as in
+  a plain ``map``), the rest to the executors below (:mod:`pyflink_jobs.inline_executor`).
 - One executor operator per TaskManager, pinned by a slot sharing group that requests one unit of
   that TaskManager's external resource, with the plan's parallelism; records reach it through
   the router's side output for that node. Every other slot sharing group the hook uses gets an
@@ -65,7 +68,7 @@ from pyflink_jobs.flink_ops import (DeadLetterLog, dead_letter_tag, executor_slo
                                     io_slot_sharing_group, kafka_bytes_sink,
                                     python_execution_mode, router_slot_sharing_group,
                                     side_output)
-from pyflink_jobs.inline_executor import InlineExecutor
+from pyflink_jobs.inline_executor import InlineExecutor, inline_output_tag
 from pyflink_jobs.job_shape import JobShape
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
@@ -472,13 +475,12 @@ class StreamplaceHook:
         routed = (stream.connect(broadcast)
                   .process(RouterFunction(self.router_settings(), reader, single_output=single,
                                           inline=inline),
-                           output_type=self._output_type if inline is not None
-                           else Types.PRIMITIVE_ARRAY(Types.BYTE()))
+                           output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
                   .name("streamplace-router").uid(f"{s.uid_prefix}-router")
                   .set_parallelism(s.router_instances()))
         if inline is not None and not self.local:  # one router per TaskManager
             routed = routed.slot_sharing_group(router_slot_sharing_group())
-        self._dead = [routed if inline is None else side_output(routed, dead_letter_tag())]
+        self._dead = [routed]
         if single:
             result = self._apply_rest_partitioner(env, routed, op)
         else:
@@ -491,7 +493,7 @@ class StreamplaceHook:
                                              retired, host, 1, suffix=f"-retired-on-{host}")
                         for retired, host in sorted(s.retired.items())]
             if inline is not None:  # what the routers ran on their own nodes
-                outputs.insert(0, routed)
+                outputs.insert(0, side_output(routed, inline.output_tag))
             result = outputs[0].union(*outputs[1:]) if len(outputs) > 1 else outputs[0]
         self.dead_letters = self._dead[0].union(*self._dead[1:]) if len(self._dead) > 1 \
             else self._dead[0]
@@ -516,7 +518,8 @@ class StreamplaceHook:
                 "does: it needs a one-step CPU operator (a plain function or a MapFunction). "
                 "TaskEvents, operators with stages, batching, a GPU or async calls need the "
                 "executors' batching: use routing='pinned'")
-        return InlineExecutor(op, self.executor_settings(1, ""))
+        return InlineExecutor(op, self.executor_settings(1, ""),
+                              inline_output_tag(self._output_type))
 
     def _router_host(self) -> str | None:
         """``router_host`` checked against this job's nodes, or None (Flink places it)."""

@@ -17,11 +17,9 @@ cluster launcher) and that node is one of the job's; elsewhere the router only r
 
 Example (the hook builds this for you)::
 
-    inline = InlineExecutor(operator, executor_settings)
-    routed = stream.connect(feedback).process(RouterFunction(settings, reader, inline=inline),
-                                              output_type=Types.STRING())
-    ran_here = routed   # the main output: the outputs of the records it ran itself
-    dead = side_output(routed, dead_letter_tag())
+    inline = InlineExecutor(operator, executor_settings, inline_output_tag(Types.STRING()))
+    routed = stream.connect(feedback).process(RouterFunction(settings, reader, inline=inline))
+    ran_here = side_output(routed, inline.output_tag)
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ from pyflink_jobs.operator_function import (DirectRun, ExecutedRecord, bytes_out
                                             report_outcome)
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
 
-__all__ = ["InlineExecutor", "KEPT_TIMING_EVERY"]
+__all__ = ["InlineExecutor", "inline_output_tag", "KEPT_TIMING_EVERY"]
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +45,22 @@ log = logging.getLogger(__name__)
 KEPT_TIMING_EVERY = 16
 
 
+def inline_output_tag(output_type):
+    """The router's side output that carries the outputs of the records it ran itself, typed
+    as the job asked (``output_type``)."""
+    from pyflink.datastream import OutputTag
+    return OutputTag("streamplace-ran-in-router", output_type)
+
+
 class InlineExecutor(DirectRun):
     """A one-step CPU operator run by the router on its own node (module docstring)."""
 
     feedback_instance_base = 500  # beside the node's executor instances (0, 1, ...)
 
-    def __init__(self, operator, settings: ExecutorFunctionSettings | None = None):
+    def __init__(self, operator, settings: ExecutorFunctionSettings | None = None,
+                 output_tag=None):
         DirectRun.__init__(self, "", operator, settings)
+        self.output_tag = output_tag
 
     def open_on(self, runtime_context, node_ids) -> str | None:
         """Open on this TaskManager's node when it is one of ``node_ids``; returns that node,

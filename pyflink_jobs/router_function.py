@@ -33,8 +33,7 @@ import time
 import uuid
 
 from placement.service.flink_rest import FlinkRestClient
-from pyflink_jobs.flink_ops import (CountGauges, dead_letter_raw, dead_letter_tag,
-                                    make_dead_letter, subtask_index)
+from pyflink_jobs.flink_ops import CountGauges, dead_letter_raw, make_dead_letter, subtask_index
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
 from pyflink_jobs.routed import RoutedRecord
 from workload.limits import DEFAULT_MAX_TASK_TYPE_CHARS, TaskLimits, short_repr
@@ -226,11 +225,9 @@ def start_refresher(router: Router, client, interval_s: float) -> ModelRefresher
 
 class RouterFunction(BroadcastProcessFunction):
     """Read + decide in one Python function (see the module docstring). Output: DeadLetter
-    bytes (main); RoutedRecords on one side output per node. With ``inline`` (routing
-    "colocated", :mod:`pyflink_jobs.inline_executor`) the main output carries the outputs of
-    the records it ran on its own node (typed as the job asked: PyFlink's side outputs cost
-    more per record than its main output) and the dead letters leave on the
-    :func:`~pyflink_jobs.flink_ops.dead_letter_tag` side output."""
+    bytes (main); RoutedRecords on one side output per node; with ``inline`` (routing
+    "colocated", :mod:`pyflink_jobs.inline_executor`), the outputs of the records it ran on
+    its own node on ``inline.output_tag``."""
 
     def __init__(self, settings: RouterSettings, reader: RecordReader | None = None,
                  single_output: bool = False, inline=None):
@@ -253,7 +250,6 @@ class RouterFunction(BroadcastProcessFunction):
             self._tags = {n: node_tag(n) for n in router.node_ids}
         self._descriptor = feedback_state_descriptor()
         self._restored = False
-        self._dead_tag = dead_letter_tag() if self.inline is not None else None
         self._local_node = (self.inline.open_on(runtime_context, router.node_ids)
                             if self.inline is not None and not self.reader.task_events
                             else None)
@@ -318,8 +314,8 @@ class RouterFunction(BroadcastProcessFunction):
             task, record, raw_bytes, source = self.reader.read(value)
         except Refused as refused:
             self._counts.inc("streamplace_dead_letters")
-            yield self._dead_letter_item(make_dead_letter(
-                refused.raw, *refused.source, refused.reason, refused.stage))
+            yield make_dead_letter(refused.raw, *refused.source, refused.reason,
+                                         refused.stage)
             return
         if not self._restored:
             self._restore_node_view(ctx)
@@ -358,14 +354,11 @@ class RouterFunction(BroadcastProcessFunction):
         letter on the main output."""
         if executed.dead_letter is not None:
             self._counts.inc("streamplace_dead_letters")
-            yield self._dead_letter_item(executed.dead_letter)
+            yield executed.dead_letter
         else:
-            yield from executed.outputs
-
-    def _dead_letter_item(self, letter: bytes):
-        """What to yield for a dead letter: the main output, or with ``inline`` (whose main
-        output carries the records' outputs) the dead-letter side output."""
-        return letter if self._dead_tag is None else (self._dead_tag, letter)
+            tag = self.inline.output_tag
+            for output in executed.outputs:
+                yield tag, output
 
     def _restore_node_view(self, ctx) -> None:
         # After a restore the in-memory view is empty; the checkpointed broadcast state has the

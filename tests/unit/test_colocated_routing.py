@@ -94,14 +94,16 @@ def test_keep_local_below_ms_is_checked(value):
 
 
 def _colocated_function(monkeypatch, node_env: str, operator, policy="round_robin"):
+    from pyflink.common import Types
 
     from pyflink_jobs.executor_function import ExecutorFunctionSettings
-    from pyflink_jobs.inline_executor import InlineExecutor
+    from pyflink_jobs.inline_executor import InlineExecutor, inline_output_tag
     from pyflink_jobs.router_function import OperatorRecords, RouterFunction
     monkeypatch.setenv("STREAMPLACE_NODE_ID", node_env)
     op = as_operator(operator)
     inline = InlineExecutor(op, ExecutorFunctionSettings(bootstrap_servers="127.0.0.1:1",
-                                                         feedback_interval_s=60.0))
+                                                         feedback_interval_s=60.0),
+                            inline_output_tag(Types.STRING()))
     function = RouterFunction(RouterSettings(nodes=NODES, policy=policy),
                               OperatorRecords(op), inline=inline)
     function.open(FakeContext())
@@ -128,11 +130,11 @@ def test_a_colocated_router_runs_its_own_nodes_records_and_sends_the_rest_on(mon
     finally:
         _close(function)
     # round robin over (tm_a, tm_b): records 0 and 2 are tm_a's, ran here
-    assert emitted[0] == ["4"]  # ran here: on the main output, as a map's output
+    [(tag, out)] = emitted[0]
+    assert tag.tag_id == "streamplace-ran-in-router" and out == "4"
     [(tag, routed)] = emitted[1]
     assert tag.tag_id == "streamplace-node-tm_b" and routed.record == "6"
-    [(tag, dead)] = emitted[2]  # the operator raised here: a dead letter on its side output
-    assert tag.tag_id == "dead-letter"
+    [dead] = emitted[2]  # the operator raised here: a dead letter on the main output
     letter = decode("DeadLetter", dead)
     assert letter["raw"] == b"x" and letter["stage"] == "operator:halve"
     assert [r.record for _, r in emitted[3]] == ["4"]
@@ -152,7 +154,7 @@ def test_records_kept_by_the_light_rule_report_one_timing_in_so_many(monkeypatch
         record = function.inline.feedback.build_record()
     finally:
         _close(function)
-    assert emitted == [[f"R{i}"] for i in range(count)]
+    assert [out for [(_, out)] in emitted] == [f"R{i}" for i in range(count)]
     assert function.router.routed == {"tm_a": count, "tm_b": 0}
     assert len(record["completed"]) == 3  # the 1st, 17th and 33rd
     assert record["downlink_bytes_per_s"] > 0  # every record's bytes still counted
@@ -174,8 +176,8 @@ def test_a_kept_record_the_operator_raises_on_is_a_dead_letter_on_the_lean_path_
                    for text in ["a", "bad1", "b", "bad2"]]  # the 1st reported, then lean
     finally:
         _close(function)
-    assert emitted[0] + emitted[2] == ["A", "B"]
-    for raw, [(_, dead)] in (("bad1", emitted[1]), ("bad2", emitted[3])):
+    assert [out for _, out in emitted[0] + emitted[2]] == ["A", "B"]
+    for raw, [dead] in (("bad1", emitted[1]), ("bad2", emitted[3])):
         letter = decode("DeadLetter", dead)
         assert letter["raw"] == raw.encode() and letter["stage"] == "operator:shout"
         assert "ValueError" in letter["reason"] and "Traceback" in letter["reason"]
