@@ -458,6 +458,9 @@ def _main(argv=None) -> int:
     parser.add_argument("--colocated", action=argparse.BooleanOptionalAction, default=True,
                         help="--overhead: also measure routing='colocated' (one router per "
                              "TaskManager, running what it keeps on its own node)")
+    parser.add_argument("--shape-ablation", action="store_true",
+                        help="--overhead: also the plain function as a two-input operator "
+                             "beside a broadcast input (the router's shape, without the hook)")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the hook's own cost with a trivial operator against "
                              "rebalance(), both spread one instance per TaskManager")
@@ -588,7 +591,9 @@ def overhead(args) -> int:
         (f"hook (round-robin, {n} router{'s' if n > 1 else ''})", ("--hook",),
          {"ROUTER_PARALLELISM": str(n)}) for n in routers] + [
         ("hook (colocated routers)", ("--hook",), {"ROUTING": "colocated"})
-        for _ in range(1 if args.colocated else 0)]
+        for _ in range(1 if args.colocated else 0)] + [
+        ("connect(broadcast) + process (Flink)", ("--plain-shape", "broadcast"), {})
+        for _ in range(1 if args.shape_ablation else 0)]
     rows = []
     try:
         warmup = [f"warm-{i}".encode() for i in range(100)]
@@ -613,6 +618,7 @@ def overhead(args) -> int:
     costs = {s["variant"]: 1.0 - s["records_per_s"]["mean"] / plain for s in summary[1:]}
     name = ("flink_e2e_overhead" + ("" if args.python_mode == "process" else "_thread")
             + ("_colocated" if args.colocated and not routers else "")
+            + ("_shapes" if args.shape_ablation else "")
             + ("_quick" if args.quick else ""))
     write_result(name, {"records": count, "rounds": runs, "summary": summary,
                         "python_execution_mode": args.python_mode, "runs": rows,

@@ -169,7 +169,9 @@ class OperatorRecords(RecordReader):
             raise Refused(reason, "limits", dead_letter_raw(value))
         task_id = f"{self._prefix}{self._next}"
         self._next += 1
-        return Task(task_id, task_type, size), value, record_size(value), ("", -1, -1)
+        # the default size is the record's serialized length: measured once
+        raw_bytes = size if self.describer.size_of is None else record_size(value)
+        return Task(task_id, task_type, size), value, raw_bytes, ("", -1, -1)
 
 
 def node_tag(node_id: str):

@@ -14,7 +14,9 @@ import argparse
 import os
 
 from pyflink.common import Configuration, SimpleStringSchema, Types, WatermarkStrategy
-from pyflink.datastream import CheckpointingMode, StreamExecutionEnvironment
+from pyflink.datastream import (BroadcastProcessFunction, CheckpointingMode,
+                                StreamExecutionEnvironment)
+from pyflink.datastream.state import MapStateDescriptor
 from pyflink.datastream.connectors.base import DeliveryGuarantee
 from pyflink.datastream.connectors.kafka import (KafkaOffsetsInitializer,
                                                  KafkaRecordSerializationSchema, KafkaSink,
@@ -23,6 +25,17 @@ from pyflink.datastream.connectors.kafka import (KafkaOffsetsInitializer,
 
 def passthrough(line: str) -> str:
     return line
+
+
+class BroadcastPassthrough(BroadcastProcessFunction):
+    """``passthrough`` as a two-input Python operator beside a broadcast input, as the hook's
+    router is (``--plain-shape broadcast``: what that shape alone costs)."""
+
+    def process_element(self, value, ctx):
+        yield value
+
+    def process_broadcast_element(self, value, ctx):
+        pass
 
 
 def main():
@@ -34,6 +47,9 @@ def main():
     parser.add_argument("--dead-letter-topic", default="")
     parser.add_argument("--job-name", default="passthrough")
     parser.add_argument("--hook", action="store_true")
+    parser.add_argument("--plain-shape", choices=("map", "broadcast"), default="map",
+                        help="without --hook: the plain map, or the same function as a "
+                             "two-input operator beside a (one-record) broadcast input")
     parser.add_argument("--python-mode", choices=("process", "thread"), default=None,
                         help="PyFlink's python.execution-mode for this job (default: the "
                              "cluster's, streamplace's flink.python_execution_mode)")
@@ -63,8 +79,14 @@ def main():
         # resource, so the default group gets an explicit spec, as the hook gives it)
         from pyflink_jobs.flink_ops import io_slot_sharing_group, router_slot_sharing_group
         env.register_slot_sharing_group(io_slot_sharing_group())
-        out = (lines.rebalance().map(passthrough, output_type=Types.STRING()).set_parallelism(3)
-               .slot_sharing_group(router_slot_sharing_group()))
+        if args.plain_shape == "map":
+            out = lines.rebalance().map(passthrough, output_type=Types.STRING())
+        else:
+            side = env.from_collection(["x"], type_info=Types.STRING()).broadcast(
+                MapStateDescriptor("ignored", Types.STRING(), Types.STRING()))
+            out = lines.rebalance().connect(side).process(BroadcastPassthrough(),
+                                                          output_type=Types.STRING())
+        out = out.set_parallelism(3).slot_sharing_group(router_slot_sharing_group())
     out.sink_to(KafkaSink.builder().set_bootstrap_servers(args.bootstrap_servers)
                 .set_record_serializer(KafkaRecordSerializationSchema.builder()
                                        .set_topic(args.output_topic)
