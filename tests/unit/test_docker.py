@@ -346,7 +346,9 @@ def test_taskmanager_identity_resources_and_spec_agree():
     for name, svc in tms.items():
         props, env = dynamic_properties(svc["command"]), svc["environment"]
         node = props["taskmanager.resource-id"]
-        assert props["external-resources"] == node == env["STREAMPLACE_NODE_ID"], name
+        assert props["external-resources"].split(";") == [node, "streamplace_router"], name
+        assert node == env["STREAMPLACE_NODE_ID"], name
+        assert props["external-resource.streamplace_router.amount"] == "1", name
         amount = int(props[f"external-resource.{node}.amount"])
         assert int(props["taskmanager.numberOfTaskSlots"]) == amount
         tm = by_id[node]
