@@ -14,6 +14,9 @@ import os
 from pyflink.common import Types
 from pyflink.datastream import StreamExecutionEnvironment
 
+#: The line of stdout that carries the outputs starts with this.
+OUTPUTS_MARK = "STREAMPLACE_OUTPUTS "
+
 
 def shout(line: str) -> str:
     record = json.loads(line)
@@ -59,7 +62,8 @@ def main():
 
     with out.execute_and_collect() as results:
         outputs = list(results)
-    print(json.dumps(outputs))
+    # marked: the mini cluster's JVM may print to stdout after it (a stack trace on shutdown)
+    print(OUTPUTS_MARK + json.dumps(outputs), flush=True)
 
 
 if __name__ == "__main__":
