@@ -95,7 +95,7 @@ def _call_task_id(value) -> str:
 
 
 def report_outcome(function, routed, record, task_id: str, size: int, outcome,
-            timing: bool = True) -> ExecutedRecord:
+                   timing: bool = True) -> ExecutedRecord:
     """Count the outcome, report its timing in the node's feedback (``timing``; its bytes
     always), and make the :class:`ExecutedRecord` (outputs, or a dead letter)."""
     function._count(outcome.status == "OK")

@@ -71,6 +71,12 @@ def operator_executor_for(operator, settings: OperatorExecutorSettings | None = 
     return OperatorExecutor(op, settings, runtime_context=runtime_context)
 
 
+def _failed_now(record_id: str, error: str, trace: str | None = None) -> RecordOutcome:
+    """A FAILED outcome stamped now, for a record that never ran through ``_run``."""
+    now = int(time.time() * 1000)
+    return RecordOutcome(record_id, "FAILED", [], error, trace, now, now, 0.0, 0.0, 0.0, [])
+
+
 class DirectExecutor:
     """Runs a one-step CPU operator's records on a thread pool (see the module docstring)."""
 
@@ -129,11 +135,7 @@ class DirectExecutor:
         with self._lock:
             self._counts["stages_run"] += attempts
             self._counts["failed" if error else "completed"] += 1
-        if not error:
-            return outputs
-        now = int(time.time() * 1000)
-        return RecordOutcome(str(record_id), "FAILED", [], error, trace, now, now, 0.0, 0.0,
-                             0.0, [])
+        return outputs if not error else _failed_now(str(record_id), error, trace)
 
     def _refusal(self, record_id: str, task_size) -> RecordOutcome | None:
         """A FAILED outcome for a record over the memory budget (counted), else None."""
@@ -145,8 +147,7 @@ class DirectExecutor:
             return None
         with self._lock:
             self._counts["failed"] += 1
-        now = int(time.time() * 1000)
-        return RecordOutcome(record_id, "FAILED", [], error, None, now, now, 0.0, 0.0, 0.0, [])
+        return _failed_now(record_id, error)
 
     def _admit(self) -> None:
         """Wait for an in-flight slot and count the record queued (released in ``_run``)."""
