@@ -29,6 +29,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+from contextlib import nullcontext
 
 from interference.executor.cancel import CANCELLED, StageCancelled, cancel_scope
 from interference.executor.memory import MemoryBudget
@@ -36,6 +37,7 @@ from interference.executor.results import (RecordOutcome, StageRun, describe_fai
                                            format_traceback)
 from interference.executor.settings import OperatorExecutorSettings
 from interference.executor.telemetry import NodeTelemetry, feedback_numbers
+from workload.cancel import current_flag
 from workload.limits import BYTES_PER_RECORD_BYTE
 from workload.operators import StagedOperator, as_operator, chain_cpu_stages
 
@@ -240,12 +242,11 @@ class DirectExecutor:
                 return outputs, CANCELLED, None, attempts
             attempts += 1
             try:
-                value = None
-                with cancel_scope(cancel):
-                    for _ in range(self.settings.repeats):  # an emulated slower node
-                        if stopped():
-                            raise StageCancelled()
-                        value = self.stage.run([stage_input], "cpu")[0]
+                # no flag to scope (a kept record, run in the caller's thread): no scope, which
+                # is most of what a light record's attempt cost
+                with (cancel_scope(cancel) if cancel is not None or current_flag() is not None
+                      else nullcontext()):
+                    value = self._repeated(stage_input, stopped)
                 return self.operator.results(value), None, None, attempts
             except StageCancelled:
                 return outputs, CANCELLED, None, attempts
@@ -253,6 +254,16 @@ class DirectExecutor:
                 error = describe_failure(self.stage.name, attempts, unit, exc)
                 trace = format_traceback(exc, self.settings.max_traceback_chars)
         return outputs, error, trace, attempts
+
+    def _repeated(self, stage_input, stopped):
+        """The stage's output on ``stage_input``, run ``repeats`` times (an emulated slower
+        node); raises StageCancelled when ``stopped()`` between them."""
+        value = None
+        for _ in range(self.settings.repeats):
+            if stopped():
+                raise StageCancelled()
+            value = self.stage.run([stage_input], "cpu")[0]
+        return value
 
     def _unit(self) -> str:
         ident = threading.get_ident()
