@@ -164,6 +164,7 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             nodes: tuple = NODES) -> dict:
     """Submit the job ``script`` on fresh topics, warm it up, send ``records`` at once, read
     every output (read_committed); cancel the job."""
+    from benchmarks import process_cpu
     from benchmarks.flink_e2e import router_gauges
     from streamplace.jars import flink_connector_jar
     from streamplace.kafka_io import produce_raw, read_topic
@@ -183,6 +184,7 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
         read_topic(cfg, topics["out"], None, expected=len(warmup), timeout_s=timeout_s,
                    idle_s=300)
         with host_load(cluster) as load:
+            cpu_before = process_cpu.snapshot(cluster)
             sent_at = time.time()
             report = produce_raw(cfg, topics["in"], records)
             assert report.errors == [], report.errors[:3]
@@ -190,6 +192,7 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             outputs = read_topic(cfg, topics["out"], None, expected=len(warmup) + len(records),
                                  timeout_s=timeout_s, stamp_seen=True, settle_s=3,
                                  idle_s=120).records
+            cpu = process_cpu.usage(cpu_before, process_cpu.snapshot(cluster), len(records))
         dead = read_topic(cfg, topics["dlq"], "DeadLetter", expected=None, timeout_s=10,
                           idle_s=3).records
         gauges = router_gauges(cluster.rest_url, job_id)
@@ -214,6 +217,8 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             "processing_records_per_s": (measured - 1) / (seen[-1] - seen[0])
             if measured > 1 and seen[-1] - seen[0] >= MIN_RATE_SPAN_S else None,
             "checkpoint_e2e_ms": checkpoints, "operator_hosts": where,
+            # the TaskManagers' JVM and Python CPU per record over the run (process_cpu)
+            "process_cpu": cpu,
             # each host's CPU over its quota and throttled share, sending to the last output
             "host_load": load.window(sent_at, seen[-1]) if seen and load else {},
             "p50_commit_s": latencies[len(latencies) // 2] if latencies else None,
@@ -460,7 +465,8 @@ def _main(argv=None) -> int:
                              "TaskManager, running what it keeps on its own node)")
     parser.add_argument("--shape-ablation", action="store_true",
                         help="--overhead: also the plain function as a two-input operator "
-                             "beside a broadcast input (the router's shape, without the hook)")
+                             "beside a broadcast input (the router's shape, without the hook), "
+                             "its outputs on the main output, then on a side output")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the hook's own cost with a trivial operator against "
                              "rebalance(), both spread one instance per TaskManager")
@@ -593,7 +599,9 @@ def overhead(args) -> int:
         ("hook (colocated routers)", ("--hook",), {"ROUTING": "colocated"})
         for _ in range(1 if args.colocated else 0)] + [
         ("connect(broadcast) + process (Flink)", ("--plain-shape", "broadcast"), {})
-        for _ in range(1 if args.shape_ablation else 0)]
+        for _ in range(1 if args.shape_ablation else 0)] + [
+        ("connect(broadcast) + process, side output (Flink)", ("--plain-shape", "side-output"),
+         {}) for _ in range(1 if args.shape_ablation else 0)]
     rows = []
     try:
         warmup = [f"warm-{i}".encode() for i in range(100)]
@@ -606,13 +614,16 @@ def overhead(args) -> int:
                                    extra_args=extra)
                 row.update(variant=label, round=r)
                 rows.append(row)
-                print(f"round {r + 1}/{runs} {label:28s} {row['records_per_s']:8.1f} rec/s",
-                      flush=True)
+                print(f"round {r + 1}/{runs} {label:28s} {row['records_per_s']:8.1f} rec/s, "
+                      f"CPU per record: Python {row['process_cpu']['python_us_per_record']:.1f}"
+                      f" us, JVMs {row['process_cpu']['jvm_us_per_record']:.1f} us", flush=True)
     finally:
         cluster.stop()
         broker.stop()
-    summary = [{"variant": label, "records_per_s": confidence(
-        [x["records_per_s"] for x in rows if x["variant"] == label])}
+    summary = [{"variant": label, **{key: confidence(
+        [x[key] if key == "records_per_s" else x["process_cpu"][key]
+         for x in rows if x["variant"] == label])
+        for key in ("records_per_s", "python_us_per_record", "jvm_us_per_record")}}
         for label, _, _ in variants]
     plain = summary[0]["records_per_s"]["mean"]
     costs = {s["variant"]: 1.0 - s["records_per_s"]["mean"] / plain for s in summary[1:]}
@@ -627,6 +638,9 @@ def overhead(args) -> int:
     for s in summary[1:]:
         print(f"{s['variant']}: {s['records_per_s']['mean']:.1f} vs rebalance {plain:.1f} "
               f"rec/s: the hook costs {100 * costs[s['variant']]:.1f}%")
+    for s in summary:
+        print(f"{s['variant']}: CPU per record: Python {s['python_us_per_record']['mean']:.1f} "
+              f"us, TaskManager JVMs {s['jvm_us_per_record']['mean']:.1f} us")
     return 0
 
 

@@ -38,6 +38,17 @@ class BroadcastPassthrough(BroadcastProcessFunction):
         pass
 
 
+class SideOutputPassthrough(BroadcastPassthrough):
+    """:class:`BroadcastPassthrough` whose outputs leave on a side output, as a colocated
+    router's do (``--plain-shape side-output``)."""
+
+    def __init__(self, tag):
+        self.tag = tag
+
+    def process_element(self, value, ctx):
+        yield self.tag, value
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap-servers", default="127.0.0.1:9092")
@@ -47,9 +58,11 @@ def main():
     parser.add_argument("--dead-letter-topic", default="")
     parser.add_argument("--job-name", default="passthrough")
     parser.add_argument("--hook", action="store_true")
-    parser.add_argument("--plain-shape", choices=("map", "broadcast"), default="map",
+    parser.add_argument("--plain-shape", choices=("map", "broadcast", "side-output"),
+                        default="map",
                         help="without --hook: the plain map, or the same function as a "
-                             "two-input operator beside a (one-record) broadcast input")
+                             "two-input operator beside a (one-record) broadcast input, "
+                             "with its outputs on the main output or on a side output")
     parser.add_argument("--python-mode", choices=("process", "thread"), default=None,
                         help="PyFlink's python.execution-mode for this job (default: the "
                              "cluster's, streamplace's flink.python_execution_mode)")
@@ -84,9 +97,20 @@ def main():
         else:
             side = env.from_collection(["x"], type_info=Types.STRING()).broadcast(
                 MapStateDescriptor("ignored", Types.STRING(), Types.STRING()))
-            out = lines.rebalance().connect(side).process(BroadcastPassthrough(),
-                                                          output_type=Types.STRING())
-        out = out.set_parallelism(3).slot_sharing_group(router_slot_sharing_group())
+            if args.plain_shape == "broadcast":
+                out = lines.rebalance().connect(side).process(BroadcastPassthrough(),
+                                                              output_type=Types.STRING())
+            else:
+                from pyflink.datastream import OutputTag
+
+                from pyflink_jobs.flink_ops import side_output
+                tag = OutputTag("ran-here", Types.STRING())
+                routed = lines.rebalance().connect(side).process(
+                    SideOutputPassthrough(tag), output_type=Types.PICKLED_BYTE_ARRAY())
+                routed.set_parallelism(3).slot_sharing_group(router_slot_sharing_group())
+                out = side_output(routed, tag)  # as the hook reads it (no identity map)
+        if args.plain_shape != "side-output":
+            out = out.set_parallelism(3).slot_sharing_group(router_slot_sharing_group())
     out.sink_to(KafkaSink.builder().set_bootstrap_servers(args.bootstrap_servers)
                 .set_record_serializer(KafkaRecordSerializationSchema.builder()
                                        .set_topic(args.output_topic)
