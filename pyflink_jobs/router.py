@@ -300,6 +300,11 @@ class Router:
         type goes to the policy, which explores); never with tenant quotas (they count every
         task). On every record of a light stream, so the fit's line is kept per type until
         the next timing arrives (``MeasuredCosts.version``); not in the decision timings."""
+        return self.keep_local_type(task.app_id, task.input_size, node)
+
+    def keep_local_type(self, task_type: str, size: int, node: str) -> float | None:
+        """:meth:`keep_local` of a task of ``task_type`` and ``size`` (no Task needed: a light
+        record never makes one)."""
         limit_ms = self.settings.keep_local_below_ms
         if self.quotas is not None or limit_ms <= 0.0 or node not in self._nodes:
             return None
@@ -307,16 +312,15 @@ class Router:
         if version != self._lines_version:
             self._lines.clear()
             self._lines_version = version
-        key = (task.app_id, node)
+        key = (task_type, node)
         line = self._lines.get(key, False)
         if line is False:
             if len(self._lines) >= MAX_KEPT_LINES:
                 self._lines.clear()
-            line = self._lines[key] = self.costs.trusted_line(node, task.app_id)
+            line = self._lines[key] = self.costs.trusted_line(node, task_type)
         if line is None:
             return None
-        size = task.input_size if isinstance(task.input_size, int) and task.input_size > 0 \
-            else 0
+        size = size if isinstance(size, int) and size > 0 else 0
         work_ms = 1000.0 * (line[0] + line[1] * size)
         if not work_ms < limit_ms:  # NaN never keeps
             return None

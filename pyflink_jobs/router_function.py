@@ -62,6 +62,13 @@ PARTITIONER_REST_TIMEOUT_S = 2.0
 #: label, not a payload; a size beyond 1 TiB is a bug, not a task. (What a task may be on this
 #: cluster is narrower: the reader's TaskLimits.)
 MAX_TASK_TYPE_CHARS = DEFAULT_MAX_TASK_TYPE_CHARS
+
+#: One record in this many has the router's own CPU time measured: the thread's CPU time from
+#: the record's arrival to its outputs being handed to PyFlink, i.e. what streamplace's Python
+#: costs a record inside the TaskManager, apart from PyFlink's (gauge
+#: ``streamplace_router_own_cpu_ns``; ``benchmarks/process_cpu.py`` has the whole worker's).
+#: Sampled because the clock is read twice a sampled record.
+OWN_CPU_EVERY = 64
 MAX_TASK_SIZE = 1 << 40
 
 
@@ -144,6 +151,34 @@ class OperatorRecords(RecordReader):
         index = subtask_index(runtime_context)
         self._prefix = f"{self.operator_name[:40]}-{uuid.uuid4().hex[:10]}-{index}-"
         self._next = 0
+        # light(): with the default type and size, the type is the operator's name, checked
+        # here once, and the largest size the limits pass for it
+        default = self.describer.type_of is None and self.describer.size_of is None
+        name = self.describer.name
+        self._light_type = name if default and isinstance(name, str) and 0 < len(name) <= min(
+            MAX_TASK_TYPE_CHARS, self.limits.max_task_type_chars) else None
+        self._light_max_size = min(MAX_TASK_SIZE, self.limits.max_size_for(name))
+
+    def light(self, value) -> tuple[str, int] | None:
+        """(task type, size) of ``value`` where both come cheap and pass every check that
+        :meth:`read` makes: the default type and size (the operator's name, the serialized
+        length) of a text or bytes record within the limits. Else None: then :meth:`read`,
+        which describes any record and says why one is refused."""
+        if self._light_type is None:
+            return None
+        if isinstance(value, str):
+            size = len(value) if value.isascii() else len(value.encode("utf-8", "replace"))
+        elif isinstance(value, bytes):
+            size = len(value)
+        else:
+            return None
+        return (self._light_type, size) if size <= self._light_max_size else None
+
+    def next_task_id(self) -> str:
+        """A new task id, unique across this router's restarts too."""
+        task_id = f"{self._prefix}{self._next}"
+        self._next += 1
+        return task_id
 
     def read(self, value):
         from workload.operators import record_size
@@ -172,8 +207,7 @@ class OperatorRecords(RecordReader):
             reason = limits.check(task_type, size)
             if reason:
                 raise Refused(reason, "limits", dead_letter_raw(value))
-        task_id = f"{self._prefix}{self._next}"
-        self._next += 1
+        task_id = self.next_task_id()
         # the default size is the record's serialized length: measured once
         raw_bytes = size if self.describer.size_of is None else record_size(value)
         return Task(task_id, task_type, size), value, raw_bytes, ("", -1, -1)
@@ -230,6 +264,26 @@ def start_refresher(router: Router, client, interval_s: float) -> ModelRefresher
     return refresher
 
 
+class SampledCpu:
+    """Mean thread CPU time (ns) of one call in ``every``: ``started = sampled.start()`` on
+    entry, ``sampled.stop(started)`` at the end (a no-op for calls not sampled)."""
+
+    def __init__(self, every: int = OWN_CPU_EVERY):
+        self.every, self.calls, self.samples, self.total_ns = every, 0, 0, 0
+
+    def start(self) -> int | None:
+        self.calls += 1
+        return time.thread_time_ns() if self.calls % self.every == 0 else None
+
+    def stop(self, started: int | None) -> None:
+        if started is not None:
+            self.samples += 1
+            self.total_ns += time.thread_time_ns() - started
+
+    def mean_ns(self) -> int:
+        return self.total_ns // self.samples if self.samples else 0
+
+
 class RouterFunction(BroadcastProcessFunction):
     """Read + decide in one Python function (see the module docstring). Output: DeadLetter
     bytes (main); RoutedRecords on one side output per node; with ``inline`` (routing
@@ -261,6 +315,9 @@ class RouterFunction(BroadcastProcessFunction):
                             if self.inline is not None and not self.reader.task_events
                             else None)
         self._routed_here = f"streamplace_routed_{self._local_node}"
+        # the light path (_run_light): records the router keeps and runs itself, lean
+        self._light = (self._local_node is not None and hasattr(self.reader, "light")
+                       and self.inline.runs_light())
         self.refresher = None
         if self.settings.service_url:
             from placement.service.client import PlacementClient
@@ -282,6 +339,8 @@ class RouterFunction(BroadcastProcessFunction):
                 group.gauge(f"streamplace_decision_{name}_p99_us",
                             lambda name=name: int(router.timing.percentile_us(name, 99)))
         group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
+        self._own_cpu = SampledCpu()
+        group.gauge("streamplace_router_own_cpu_ns", self._own_cpu.mean_ns)
         group.gauge("streamplace_model_refresh_failures",
                     lambda: int(self.refresher.failures if self.refresher else 0))
         # 1 while the policy decides on the compiled path (placement.ldwp.compiled), else 0
@@ -318,12 +377,26 @@ class RouterFunction(BroadcastProcessFunction):
             self.inline.close()
 
     def process_element(self, value, ctx):
+        started = self._own_cpu.start()
+        if self._light:  # a light record of this router's own node: the least code (below)
+            executed = self._run_light(value)
+            if executed is not None:
+                self._own_cpu.stop(started)
+                if type(executed) is list:  # ran in one attempt: its outputs
+                    tag = self.inline.output_tag
+                    for output in executed:
+                        yield tag, output
+                else:
+                    yield from self._emit_ran_here(executed)
+                return
         try:
             task, record, raw_bytes, source = self.reader.read(value)
         except Refused as refused:
             self._counts.inc("streamplace_dead_letters")
-            yield make_dead_letter(refused.raw, *refused.source, refused.reason,
-                                         refused.stage)
+            dead_letter = make_dead_letter(refused.raw, *refused.source, refused.reason,
+                                           refused.stage)
+            self._own_cpu.stop(started)
+            yield dead_letter
             return
         if not self._restored:
             self._restore_node_view(ctx)
@@ -335,12 +408,10 @@ class RouterFunction(BroadcastProcessFunction):
             if kept_ms is not None:  # light here: run it here, lean (inline_executor)
                 self._counts.inc(self._routed_here)
                 if self.inline.reports_next_kept():
-                    decision, context = self.router.kept_decision(local, kept_ms)
-                    executed = self.inline.run_routed(RoutedRecord(
-                        task.task_id, task.app_id, task.input_size, local,
-                        int(time.time() * 1000), context, record, raw_bytes, source))
+                    executed = self._run_kept_reported(task, record, raw_bytes, source, kept_ms)
                 else:
                     executed = self.inline.run_quick(task.task_id, record, raw_bytes, source)
+                self._own_cpu.stop(started)
                 yield from self._emit_ran_here(executed)
                 return
             decision, context = self.router.route(task)
@@ -350,12 +421,46 @@ class RouterFunction(BroadcastProcessFunction):
         if decision.node == self._local_node:  # the policy chose this router's own node
             executed = self.inline.run_routed(routed)
             self.router.ran_inline(task.task_id)
+            self._own_cpu.stop(started)
             yield from self._emit_ran_here(executed)
             return
+        self._own_cpu.stop(started)
         if self.single_output:
             yield self._tags[decision.node], (decision.node, routed)
         else:
             yield self._tags[decision.node], routed
+
+    def _run_light(self, value):
+        """What a record kept here by the light rule ran to, with the least code a record can
+        run: no Task, no id unless it fails, one call of the operator (``InlineExecutor.
+        run_light``; the one in ``KEPT_TIMING_EVERY`` whose timing is reported runs in full);
+        or None: the record takes the full path (not a light record, or not kept). Why it
+        matters: in a TaskManager each record's code runs between PyFlink's, out of the CPU's
+        caches, about three times as slow as in a loop (``benchmarks/hook_profile.py``)."""
+        light = self.reader.light(value)
+        if light is None or not self._restored:
+            return None
+        local = self._local_node
+        kept_ms = self.router.keep_local_type(light[0], light[1], local)
+        if kept_ms is None:
+            return None
+        self._counts.inc(self._routed_here)
+        if self.inline.reports_next_kept():  # its timing goes in the feedback: a full run
+            try:
+                task, record, raw_bytes, source = self.reader.read(value)
+            except Refused:  # (never: light() passed what read() checks) the full path says why
+                self.router.routed[local] -= 1
+                self._counts.values[self._routed_here] -= 1
+                return None
+            return self._run_kept_reported(task, record, raw_bytes, source, kept_ms)
+        return self.inline.run_light(value, light[1], self.reader.next_task_id, ("", -1, -1))
+
+    def _run_kept_reported(self, task, record, raw_bytes, source, kept_ms: float):
+        """A record kept here whose timing is reported: run with its decision and timing."""
+        decision, context = self.router.kept_decision(self._local_node, kept_ms)
+        return self.inline.run_routed(RoutedRecord(
+            task.task_id, task.app_id, task.input_size, self._local_node,
+            int(time.time() * 1000), context, record, raw_bytes, source))
 
     def _emit_ran_here(self, executed):
         """A record this router ran itself: its outputs on the inline output, or its dead

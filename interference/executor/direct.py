@@ -125,19 +125,42 @@ class DirectExecutor:
         self._admit()
         return self._run(str(record_id), record, time.perf_counter(), time.time())
 
-    def run_quick(self, record_id: str, record) -> list | RecordOutcome:
+    def run_quick(self, record_id: str, record,
+                  failed_first: BaseException | None = None) -> list | RecordOutcome:
         """The record's outputs, computed in the calling thread with only the counts kept (no
         in-flight slot, timing or stage report): for a caller that runs records one at a
         time and has measured them light (a colocated router's kept records). Attempts,
         emulated slowness and errors as :meth:`run_now`; a record that fails every attempt
-        gives its FAILED outcome (error and traceback) instead of outputs."""
+        gives its FAILED outcome (error and traceback) instead of outputs. ``failed_first``:
+        what the record's first attempt raised, made by the caller with :meth:`light_call`
+        (then the attempts go on from the second)."""
         if self._closed:
             raise RuntimeError("the executor is closed")
-        outputs, error, trace, attempts = self._attempts(record, None, self._unit())
+        outputs, error, trace, attempts = self._attempts(record, None, self._unit(),
+                                                         failed_first)
         with self._lock:
             self._counts["stages_run"] += attempts
             self._counts["failed" if error else "completed"] += 1
         return outputs if not error else _failed_now(str(record_id), error, trace)
+
+    def light_call(self):
+        """A record's first attempt as one plain function, ``call(record) -> outputs`` that
+        raises what the stage raises, for the caller's own thread; None where stages are
+        repeated (an emulated slower node: :meth:`run_quick` does that). Why: a light record's
+        whole cost in a TaskManager is how much code it runs, between PyFlink's own
+        (``benchmarks/hook_profile.py``). The caller counts what it ran with
+        :meth:`count_light`, and hands a failed record to :meth:`run_quick` with
+        ``failed_first``."""
+        if self.settings.repeats != 1:
+            return None
+        run, results = self.stage.run, self.operator.results
+        return lambda record: results(run([record], "cpu")[0])
+
+    def count_light(self, records: int) -> None:
+        """``records`` completed by :meth:`light_call` in one attempt each."""
+        with self._lock:
+            self._counts["stages_run"] += records
+            self._counts["completed"] += records
 
     def _refusal(self, record_id: str, task_size) -> RecordOutcome | None:
         """A FAILED outcome for a record over the memory budget (counted), else None."""
@@ -231,10 +254,18 @@ class DirectExecutor:
             to_epoch(started), to_epoch(end), (started - accepted) * 1000.0, ms, ms,
             [StageRun(self.stage.name, unit, to_epoch(started), to_epoch(end), 1, attempts)])
 
-    def _attempts(self, record, cancel: threading.Event | None, unit: str):
+    def _attempts(self, record, cancel: threading.Event | None, unit: str,
+                  failed_first: BaseException | None = None):
         """(outputs, error, traceback, attempts) of running the stage on ``record`` with the
-        settings' attempts and repeats (``cancel``: stop between them)."""
+        settings' attempts and repeats (``cancel``: stop between them; ``failed_first``: the
+        first attempt was made, and raised this)."""
         outputs, error, trace, attempts = [], None, None, 0
+        if failed_first is not None:
+            if isinstance(failed_first, StageCancelled):
+                return outputs, CANCELLED, None, 1
+            attempts = 1
+            error = describe_failure(self.stage.name, attempts, unit, failed_first)
+            trace = format_traceback(failed_first, self.settings.max_traceback_chars)
         stage_input = self.operator.stage_inputs(self.stage.name, record, {})
         stopped = (lambda: False) if cancel is None else cancel.is_set  # noqa: E731
         while attempts < self.settings.max_attempts:

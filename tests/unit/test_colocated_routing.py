@@ -218,3 +218,116 @@ def test_an_unknown_routing_is_refused_when_set():
         StreamplaceHook.builder().routing("colocted")
     assert StreamplaceHook.builder().routing("colocated").build().settings.routing == \
         "colocated"
+
+
+def test_sampled_cpu_times_one_call_in_so_many():
+    from pyflink_jobs.router_function import SampledCpu
+    sampled = SampledCpu(every=4)
+    assert sampled.mean_ns() == 0  # nothing sampled yet
+    starts = [sampled.start() for _ in range(8)]
+    assert [s is not None for s in starts] == [False, False, False, True] * 2
+    for started in starts:
+        sum(range(20_000))  # some CPU between start and stop
+        sampled.stop(started)
+    assert sampled.samples == 2 and sampled.mean_ns() > 0
+
+
+def test_the_router_measures_its_own_cpu_on_every_path(monkeypatch):
+    from pyflink_jobs.router_function import OWN_CPU_EVERY
+
+    def halve(text):
+        return str(int(text) // 2)
+
+    function = _colocated_function(monkeypatch, "tm_a", halve)
+    try:  # kept-or-run-here, sent on, and dead letters (round robin; "x" raises)
+        for i in range(3 * OWN_CPU_EVERY):
+            list(function.process_element("x" if i % 5 == 0 else str(i), FakeContext()))
+    finally:
+        _close(function)
+    assert function._own_cpu.calls == 3 * OWN_CPU_EVERY
+    assert function._own_cpu.samples == 3 and function._own_cpu.mean_ns() > 0
+
+
+def _light_router(monkeypatch, operator):
+    function = _colocated_function(monkeypatch, "tm_a", operator)
+    _teach(function.router, "tm_a", as_operator(operator).name, 0.00001)
+    assert function._light  # a text record, the default type and size: the light path
+    return function
+
+
+def test_the_light_path_gives_a_raising_record_every_attempt_and_its_dead_letter(monkeypatch):
+    from workload.codec import decode
+    calls = []
+
+    def shout(text):
+        calls.append(text)
+        if text == "bad":
+            raise ValueError("no")
+        return text.upper()
+
+    function = _light_router(monkeypatch, shout)
+    try:
+        emitted = [list(function.process_element(t, FakeContext()))
+                   for t in ["a", "b", "bad", "c"]]
+        executor = function.inline.executor
+        function.inline.flush_light()
+        counts = dict(executor._counts)
+    finally:
+        _close(function)
+    assert [out for _, out in emitted[0] + emitted[1] + emitted[3]] == ["A", "B", "C"]
+    [dead] = emitted[2]
+    letter = decode("DeadLetter", dead)
+    assert letter["raw"] == b"bad" and letter["stage"] == "operator:shout"
+    assert "ValueError: no" in letter["reason"], letter
+    assert f"after {executor.settings.max_attempts} attempt" in letter["reason"], letter["reason"]
+    assert calls.count("bad") == executor.settings.max_attempts  # not one attempt more
+    assert counts["completed"] == 3 and counts["failed"] == 1
+    assert counts["stages_run"] == 3 + executor.settings.max_attempts
+    assert function._counts.values["streamplace_dead_letters"] == 1
+    assert function.router.routed == {"tm_a": 4, "tm_b": 0}
+
+
+def test_the_light_path_counts_every_record_and_its_bytes_by_the_next_report(monkeypatch):
+    function = _light_router(monkeypatch, str.upper)
+    try:
+        for i in range(10):  # the 1st is reported (and restores the view), 9 run light
+            list(function.process_element(f"r{i}é", FakeContext()))
+        assert function.inline._light_done == 9  # held until the next report or close
+        function.inline.flush_light()
+        after = function.inline.feedback.build_record()
+        ok = function.inline._counts.values["streamplace_tasks_ok"]
+    finally:
+        _close(function)
+    assert ok == 10 and function.inline.executor._counts["completed"] == 10
+    assert after["downlink_bytes_per_s"] > 0  # "é" is two bytes: the encoded length counts
+
+
+@pytest.mark.parametrize("record", [{"n": 1}, ("a", 1)], ids=["dict", "tuple"])
+def test_records_other_than_text_take_the_full_path_with_the_same_outputs(monkeypatch, record):
+    function = _light_router(monkeypatch, repr)
+    try:
+        outputs = [list(function.process_element(record, FakeContext())) for _ in range(3)]
+    finally:
+        _close(function)
+    assert function.reader.light(record) is None
+    assert [out for [(_, out)] in outputs] == [repr(record)] * 3
+    assert function.router.routed["tm_a"] == 3
+
+
+def test_an_emulated_slower_node_never_runs_light(monkeypatch):
+    monkeypatch.setenv("STREAMPLACE_WORK_MULTIPLIER", "3")
+    calls = []
+
+    def count(text):
+        calls.append(text)
+        return text
+
+    function = _colocated_function(monkeypatch, "tm_a", count)
+    try:
+        assert not function._light  # its stage runs 3 times: run_quick does that
+        _teach(function.router, "tm_a", "count", 0.00001)
+        for i in range(4):
+            list(function.process_element(f"r{i}", FakeContext()))
+    finally:
+        _close(function)
+    assert len(calls) == 4 * 3
