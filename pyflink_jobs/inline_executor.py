@@ -100,9 +100,7 @@ class InlineExecutor(DirectRun):
             return self.run_quick(task_id_of(), record, raw_bytes, source, failed_first=exc)
         self._light_done += 1
         self._light_bytes[0] += raw_bytes
-        for output in outputs:  # as bytes_out measures, the common text case inline
-            self._light_bytes[1] += len(output) if type(output) is str and output.isascii() \
-                else bytes_out(ExecutedRecord((output,)))
+        self._light_bytes[1] += bytes_out(ExecutedRecord(tuple(outputs)))
         return outputs
 
     def flush_light(self) -> None:

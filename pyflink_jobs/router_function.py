@@ -158,20 +158,17 @@ class OperatorRecords(RecordReader):
         self._light_type = name if default and isinstance(name, str) and 0 < len(name) <= min(
             MAX_TASK_TYPE_CHARS, self.limits.max_task_type_chars) else None
         self._light_max_size = min(MAX_TASK_SIZE, self.limits.max_size_for(name))
+        from workload.operators import record_size
+        self._record_size = record_size
 
     def light(self, value) -> tuple[str, int] | None:
         """(task type, size) of ``value`` where both come cheap and pass every check that
         :meth:`read` makes: the default type and size (the operator's name, the serialized
         length) of a text or bytes record within the limits. Else None: then :meth:`read`,
         which describes any record and says why one is refused."""
-        if self._light_type is None:
+        if self._light_type is None or not isinstance(value, (str, bytes)):
             return None
-        if isinstance(value, str):
-            size = len(value) if value.isascii() else len(value.encode("utf-8", "replace"))
-        elif isinstance(value, bytes):
-            size = len(value)
-        else:
-            return None
+        size = self._record_size(value)
         return (self._light_type, size) if size <= self._light_max_size else None
 
     def next_task_id(self) -> str:

@@ -803,8 +803,8 @@ def record_size(record) -> int:
     """The default task size: the record's serialized length in bytes (:func:`record_bytes`)."""
     if isinstance(record, (bytes, bytearray, memoryview)):
         return len(record)
-    if isinstance(record, str):
-        return len(record.encode("utf-8", errors="replace"))
+    if isinstance(record, str):  # an ASCII text's length is its UTF-8 length: no copy
+        return len(record) if record.isascii() else len(record.encode("utf-8", errors="replace"))
     return len(record_bytes(record))
 
 

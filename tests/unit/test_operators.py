@@ -125,6 +125,7 @@ def test_default_task_type_and_size_and_user_extractors():
     sized = as_operator(str.upper, task_type=lambda r: r[:1], task_size=len)
     assert (sized.task_type("xyz"), sized.task_size("xyz")) == ("x", 3)
     assert record_size(b"\x00\x01") == 2 and record_size({"a": 1}) == len('{"a":1}')
+    assert (record_size("abc"), record_size("héllo"), record_size("\ud800")) == (3, 6, 1)
     with pytest.raises(OperatorError, match="int >= 0"):
         as_operator(str, task_size=lambda r: -1).task_size("x")
 
