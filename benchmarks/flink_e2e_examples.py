@@ -68,6 +68,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NODES = ("tm_a", "tm_b", "tm_c")
 #: Outputs committed within less than this (about two checkpoints) give no flowing rate.
 MIN_RATE_SPAN_S = 2.0
+#: --overhead: extra warm-up batches at most, until the JIT compilers go quiet (--warm-jit-us)
+WARM_BATCHES = 10
 VARIANTS = [
     ("Flink's default distribution (round-robin)", {"POLICY": "round_robin"}),
     ("least-outstanding", {"POLICY": "least_outstanding"}),
@@ -142,12 +144,12 @@ def ensure_taskmanagers(cluster, expected: int = len(NODES)) -> bool:
 
 def run_complete(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes],
                  tag: str, hook_env: dict, timeout_s: float, extra_args: tuple = (),
-                 nodes: tuple = NODES) -> dict:
+                 nodes: tuple = NODES, warm_jit_us: float = 0.0) -> dict:
     """:func:`one_run`, once more on a restarted cluster when a TaskManager died under the
     run (not every output came): a run on a broken cluster measures the crash, not the
     placement. The row says whether it was retried."""
     row = one_run(cfg, cluster, script, records, warmup, tag, hook_env, timeout_s, extra_args,
-                  nodes)
+                  nodes, warm_jit_us)
     if row["outputs"] >= row["records"]:
         return dict(row, retried=False)
     print(f"run {tag}: {row['outputs']}/{row['records']} outputs; retrying on a restarted "
@@ -155,15 +157,17 @@ def run_complete(cfg, cluster, script: Path, records: list[bytes], warmup: list[
     cluster.stop()
     cluster.start()
     row = one_run(cfg, cluster, script, records, warmup, f"{tag}-retry", hook_env, timeout_s,
-                  extra_args, nodes)
+                  extra_args, nodes, warm_jit_us)
     return dict(row, retried=True)
 
 
 def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes], tag: str,
             hook_env: dict, timeout_s: float, extra_args: tuple = (),
-            nodes: tuple = NODES) -> dict:
+            nodes: tuple = NODES, warm_jit_us: float = 0.0) -> dict:
     """Submit the job ``script`` on fresh topics, warm it up, send ``records`` at once, read
-    every output (read_committed); cancel the job."""
+    every output (read_committed); cancel the job. ``warm_jit_us`` > 0: after ``warmup``, send
+    it again (renamed) until the JVMs' JIT compilers spend less than this per record over one
+    batch, at most ``WARM_BATCHES`` times."""
     from benchmarks import process_cpu
     from benchmarks.flink_e2e import router_gauges
     from streamplace.jars import flink_connector_jar
@@ -183,16 +187,35 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
         produce_raw(cfg, topics["in"], warmup)
         read_topic(cfg, topics["out"], None, expected=len(warmup), timeout_s=timeout_s,
                    idle_s=300)
+        warmed, warm_jit = len(warmup), []
+        for batch in range(WARM_BATCHES if warm_jit_us > 0 else 0):
+            before = process_cpu.thread_snapshot(cluster)
+            produce_raw(cfg, topics["in"], [b"%d-%s" % (batch, w) for w in warmup])
+            warmed += len(warmup)
+            read_topic(cfg, topics["out"], None, expected=warmed, timeout_s=timeout_s,
+                       idle_s=300)
+            warm_jit.append(process_cpu.compiler_us_per_record(process_cpu.thread_usage(
+                before, process_cpu.thread_snapshot(cluster), len(warmup))))
+            if warm_jit[-1] < warm_jit_us:
+                break
         with host_load(cluster) as load:
             cpu_before = process_cpu.snapshot(cluster)
+            threads_before = process_cpu.thread_snapshot(cluster)
             sent_at = time.time()
             report = produce_raw(cfg, topics["in"], records)
             assert report.errors == [], report.errors[:3]
             # idle_s: a job that died under the run (no output for two minutes) ends the wait
-            outputs = read_topic(cfg, topics["out"], None, expected=len(warmup) + len(records),
+            outputs = read_topic(cfg, topics["out"], None, expected=warmed + len(records),
                                  timeout_s=timeout_s, stamp_seen=True, settle_s=3,
                                  idle_s=120).records
             cpu = process_cpu.usage(cpu_before, process_cpu.snapshot(cluster), len(records))
+            # which JVM threads the CPU went to, per kind (source, router, sink, Kafka, GC...);
+            # the JIT compilers' share says how far the JVMs were from warm
+            threads = process_cpu.thread_usage(
+                threads_before, process_cpu.thread_snapshot(cluster, full_names=True),
+                len(records))
+            cpu["jit_us_per_record"] = process_cpu.compiler_us_per_record(threads)
+            cpu["jvm_threads"] = threads[:15]
         dead = read_topic(cfg, topics["dlq"], "DeadLetter", expected=None, timeout_s=10,
                           idle_s=3).records
         gauges = router_gauges(cluster.rest_url, job_id)
@@ -202,7 +225,7 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
         cluster.cancel_job(job_id)
         time.sleep(2)  # a TaskManager that the cancellation kills is gone within this
         ensure_taskmanagers(cluster, len(nodes))
-    seen = sorted(r["_seen_s"] for r in outputs[len(warmup):])
+    seen = sorted(r["_seen_s"] for r in outputs[warmed:])
     measured = len(seen)
     span = max(1e-6, seen[-1] - sent_at) if seen else float("nan")
     latencies = sorted(t - sent_at for t in seen)
@@ -217,6 +240,9 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             "processing_records_per_s": (measured - 1) / (seen[-1] - seen[0])
             if measured > 1 and seen[-1] - seen[0] >= MIN_RATE_SPAN_S else None,
             "checkpoint_e2e_ms": checkpoints, "operator_hosts": where,
+            # records the job ran before the measured ones, and the JIT's µs a record in each
+            # extra warm-up batch (warm_jit_us)
+            "warmup_records": warmed, "warmup_jit_us_per_record": warm_jit,
             # the TaskManagers' JVM and Python CPU per record over the run (process_cpu)
             "process_cpu": cpu,
             # each host's CPU over its quota and throttled share, sending to the last output
@@ -472,6 +498,14 @@ def _main(argv=None) -> int:
                              "rebalance(), both spread one instance per TaskManager")
     parser.add_argument("--routers", default="1,2",
                         help="--overhead: router parallelisms to measure, comma-separated")
+    parser.add_argument("--warmup-records", type=int, default=20_000,
+                        help="--overhead: records each job runs before the measured ones, and "
+                             "the size of each extra warm-up batch (100 before 2026-12-04)")
+    parser.add_argument("--warm-jit-us", type=float, default=5.0,
+                        help="--overhead: send warm-up batches until the TaskManagers' JIT "
+                             "compilers spend less than this many µs a record over one (at "
+                             f"most {WARM_BATCHES}; 0: one batch only). A JVM still compiling "
+                             "the job's code takes CPU the job will not need once warm")
     parser.add_argument("--python-mode", choices=("process", "thread"), default="process",
                         help="--overhead: the cluster's PyFlink python.execution-mode (thread: "
                              "writes flink_e2e_overhead_thread.json)")
@@ -604,26 +638,30 @@ def overhead(args) -> int:
          {}) for _ in range(1 if args.shape_ablation else 0)]
     rows = []
     try:
-        warmup = [f"warm-{i}".encode() for i in range(100)]
+        warmup = [f"warm-{i}".encode() for i in range(max(1, args.warmup_records))]
         for r in range(runs):
             records = [json.dumps({"n": i, "r": r}).encode() for i in range(count)]
             for label, extra, hook_env in (variants if r % 2 == 0 else variants[::-1]):
                 tag = f"ovh-{r}-{len(rows)}-{time.time_ns() % 10**6}"
                 row = run_complete(cfg, cluster, script, records, warmup, tag,
                                    {"POLICY": "round_robin", **hook_env}, timeout_s=600,
-                                   extra_args=extra)
+                                   extra_args=extra, warm_jit_us=args.warm_jit_us)
                 row.update(variant=label, round=r)
                 rows.append(row)
                 print(f"round {r + 1}/{runs} {label:28s} {row['records_per_s']:8.1f} rec/s, "
                       f"CPU per record: Python {row['process_cpu']['python_us_per_record']:.1f}"
-                      f" us, JVMs {row['process_cpu']['jvm_us_per_record']:.1f} us", flush=True)
+                      f" us, JVMs {row['process_cpu']['jvm_us_per_record']:.1f} us (JIT "
+                      f"{row['process_cpu']['jit_us_per_record']:.1f}); warmed on "
+                      f"{row['warmup_records']} records, JIT by batch "
+                      f"{row['warmup_jit_us_per_record']}", flush=True)
     finally:
         cluster.stop()
         broker.stop()
     summary = [{"variant": label, **{key: confidence(
         [x[key] if key == "records_per_s" else x["process_cpu"][key]
          for x in rows if x["variant"] == label])
-        for key in ("records_per_s", "python_us_per_record", "jvm_us_per_record")}}
+        for key in ("records_per_s", "python_us_per_record", "jvm_us_per_record",
+                    "jit_us_per_record")}}
         for label, _, _ in variants]
     plain = summary[0]["records_per_s"]["mean"]
     costs = {s["variant"]: 1.0 - s["records_per_s"]["mean"] / plain for s in summary[1:]}
@@ -631,7 +669,9 @@ def overhead(args) -> int:
             + ("_colocated" if args.colocated and not routers else "")
             + ("_shapes" if args.shape_ablation else "")
             + ("_quick" if args.quick else ""))
-    write_result(name, {"records": count, "rounds": runs, "summary": summary,
+    write_result(name, {"records": count, "warmup_batch": len(warmup),
+                        "warm_jit_us": args.warm_jit_us, "rounds": runs,
+                        "summary": summary,
                         "python_execution_mode": args.python_mode, "runs": rows,
                         "routers": routers, "hook_cost": min(costs.values()),
                         "hook_cost_by_variant": costs})
@@ -640,7 +680,8 @@ def overhead(args) -> int:
               f"rec/s: the hook costs {100 * costs[s['variant']]:.1f}%")
     for s in summary:
         print(f"{s['variant']}: CPU per record: Python {s['python_us_per_record']['mean']:.1f} "
-              f"us, TaskManager JVMs {s['jvm_us_per_record']['mean']:.1f} us")
+              f"us, TaskManager JVMs {s['jvm_us_per_record']['mean']:.1f} us, of which JIT "
+              f"compilers {s['jit_us_per_record']['mean']:.1f} us")
     return 0
 
 

@@ -17,7 +17,19 @@ Example::
 
 from __future__ import annotations
 
-__all__ = ["snapshot", "usage"]
+from pathlib import Path
+
+import re
+import shutil
+import subprocess
+
+__all__ = ["snapshot", "usage", "thread_snapshot", "thread_usage", "thread_group",
+           "compiler_us_per_record"]
+
+#: A JVM thread name's instance part: "(2/3)#0", a trailing number, a pool's "-7-thread-3"
+_INSTANCE = re.compile(r"\s*\(\d+/\d+\)(#\d+)?|[-#\s]\d+(?=\W|$)|(?<=[A-Za-z])\d+$")
+#: jstack's thread line: "name" #12 ... nid=0x1a2b ...
+_JSTACK_LINE = re.compile(r'^"(?P<name>.*)" .*\bnid=(?P<nid>0x[0-9a-f]+|\d+)\b')
 
 
 def snapshot(cluster) -> dict[int, tuple[str, str, float]]:
@@ -58,3 +70,81 @@ def usage(before: dict, after: dict, records: int) -> dict:
             "python_workers": sorted(
                 ({"node": node, "cpu_s": round(cpu, 3)} for node, kind, cpu in used.values()
                  if kind == "python" and cpu > 0.0), key=lambda w: -w["cpu_s"])}
+
+
+def thread_group(name: str) -> str:
+    """A JVM thread's name without its instance part, so that the threads of one kind add
+    up: "Source: in (2/3)#0" and "Source: in (1/3)#0" are both "Source: in";
+    "grpc-default-executor-12" is "grpc-default-executor"."""
+    return _INSTANCE.sub("", name).strip() or name
+
+
+def _jstack_names(pid: int) -> dict[int, str]:
+    """tid -> the thread's full name from ``jstack`` (the kernel's name is cut at 15
+    characters); {} without jstack or when it fails."""
+    jstack = shutil.which("jstack")
+    if jstack is None:
+        return {}
+    try:
+        text = subprocess.run([jstack, str(pid)], capture_output=True, text=True,
+                              timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    names = {}
+    for line in text.splitlines():
+        match = _JSTACK_LINE.match(line)
+        if match:
+            names[int(match["nid"], 0)] = match["name"]
+    return names
+
+
+def thread_snapshot(cluster, full_names: bool = False) -> dict[tuple[int, int], tuple]:
+    """(pid, tid) -> (node, thread name, CPU seconds) for every thread of every TaskManager
+    JVM of ``cluster``. Names are the kernel's (15 characters), or with ``full_names`` the
+    JVM's own from jstack (a second or so per JVM: take it at the end of a run)."""
+    import psutil
+    seen: dict[tuple[int, int], tuple] = {}
+    for tm in cluster.status().taskmanagers:
+        if not tm.pid:
+            continue
+        try:
+            threads = psutil.Process(tm.pid).threads()
+        except psutil.Error:
+            continue
+        names = _jstack_names(tm.pid) if full_names else {}
+        for thread in threads:
+            name = names.get(thread.id)
+            if name is None:
+                try:
+                    name = Path(f"/proc/{tm.pid}/task/{thread.id}/comm").read_text().strip()
+                except OSError:
+                    name = "?"
+            seen[(tm.pid, thread.id)] = (tm.node_id, name,
+                                         thread.user_time + thread.system_time)
+    return seen
+
+
+def thread_usage(before: dict, after: dict, records: int, top: int | None = None) -> list[dict]:
+    """The JVM threads' CPU since ``before``, added up per :func:`thread_group` over all
+    TaskManagers, in µs per record, the busiest first (the ``top`` busiest, or all). Names
+    come from ``after`` (take it with full names)."""
+    groups: dict[str, list] = {}
+    for key, (_, name, cpu) in after.items():
+        used = cpu - (before[key][2] if key in before else 0.0)
+        if used > 0.0:
+            group = groups.setdefault(thread_group(name), [0.0, 0])
+            group[0] += used
+            group[1] += 1
+    records = max(1, int(records))
+    rows = sorted(groups.items(), key=lambda item: -item[1][0])[:top]
+    return [{"threads": name, "count": count, "cpu_s": round(cpu, 3),
+             "us_per_record": round(1e6 * cpu / records, 2)} for name, (cpu, count) in rows]
+
+
+def compiler_us_per_record(threads: list[dict]) -> float:
+    """Of :func:`thread_usage`'s rows, the JIT compilers' µs per record (HotSpot's "C1/C2
+    CompilerThread", with full names or the kernel's): a JVM that is still compiling the job's code is warming up, and that
+    CPU is not the job's steady cost."""
+    # "CompilerThre": the kernel's name of the thread is cut at 15 characters
+    return round(sum(t["us_per_record"] for t in threads if "CompilerThre" in t["threads"]),
+                 2)

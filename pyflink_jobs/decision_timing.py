@@ -34,7 +34,7 @@ PHASES = ("lock", "observation", "policy", "bookkeeping")
 class LatencyRing:
     """The newest ``size`` latencies in microseconds, and their percentiles."""
 
-    __slots__ = ("size", "samples", "_next")
+    __slots__ = ("size", "samples", "_next", "_sorted")
 
     def __init__(self, size: int = 20_000):
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -42,8 +42,12 @@ class LatencyRing:
         self.size = size
         self.samples: list[float] = []
         self._next = 0
+        # the samples sorted, kept until the next add: PyFlink reads every gauge (p50, p99 and
+        # each phase's p99) at the end of every bundle, and a sort of 20,000 samples is ms
+        self._sorted: list[float] | None = None
 
     def add(self, micros: float) -> None:
+        self._sorted = None
         if len(self.samples) < self.size:
             self.samples.append(micros)
         else:  # a ring: the newest samples
@@ -54,7 +58,9 @@ class LatencyRing:
         """The ``q``-th percentile (nearest rank below), 0.0 with no samples."""
         if not self.samples:
             return 0.0
-        ordered = sorted(self.samples)
+        ordered = self._sorted
+        if ordered is None:
+            ordered = self._sorted = sorted(self.samples)
         return ordered[min(len(ordered) - 1, int(q / 100.0 * len(ordered)))]
 
     def __len__(self) -> int:

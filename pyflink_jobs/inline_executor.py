@@ -33,7 +33,8 @@ from pyflink_jobs.operator_function import (DirectRun, ExecutedRecord, bytes_out
                                             report_outcome)
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
 
-__all__ = ["InlineExecutor", "inline_output_tag", "KEPT_TIMING_EVERY"]
+__all__ = ["InlineExecutor", "inline_output_tag", "KEPT_TIMING_EVERY",
+           "KEPT_TIMING_MIN_INTERVAL_S"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,10 @@ log = logging.getLogger(__name__)
 #: and what a kept record tells (the type is still light here) needs only a sample. Records
 #: the policy placed are all reported (the service learns placement from them).
 KEPT_TIMING_EVERY = 16
+
+#: ... and a light record's at most once in this many seconds per router (the light lane's: at
+#: 25,000 records a second, 1 in 16 was 1,500 timings a second that every router learned).
+KEPT_TIMING_MIN_INTERVAL_S = 0.05
 
 
 def inline_output_tag(output_type):
@@ -56,6 +61,8 @@ class InlineExecutor(DirectRun):
     """A one-step CPU operator run by the router on its own node (module docstring)."""
 
     feedback_instance_base = 500  # beside the node's executor instances (0, 1, ...)
+    report_every = KEPT_TIMING_EVERY  # a kept record's timing is reported 1 time in this many
+    report_min_interval_s = KEPT_TIMING_MIN_INTERVAL_S  # ... and at most once in this long
 
     def __init__(self, operator, settings: ExecutorFunctionSettings | None = None,
                  output_tag=None):
@@ -74,11 +81,12 @@ class InlineExecutor(DirectRun):
         self._open_direct(runtime_context)
         self._kept = 0
         self._light_call = self.executor.light_call()
+        self._light_map = self.executor.light_map()
         self._light_done, self._light_bytes = 0, [0, 0]
         return node
 
     def runs_light(self) -> bool:
-        """Whether :meth:`run_light` may be used (not on an emulated slower node)."""
+        """Whether :meth:`light_calls` may be used (opened on a node of the job)."""
         return self._light_call is not None
 
     def reports_next_kept(self) -> bool:
@@ -87,34 +95,38 @@ class InlineExecutor(DirectRun):
         self._kept += 1
         return (self._kept - 1) % KEPT_TIMING_EVERY == 0
 
-    def run_light(self, record, raw_bytes: int, task_id_of, source) -> list | ExecutedRecord:
-        """:meth:`run_quick` with the least code a record can run (``runs_light()`` only): one
-        call of the operator, its outputs (a list); its counts and bytes are added up here and
-        handed on by :meth:`flush_light`, at the latest with the next reported record (every
-        ``KEPT_TIMING_EVERY``). A record whose first attempt raised goes on through
-        :meth:`run_quick` (its other attempts, its dead letter: an ExecutedRecord), named by
-        ``task_id_of()``."""
-        try:
-            outputs = self._light_call(record)
-        except Exception as exc:  # noqa: BLE001 - the user's code: its attempts go on
-            return self.run_quick(task_id_of(), record, raw_bytes, source, failed_first=exc)
-        self._light_done += 1
-        self._light_bytes[0] += raw_bytes
-        self._light_bytes[1] += bytes_out(ExecutedRecord(tuple(outputs)))
-        return outputs
+    def light_calls(self) -> tuple:
+        """(``call(record) -> list of outputs``, ``map_call(record) -> output`` or None): the
+        operator's first attempt as plain calls (``runs_light()`` only), for the router's
+        :class:`~pyflink_jobs.light_lane.LightLane`. A record whose call raised goes on
+        through :meth:`run_quick` with ``failed_first``."""
+        return self._light_call, self._light_map
+
+    @property
+    def gauge_values(self) -> dict:
+        """This executor's gauge values by name (``streamplace_tasks_ok``, ...): the light lane
+        counts each record it runs there at once."""
+        return self._counts.values
+
+    def add_light(self, done: int, in_bytes: int, out_bytes: int) -> None:
+        """Records run by the light lane in one attempt each (already in ``tasks_ok``), with
+        their bytes: handed to the executor and the feedback by :meth:`flush_light`, at the
+        latest with the next reported record."""
+        self._light_done += done
+        self._light_bytes[0] += in_bytes
+        self._light_bytes[1] += out_bytes
 
     def flush_light(self) -> None:
-        """Hand the counts and bytes of the records :meth:`run_light` ran to the executor, the
-        job's gauges and the node's feedback."""
+        """Hand the counts and bytes of the records the light lane ran (:meth:`add_light`) to
+        the executor and the node's feedback."""
         done, (bytes_in, bytes_out_) = self._light_done, self._light_bytes
         if done:
             self._light_done, self._light_bytes = 0, [0, 0]
             self.executor.count_light(done)
-            self._counts.inc("streamplace_tasks_ok", done)
             self.feedback.count_bytes(bytes_in, bytes_out_)
 
     def run_routed(self, value, timing: bool = True) -> ExecutedRecord:
-        self.flush_light()  # so the feedback's numbers are never more than 16 records behind
+        self.flush_light()  # so the feedback's numbers are never far behind
         return DirectRun.run_routed(self, value, timing)
 
     def close(self):

@@ -327,6 +327,19 @@ class Router:
         self.routed[node] += 1
         return work_ms
 
+    def keep_line(self, task_type: str, node: str) -> tuple[tuple[float, float] | None, float]:
+        """:meth:`keep_local_type`'s rule for one (type, node), for a caller that applies it per
+        record itself (:class:`~pyflink_jobs.light_lane.LightLane`): (the trusted fit's line,
+        seconds at size 0 and per size unit; the limit in ms): keep a record of ``size`` when
+        ``1000 * (line[0] + line[1] * size) < limit``, and count it in :attr:`routed`. (None,
+        0.0) where it keeps nothing of the type (quotas, the rule off, another node, no trusted
+        fit). Holds while ``costs.version`` is the one read before asking."""
+        limit_ms = self.settings.keep_local_below_ms
+        if self.quotas is not None or limit_ms <= 0.0 or node not in self._nodes:
+            return None, 0.0
+        line = self.costs.trusted_line(node, task_type)
+        return (line, limit_ms) if line is not None else (None, 0.0)
+
     def kept_decision(self, node: str, work_ms: float) -> tuple[Decision, DecisionContext]:
         """The decision :meth:`keep_local` made, in words, with what it saw on ``node``."""
         with self._lock:

@@ -34,6 +34,7 @@ import uuid
 
 from placement.service.flink_rest import FlinkRestClient
 from pyflink_jobs.flink_ops import CountGauges, dead_letter_raw, make_dead_letter, subtask_index
+from pyflink_jobs.light_lane import LightLane
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
 from pyflink_jobs.routed import RoutedRecord
 from workload.limits import DEFAULT_MAX_TASK_TYPE_CHARS, TaskLimits, short_repr
@@ -158,18 +159,16 @@ class OperatorRecords(RecordReader):
         self._light_type = name if default and isinstance(name, str) and 0 < len(name) <= min(
             MAX_TASK_TYPE_CHARS, self.limits.max_task_type_chars) else None
         self._light_max_size = min(MAX_TASK_SIZE, self.limits.max_size_for(name))
-        from workload.operators import record_size
-        self._record_size = record_size
 
-    def light(self, value) -> tuple[str, int] | None:
-        """(task type, size) of ``value`` where both come cheap and pass every check that
-        :meth:`read` makes: the default type and size (the operator's name, the serialized
-        length) of a text or bytes record within the limits. Else None: then :meth:`read`,
-        which describes any record and says why one is refused."""
-        if self._light_type is None or not isinstance(value, (str, bytes)):
+    def light_gate(self) -> tuple[str, int] | None:
+        """(task type, largest size) of the records that come cheap and pass every check of
+        :meth:`read` with that type and their size (a text's UTF-8 length, a bytes' length):
+        with the default type and size (the operator's name, the serialized length), text and
+        bytes records up to that size. None with a user's own type or size function: then
+        :meth:`read`, which describes any record and says why one is refused."""
+        if self._light_type is None:
             return None
-        size = self._record_size(value)
-        return (self._light_type, size) if size <= self._light_max_size else None
+        return self._light_type, self._light_max_size
 
     def next_task_id(self) -> str:
         """A new task id, unique across this router's restarts too."""
@@ -312,9 +311,6 @@ class RouterFunction(BroadcastProcessFunction):
                             if self.inline is not None and not self.reader.task_events
                             else None)
         self._routed_here = f"streamplace_routed_{self._local_node}"
-        # the light path (_run_light): records the router keeps and runs itself, lean
-        self._light = (self._local_node is not None and hasattr(self.reader, "light")
-                       and self.inline.runs_light())
         self.refresher = None
         if self.settings.service_url:
             from placement.service.client import PlacementClient
@@ -338,6 +334,10 @@ class RouterFunction(BroadcastProcessFunction):
         group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
         self._own_cpu = SampledCpu()
         group.gauge("streamplace_router_own_cpu_ns", self._own_cpu.mean_ns)
+        # the light lane: records of the default type and size that it keeps and runs itself,
+        # in one call (pyflink_jobs.light_lane); used once the node view is restored
+        self._lane = self._light_lane()
+        self._ready_lane = None
         group.gauge("streamplace_model_refresh_failures",
                     lambda: int(self.refresher.failures if self.refresher else 0))
         # 1 while the policy decides on the compiled path (placement.ldwp.compiled), else 0
@@ -367,25 +367,38 @@ class RouterFunction(BroadcastProcessFunction):
                 group.gauge(f"streamplace_tenant_{counter}_{tenant}",
                             lambda t=tenant, c=counter: quotas.counter(t, c))
 
+    def _light_lane(self):
+        gate = self.reader.light_gate() if hasattr(self.reader, "light_gate") else None
+        if self._local_node is None or gate is None or not self.inline.runs_light():
+            return None
+        call, map_call = self.inline.light_calls()
+        return LightLane(self.router, self._local_node, gate, self.inline.output_tag, call,
+                         map_call, self._counts.values, self._routed_here,
+                         report=self._report_light, failed=self._failed_light,
+                         hand_on=self.inline.add_light, ran_counts=self.inline.gauge_values,
+                         report_every=self.inline.report_every,
+                         min_report_interval_s=self.inline.report_min_interval_s)
+
     def close(self):
         if getattr(self, "refresher", None) is not None:
             self.refresher.stop()
+        if getattr(self, "_lane", None) is not None:
+            self._lane.flush()
         if getattr(self, "_local_node", None) is not None:
             self.inline.close()
 
     def process_element(self, value, ctx):
         started = self._own_cpu.start()
-        if self._light:  # a light record of this router's own node: the least code (below)
-            executed = self._run_light(value)
-            if executed is not None:
+        lane = self._ready_lane
+        if lane is not None:  # a light record kept on this router's node: one call (light_lane)
+            emitted = lane(value)
+            if emitted is not None:
                 self._own_cpu.stop(started)
-                if type(executed) is list:  # ran in one attempt: its outputs
-                    tag = self.inline.output_tag
-                    for output in executed:
-                        yield tag, output
-                else:
-                    yield from self._emit_ran_here(executed)
-                return
+                return emitted  # PyFlink takes a list as it takes a generator
+        return self._route_record(value, ctx, started)
+
+    def _route_record(self, value, ctx, started):
+        """Read, decide, and run here or send on: every record the light lane does not take."""
         try:
             task, record, raw_bytes, source = self.reader.read(value)
         except Refused as refused:
@@ -427,30 +440,24 @@ class RouterFunction(BroadcastProcessFunction):
         else:
             yield self._tags[decision.node], routed
 
-    def _run_light(self, value):
-        """What a record kept here by the light rule ran to, with the least code a record can
-        run: no Task, no id unless it fails, one call of the operator (``InlineExecutor.
-        run_light``; the one in ``KEPT_TIMING_EVERY`` whose timing is reported runs in full);
-        or None: the record takes the full path (not a light record, or not kept). Why it
-        matters: in a TaskManager each record's code runs between PyFlink's, out of the CPU's
-        caches, about three times as slow as in a loop (``benchmarks/hook_profile.py``)."""
-        light = self.reader.light(value)
-        if light is None or not self._restored:
-            return None
-        local = self._local_node
-        kept_ms = self.router.keep_local_type(light[0], light[1], local)
-        if kept_ms is None:
-            return None
-        self._counts.inc(self._routed_here)
-        if self.inline.reports_next_kept():  # its timing goes in the feedback: a full run
-            try:
-                task, record, raw_bytes, source = self.reader.read(value)
-            except Refused:  # (never: light() passed what read() checks) the full path says why
-                self.router.routed[local] -= 1
-                self._counts.values[self._routed_here] -= 1
-                return None
-            return self._run_kept_reported(task, record, raw_bytes, source, kept_ms)
-        return self.inline.run_light(value, light[1], self.reader.next_task_id, ("", -1, -1))
+    def _report_light(self, value, kept_ms: float) -> list:
+        """The light lane's record whose timing is reported: read and run in full."""
+        try:
+            task, record, raw_bytes, source = self.reader.read(value)
+        except Refused as refused:  # (never: the lane's gate is what read() passes) say why
+            self.router.routed[self._local_node] -= 1
+            self._counts.values[self._routed_here] -= 1
+            self._counts.inc("streamplace_dead_letters")
+            return [make_dead_letter(refused.raw, *refused.source, refused.reason,
+                                     refused.stage)]
+        return list(self._emit_ran_here(
+            self._run_kept_reported(task, record, raw_bytes, source, kept_ms)))
+
+    def _failed_light(self, value, size: int, error: BaseException) -> list:
+        """The light lane's record whose first call raised: its other attempts, then its
+        outputs or its dead letter (named by a new task id)."""
+        return list(self._emit_ran_here(self.inline.run_quick(
+            self.reader.next_task_id(), value, size, ("", -1, -1), failed_first=error)))
 
     def _run_kept_reported(self, task, record, raw_bytes, source, kept_ms: float):
         """A record kept here whose timing is reported: run with its decision and timing."""
@@ -474,6 +481,7 @@ class RouterFunction(BroadcastProcessFunction):
         # After a restore the in-memory view is empty; the checkpointed broadcast state has the
         # last report of every node.
         self._restored = True
+        self._ready_lane = self._lane
         if self.router.feedback_records:
             return
         for _, raw in ctx.get_broadcast_state(self._descriptor).items():

@@ -142,6 +142,9 @@ class OperatorStage:
     batch: BatchPolicy = NO_BATCHING
     open: Callable[[Any], None] | None = None
     close: Callable[[], None] | None = None
+    #: the function itself, ``fn(x) -> y``, where ``run`` only calls it on each input (a plain
+    #: synchronous per-input function): a caller with one record may call it directly
+    per_record: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -194,6 +197,8 @@ def stage(name: str, fn: Callable, deps: Sequence[str] = (), device: str = "cpu"
             if takes_device:
                 return [fn(x, device=device) for x in inputs]
             return [fn(x) for x in inputs]
+        return OperatorStage(name, run, tuple(deps), device, policy,
+                             per_record=None if takes_device else fn)
     return OperatorStage(name, run, tuple(deps), device, policy)
 
 

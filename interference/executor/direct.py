@@ -145,19 +145,41 @@ class DirectExecutor:
 
     def light_call(self):
         """A record's first attempt as one plain function, ``call(record) -> outputs`` that
-        raises what the stage raises, for the caller's own thread; None where stages are
-        repeated (an emulated slower node: :meth:`run_quick` does that). Why: a light record's
-        whole cost in a TaskManager is how much code it runs, between PyFlink's own
-        (``benchmarks/hook_profile.py``). The caller counts what it ran with
-        :meth:`count_light`, and hands a failed record to :meth:`run_quick` with
-        ``failed_first``."""
-        if self.settings.repeats != 1:
+        raises what the stage raises, for the caller's own thread, with the settings' repeats
+        (an emulated slower node runs the stage that many times, as :meth:`run_quick` does; the
+        last run's output counts). Why: a light record's whole cost in a TaskManager is how
+        much code it runs, between PyFlink's own (``benchmarks/hook_profile.py``). The caller
+        counts what it ran with :meth:`count_light`, and hands a failed record to
+        :meth:`run_quick` with ``failed_first``."""
+        run, results, repeats = self.stage.run, self.operator.results, self.settings.repeats
+        if repeats == 1:
+            return lambda record: results(run([record], "cpu")[0])
+
+        def repeated(record):
+            for _ in range(repeats - 1):
+                run([record], "cpu")
+            return results(run([record], "cpu")[0])
+        return repeated
+
+    def light_map(self):
+        """:meth:`light_call` where the operator makes exactly one output per record from one
+        plain function: that function itself, ``call(record) -> output`` (no list, no
+        wrapper; repeated on an emulated slower node); else None."""
+        operator, fn, repeats = self.operator, self.stage.per_record, self.settings.repeats
+        if fn is None or operator.flat or type(operator).results is not StagedOperator.results:
             return None
-        run, results = self.stage.run, self.operator.results
-        return lambda record: results(run([record], "cpu")[0])
+        if repeats == 1:
+            return fn
+
+        def repeated(record):
+            for _ in range(repeats - 1):
+                fn(record)
+            return fn(record)
+        return repeated
 
     def count_light(self, records: int) -> None:
-        """``records`` completed by :meth:`light_call` in one attempt each."""
+        """``records`` completed by :meth:`light_call` in one attempt each (one stage run
+        each, as :meth:`run_quick` counts an attempt whatever its repeats)."""
         with self._lock:
             self._counts["stages_run"] += records
             self._counts["completed"] += records

@@ -144,7 +144,8 @@ def test_a_colocated_router_runs_its_own_nodes_records_and_sends_the_rest_on(mon
 
 
 def test_records_kept_by_the_light_rule_report_one_timing_in_so_many(monkeypatch):
-    from pyflink_jobs.inline_executor import KEPT_TIMING_EVERY
+    from pyflink_jobs.inline_executor import KEPT_TIMING_EVERY, InlineExecutor
+    monkeypatch.setattr(InlineExecutor, "report_min_interval_s", 0.0)  # count alone
     function = _colocated_function(monkeypatch, "tm_a", str.upper)
     try:
         _teach(function.router, "tm_a", "upper", 0.00001)
@@ -251,7 +252,7 @@ def test_the_router_measures_its_own_cpu_on_every_path(monkeypatch):
 def _light_router(monkeypatch, operator):
     function = _colocated_function(monkeypatch, "tm_a", operator)
     _teach(function.router, "tm_a", as_operator(operator).name, 0.00001)
-    assert function._light  # a text record, the default type and size: the light path
+    assert function._lane is not None  # a text record, the default type and size: light
     return function
 
 
@@ -270,6 +271,7 @@ def test_the_light_path_gives_a_raising_record_every_attempt_and_its_dead_letter
         emitted = [list(function.process_element(t, FakeContext()))
                    for t in ["a", "b", "bad", "c"]]
         executor = function.inline.executor
+        function._lane.flush()
         function.inline.flush_light()
         counts = dict(executor._counts)
     finally:
@@ -290,9 +292,10 @@ def test_the_light_path_gives_a_raising_record_every_attempt_and_its_dead_letter
 def test_the_light_path_counts_every_record_and_its_bytes_by_the_next_report(monkeypatch):
     function = _light_router(monkeypatch, str.upper)
     try:
-        for i in range(10):  # the 1st is reported (and restores the view), 9 run light
+        for i in range(10):  # the 1st restores the view, the lane's 1st is reported too
             list(function.process_element(f"r{i}é", FakeContext()))
-        assert function.inline._light_done == 9  # held until the next report or close
+        assert function._lane.done == 8  # held until the next report or close
+        function._lane.flush()
         function.inline.flush_light()
         after = function.inline.feedback.build_record()
         ok = function.inline._counts.values["streamplace_tasks_ok"]
@@ -309,25 +312,149 @@ def test_records_other_than_text_take_the_full_path_with_the_same_outputs(monkey
         outputs = [list(function.process_element(record, FakeContext())) for _ in range(3)]
     finally:
         _close(function)
-    assert function.reader.light(record) is None
+    assert function._lane(record) is None
     assert [out for [(_, out)] in outputs] == [repr(record)] * 3
     assert function.router.routed["tm_a"] == 3
 
 
-def test_an_emulated_slower_node_never_runs_light(monkeypatch):
+def test_an_emulated_slower_node_runs_light_with_every_repeat(monkeypatch):
     monkeypatch.setenv("STREAMPLACE_WORK_MULTIPLIER", "3")
     calls = []
 
     def count(text):
         calls.append(text)
-        return text
+        return text.upper()
 
     function = _colocated_function(monkeypatch, "tm_a", count)
     try:
-        assert not function._light  # its stage runs 3 times: run_quick does that
         _teach(function.router, "tm_a", "count", 0.00001)
-        for i in range(4):
-            list(function.process_element(f"r{i}", FakeContext()))
+        outputs = [[out for _, out in function.process_element(f"r{i}", FakeContext())]
+                   for i in range(6)]
+        light = function._lane.done  # the lane's own records, not its reported first
+        function._lane.flush()
+        function.inline.flush_light()
+        counts = dict(function.inline.executor._counts)
     finally:
         _close(function)
-    assert len(calls) == 4 * 3
+    assert outputs == [[f"R{i}"] for i in range(6)]
+    assert light == 4  # the 1st restores the view, the lane's 1st is reported
+    assert len(calls) == 6 * 3  # each record's stage ran 3 times, on either path
+    assert counts["completed"] == 6 and counts["stages_run"] == 6  # an attempt: one run
+
+
+# (size of a text record, work fit of "upper" on tm_a: seconds at 0 and per unit) -> kept?
+# keep_local_below_ms 0.25: kept while 1000 * (fixed + per_unit * size) < 0.25
+LANE_KEEPS = [
+    ("light, short", 10, (0.0001, 0.000001), True),
+    ("just under the limit", 149, (0.0001, 0.000001), True),
+    ("at the limit: not kept", 150, (0.0001, 0.000001), False),
+    ("over the limit", 400, (0.0001, 0.000001), False),
+    ("heavy at any size", 1, (0.001, 0.0), False),
+]
+
+
+@pytest.mark.parametrize("why,size,fit,kept", LANE_KEEPS, ids=[row[0] for row in LANE_KEEPS])
+def test_the_light_lane_keeps_what_the_routers_keep_rule_keeps(monkeypatch, why, size, fit, kept):
+    function = _colocated_function(monkeypatch, "tm_a", str.upper)
+    try:
+        for n in (10, 1000):  # two sizes: the fit's line is (fixed, per_unit)
+            for _ in range(3):
+                assert function.router.costs.observe("tm_a", "upper", n, fit[0] + fit[1] * n)
+        list(function.process_element("warm", FakeContext()))  # restores the node view
+        rule = function.router.keep_local_type("upper", size, "tm_a")
+        function.router.routed["tm_a"] -= 1 if rule is not None else 0
+        before = dict(function.router.routed)
+        emitted = function._lane("x" * size)
+    finally:
+        _close(function)
+    assert (rule is not None) == kept, why
+    assert (emitted is not None) == kept, why
+    if kept:
+        assert [out for _, out in emitted] == ["X" * size]
+    assert function.router.routed["tm_a"] == before["tm_a"] + (1 if kept else 0)
+
+
+def test_the_light_lane_follows_new_timings(monkeypatch):
+    function = _light_router(monkeypatch, str.upper)
+    try:
+        list(function.process_element("warm", FakeContext()))
+        assert function._lane("a") is not None
+        _teach(function.router, "tm_a", "upper", 0.05, samples=40)  # upper became heavy here
+        assert function._lane("b") is None  # the full path: the policy decides it
+        emitted = list(function.process_element("c", FakeContext()))
+    finally:
+        _close(function)
+    # the policy's: run here (its own node), or sent to tm_b's executor
+    assert [tag.tag_id for tag, _ in emitted] in (["streamplace-ran-in-router"],
+                                                  ["streamplace-node-tm_b"])
+
+
+@pytest.mark.parametrize("record,size", [("abc", 3), ("é", 2), (b"\x00\xff", 2)],
+                         ids=["ascii", "utf-8", "bytes"])
+def test_the_light_lane_counts_a_record_by_its_serialized_length(monkeypatch, record, size):
+    function = _light_router(monkeypatch, lambda r: r)
+    try:
+        for warm in ("warm", "warm"):  # the view restored; the lane's 1st kept is reported
+            list(function.process_element(warm, FakeContext()))
+        assert function._lane(record) == [(function.inline.output_tag, record)]
+        assert (function._lane.done, function._lane.bytes_in) == (1, size)
+        assert function._lane.bytes_out == size
+    finally:
+        _close(function)
+
+
+def test_the_light_lane_runs_a_flat_operator_with_every_output(monkeypatch):
+    def words(text):
+        yield from text.split()
+
+    function = _light_router(monkeypatch, words)
+    try:
+        assert function._lane.map_call is None  # several outputs: the list-giving call
+        outputs = [[out for _, out in function.process_element(t, FakeContext())]
+                   for t in ["a b", "c d e", "", "f"]]
+    finally:
+        _close(function)
+    assert outputs == [["a", "b"], ["c", "d", "e"], [], ["f"]]
+
+
+def test_the_light_lane_calls_a_plain_map_function_itself():
+    from interference.executor.direct import DirectExecutor
+    from interference.executor.settings import OperatorExecutorSettings
+
+    def upper(text):
+        return text.upper()
+
+    def split(text):
+        yield from text.split()
+
+    settings = OperatorExecutorSettings(cpu_workers=1)
+    with DirectExecutor(as_operator(upper), settings) as plain:
+        assert plain.light_map() is upper
+    with DirectExecutor(as_operator(split), settings) as flat:
+        assert flat.light_map() is None  # several outputs a record
+    with DirectExecutor(as_operator(stage("u", lambda t, device: t)), settings) as device:
+        assert device.light_map() is None  # it takes the unit's device
+    slower = OperatorExecutorSettings(cpu_workers=1, work_multiplier=3)
+    calls = []
+    with DirectExecutor(as_operator(lambda t: calls.append(t) or t), slower) as repeated:
+        assert repeated.light_map()("x") == "x"
+    assert calls == ["x"] * 3  # an emulated slower node: each call runs 3 times
+
+
+def test_the_light_lane_reports_a_kept_timing_at_most_once_in_its_interval(monkeypatch):
+    function = _light_router(monkeypatch, str.upper)
+    lane, now, reported = function._lane, [100.0], []
+    lane.clock, lane.min_report_interval_s = (lambda: now[0]), 0.05
+    report = lane.report
+    lane.report = lambda value, kept_ms: reported.append(value) or report(value, kept_ms)
+    try:  # r0 restores the view (full path); r1 is the lane's first: reported
+        outputs = [list(function.process_element(f"r{i}", FakeContext())) for i in range(49)]
+        now[0] += 0.06  # the interval has passed: the next 16th is reported
+        outputs += [list(function.process_element(f"s{i}", FakeContext())) for i in range(16)]
+        ran = function.inline.gauge_values["streamplace_tasks_ok"]
+    finally:
+        _close(function)
+    assert reported == ["r1", "s0"]  # r17 and r33 came within 50 ms of r1: run light
+    assert [out for [(_, out)] in outputs] == [f"R{i}" for i in range(49)] + \
+        [f"S{i}" for i in range(16)]
+    assert ran == 65  # every record in the gauge at once, not at the next report

@@ -55,3 +55,15 @@ def test_a_router_times_every_phase_of_its_decisions():
         parts = sum(router.timing.rings[name].samples[i] for name in PHASES)
         assert parts == pytest.approx(router.timing.rings["total"].samples[i], abs=1e-6)
     assert router.latency_percentile_us(99) == summary["total"]["p99"] > 0.0
+
+
+def test_a_rings_percentiles_follow_every_new_sample_though_its_order_is_kept():
+    from pyflink_jobs.decision_timing import LatencyRing
+    ring = LatencyRing(size=4)
+    for micros in (5.0, 1.0, 3.0):
+        ring.add(micros)
+    assert (ring.percentile(0), ring.percentile(50), ring.percentile(99)) == (1.0, 3.0, 5.0)
+    ring.add(0.5)          # the order kept for the gauges is not stale
+    assert ring.percentile(0) == 0.5
+    ring.add(9.0)          # full: replaces the oldest (5.0)
+    assert sorted(ring.samples) == [0.5, 1.0, 3.0, 9.0] and ring.percentile(99) == 9.0
