@@ -49,6 +49,7 @@ from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
 from placement.speed import ObservedSpeed, timing_sample
 from pyflink_jobs.decision_timing import DecisionTimer
+from pyflink_jobs.keep_rule import MAX_KEPT_LINES, KeepRule
 from pyflink_jobs.routed import DecisionContext
 from pyflink_jobs.tenant_quotas import (QuotaSettings, QuotaVerdict, TenantQuotas,
                                         event_tenant_and_priority, forwarded_event)
@@ -57,10 +58,6 @@ from workload.model import (ClusterSpec, Decision, NodeSpec, NodeState, Observat
                             offered_nodes)
 
 __all__ = ["RouterNode", "RouterSettings", "Router", "ModelRefresher", "MAX_KEPT_LINES"]
-
-#: keep_local's cached fit lines: more (task type, node) pairs than this start the cache over
-#: (the types come from records: a stream of new types must not grow it without bound).
-MAX_KEPT_LINES = 4096
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +148,6 @@ class Router:
         from workload.estimates import CostModel
         self.costs = MeasuredCosts(self.cluster, prior=CostModel(colocation=None))
         self.speeds = ObservedSpeed(self.cluster, self.costs)
-        # keep_local's trusted fit lines per (type, node), valid for one costs.version
-        self._lines: dict[tuple[str, str], tuple[float, float] | None] = {}
-        self._lines_version = -1
         self._lock = threading.Lock()
         self.fallback: Policy = make_policy(settings.fallback, self.cluster, costs=self.costs)
         self.model_policy = None
@@ -164,6 +158,8 @@ class Router:
         elif settings.initial_model:
             self.install_model(settings.initial_model)
         self.routed = {n: 0 for n in self.node_ids}
+        # routing "colocated": what stays on the router's own node unasked (keep_local)
+        self.keeping = KeepRule(settings, self.costs, self.routed, self.quotas)
         self.fallback_decisions = 0
         self.full_skips = 0
         self.feedback_records = 0
@@ -298,47 +294,18 @@ class Router:
         runs it at once), else None (then :meth:`route`; a task the policy sends to ``node``
         the caller runs too, then calls :meth:`ran_inline`). Only trusted fits count (a new
         type goes to the policy, which explores); never with tenant quotas (they count every
-        task). On every record of a light stream, so the fit's line is kept per type until
-        the next timing arrives (``MeasuredCosts.version``); not in the decision timings."""
-        return self.keep_local_type(task.app_id, task.input_size, node)
+        task; :mod:`pyflink_jobs.keep_rule`). Not in the decision timings."""
+        return self.keeping.kept_ms(task.app_id, task.input_size, node)
 
     def keep_local_type(self, task_type: str, size: int, node: str) -> float | None:
         """:meth:`keep_local` of a task of ``task_type`` and ``size`` (no Task needed: a light
         record never makes one)."""
-        limit_ms = self.settings.keep_local_below_ms
-        if self.quotas is not None or limit_ms <= 0.0 or node not in self._nodes:
-            return None
-        version = self.costs.version
-        if version != self._lines_version:
-            self._lines.clear()
-            self._lines_version = version
-        key = (task_type, node)
-        line = self._lines.get(key, False)
-        if line is False:
-            if len(self._lines) >= MAX_KEPT_LINES:
-                self._lines.clear()
-            line = self._lines[key] = self.costs.trusted_line(node, task_type)
-        if line is None:
-            return None
-        size = size if isinstance(size, int) and size > 0 else 0
-        work_ms = 1000.0 * (line[0] + line[1] * size)
-        if not work_ms < limit_ms:  # NaN never keeps
-            return None
-        self.routed[node] += 1
-        return work_ms
+        return self.keeping.kept_ms(task_type, size, node)
 
     def keep_line(self, task_type: str, node: str) -> tuple[tuple[float, float] | None, float]:
-        """:meth:`keep_local_type`'s rule for one (type, node), for a caller that applies it per
-        record itself (:class:`~pyflink_jobs.light_lane.LightLane`): (the trusted fit's line,
-        seconds at size 0 and per size unit; the limit in ms): keep a record of ``size`` when
-        ``1000 * (line[0] + line[1] * size) < limit``, and count it in :attr:`routed`. (None,
-        0.0) where it keeps nothing of the type (quotas, the rule off, another node, no trusted
-        fit). Holds while ``costs.version`` is the one read before asking."""
-        limit_ms = self.settings.keep_local_below_ms
-        if self.quotas is not None or limit_ms <= 0.0 or node not in self._nodes:
-            return None, 0.0
-        line = self.costs.trusted_line(node, task_type)
-        return (line, limit_ms) if line is not None else (None, 0.0)
+        """:meth:`keep_local`'s rule for one (type, node), for a caller that applies it per
+        record itself (:class:`~pyflink_jobs.light_lane.LightLane`; :meth:`KeepRule.line`)."""
+        return self.keeping.line(task_type, node)
 
     def kept_decision(self, node: str, work_ms: float) -> tuple[Decision, DecisionContext]:
         """The decision :meth:`keep_local` made, in words, with what it saw on ``node``."""

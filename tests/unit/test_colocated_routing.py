@@ -67,7 +67,7 @@ def test_keep_local_follows_new_timings_and_bounds_what_it_caches():
     assert router.keep_local(Task("r1", "t", 10), "tm_a") is None
     for i in range(MAX_KEPT_LINES + 10):  # a stream of new types
         assert router.keep_local(Task(f"n{i}", f"type-{i}", 10), "tm_a") is None
-    assert len(router._lines) <= MAX_KEPT_LINES
+    assert len(router.keeping) <= MAX_KEPT_LINES
     assert router.keep_local(Task("r2", "t", 10), "tm_z") is None  # not one of its nodes
 
 
