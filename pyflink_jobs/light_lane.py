@@ -9,8 +9,8 @@ bookkeeping, out of the CPU's caches, about three to five times slower than in a
 (``benchmarks/hook_profile.py``). :class:`LightLane` is that record's whole path in one call:
 
 1. a text or bytes record, its size (its UTF-8 length; no copy for ASCII) within the limits;
-2. the router's keep rule (:meth:`pyflink_jobs.router.Router.keep_local_type`), with the fit's
-   line kept until the measured costs change (``MeasuredCosts.version``);
+2. the router's keep rule (:mod:`pyflink_jobs.keep_rule`), with the fit's line kept until the
+   measured costs change (``MeasuredCosts.version``);
 3. one call of the user's function (``map_call``: the function itself when it makes one output
    per record; else ``call``, a list of outputs);
 4. the outputs on the router's inline output, tagged, as PyFlink takes them from a process
@@ -23,8 +23,8 @@ timing is reported one time in ``report_every`` (run in full by ``report``), and
 every ``min_report_interval_s``: every router decodes and learns every timing in the feedback,
 and at tens of thousands of light records a second that learning cost the routers more than
 the records (profiled with py-spy in a TaskManager), while what a kept record's timing tells
-(the type is still light here) needs only a sample. A record whose
-first call raised goes on through the executor's attempts to its dead letter (``failed``).
+(the type is still light here) needs only a sample. A record whose first call raised goes
+on through the executor's attempts to its dead letter (``failed``).
 Anything else (another type or size, a record the rule does not keep) is None: the caller takes
 its full path, which reads, checks and routes every record.
 
