@@ -80,14 +80,7 @@ class InlineExecutor(DirectRun):
         self.planned_node = node
         self._open_direct(runtime_context)
         self._kept = 0
-        self._light_call = self.executor.light_call()
-        self._light_map = self.executor.light_map()
-        self._light_done, self._light_bytes = 0, [0, 0]
         return node
-
-    def runs_light(self) -> bool:
-        """Whether :meth:`light_calls` may be used (opened on a node of the job)."""
-        return self._light_call is not None
 
     def reports_next_kept(self) -> bool:
         """Whether the next kept record is one whose timing is reported (the 1st, then 1 in
@@ -97,10 +90,10 @@ class InlineExecutor(DirectRun):
 
     def light_calls(self) -> tuple:
         """(``call(record) -> list of outputs``, ``map_call(record) -> output`` or None): the
-        operator's first attempt as plain calls (``runs_light()`` only), for the router's
+        operator's first attempt as plain calls (once opened on a node), for the router's
         :class:`~pyflink_jobs.light_lane.LightLane`. A record whose call raised goes on
         through :meth:`run_quick` with ``failed_first``."""
-        return self._light_call, self._light_map
+        return self.executor.light_call(), self.executor.light_map()
 
     @property
     def gauge_values(self) -> dict:
@@ -110,29 +103,10 @@ class InlineExecutor(DirectRun):
 
     def add_light(self, done: int, in_bytes: int, out_bytes: int) -> None:
         """Records run by the light lane in one attempt each (already in ``tasks_ok``), with
-        their bytes: handed to the executor and the feedback by :meth:`flush_light`, at the
-        latest with the next reported record."""
-        self._light_done += done
-        self._light_bytes[0] += in_bytes
-        self._light_bytes[1] += out_bytes
-
-    def flush_light(self) -> None:
-        """Hand the counts and bytes of the records the light lane ran (:meth:`add_light`) to
-        the executor and the node's feedback."""
-        done, (bytes_in, bytes_out_) = self._light_done, self._light_bytes
-        if done:
-            self._light_done, self._light_bytes = 0, [0, 0]
-            self.executor.count_light(done)
-            self.feedback.count_bytes(bytes_in, bytes_out_)
-
-    def run_routed(self, value, timing: bool = True) -> ExecutedRecord:
-        self.flush_light()  # so the feedback's numbers are never far behind
-        return DirectRun.run_routed(self, value, timing)
-
-    def close(self):
-        if getattr(self, "_light_done", 0):
-            self.flush_light()
-        DirectRun.close(self)
+        their bytes, to the executor's counts and the node's feedback (the lane hands them on
+        before each record it reports and at close)."""
+        self.executor.count_light(done)
+        self.feedback.count_bytes(in_bytes, out_bytes)
 
     def run_quick(self, task_id: str, record, raw_bytes: int, source,
                   failed_first: BaseException | None = None) -> ExecutedRecord:

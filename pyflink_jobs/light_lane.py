@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import time
 
+from pyflink_jobs.operator_function import outputs_bytes
 from workload.operators import record_size
 
 __all__ = ["LightLane"]
@@ -81,12 +82,9 @@ class LightLane:
     def __call__(self, value) -> list | None:
         """The emitted list of ``value`` run here, or None (the full path's record)."""
         kind = type(value)
-        if kind is str:
-            size = len(value) if value.isascii() else record_size(value)
-        elif kind is bytes:
-            size = len(value)
-        else:
+        if kind is not str and kind is not bytes:
             return None
+        size = record_size(value)
         if size > self.max_size:
             return None
         if self.costs.version != self._version:
@@ -94,7 +92,7 @@ class LightLane:
         line = self._line
         if line is None:
             return None
-        kept_ms = 1000.0 * (line[0] + line[1] * size)  # as Router.keep_local_type computes it
+        kept_ms = 1000.0 * (line[0] + line[1] * size)  # as KeepRule.kept_ms computes it
         if not kept_ms < self._limit_ms:  # NaN never keeps
             return None
         self.routed[self.node] += 1
@@ -118,24 +116,16 @@ class LightLane:
         self.ran_counts["streamplace_tasks_ok"] += 1
         self.done += 1
         self.bytes_in += size
+        self.bytes_out += outputs_bytes(outputs)
         tag = self.tag
-        for output in outputs:
-            kind = type(output)
-            if kind is str and output.isascii() or kind is bytes:
-                self.bytes_out += len(output)
-            else:
-                try:
-                    self.bytes_out += record_size(output)
-                except Exception:  # noqa: BLE001 - telemetry never fails a record
-                    pass
         if self.map_call is not None:
             return [(tag, outputs[0])]
         return [(tag, output) for output in outputs]
 
     def _read_line(self) -> None:
-        # the rule of Router.keep_local_type for this (type, node), until the costs change
+        # the keep rule for this (type, node) (KeepRule.line), until the costs change
         self._version = self.costs.version
-        self._line, self._limit_ms = self.router.keep_line(self.task_type, self.node)
+        self._line, self._limit_ms = self.router.keeping.line(self.task_type, self.node)
 
     def flush(self) -> None:
         """Hand the counts of the records run so far to the inline executor."""

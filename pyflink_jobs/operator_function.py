@@ -69,11 +69,17 @@ def _dead_letter(routed, record, reason: str, stage: str) -> bytes:
 
 def bytes_out(executed: ExecutedRecord) -> int:
     # Link-use telemetry: outputs measured as a sink would see them, cheaply for text/bytes.
-    from workload.operators import record_size
     if executed.dead_letter is not None:
         return len(executed.dead_letter)
+    return outputs_bytes(executed.outputs)
+
+
+def outputs_bytes(outputs) -> int:
+    """The serialized length of a record's outputs (:func:`bytes_out`'s; 0 when one cannot be
+    measured: telemetry never fails a record)."""
+    from workload.operators import record_size
     try:
-        return sum(record_size(o) for o in executed.outputs)
+        return sum(record_size(o) for o in outputs)
     except Exception:  # noqa: BLE001 - telemetry never fails a record
         return 0
 

@@ -302,11 +302,6 @@ class Router:
         record never makes one)."""
         return self.keeping.kept_ms(task_type, size, node)
 
-    def keep_line(self, task_type: str, node: str) -> tuple[tuple[float, float] | None, float]:
-        """:meth:`keep_local`'s rule for one (type, node), for a caller that applies it per
-        record itself (:class:`~pyflink_jobs.light_lane.LightLane`; :meth:`KeepRule.line`)."""
-        return self.keeping.line(task_type, node)
-
     def kept_decision(self, node: str, work_ms: float) -> tuple[Decision, DecisionContext]:
         """The decision :meth:`keep_local` made, in words, with what it saw on ``node``."""
         with self._lock:

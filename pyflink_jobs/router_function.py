@@ -369,7 +369,7 @@ class RouterFunction(BroadcastProcessFunction):
 
     def _light_lane(self):
         gate = self.reader.light_gate() if hasattr(self.reader, "light_gate") else None
-        if self._local_node is None or gate is None or not self.inline.runs_light():
+        if self._local_node is None or gate is None:
             return None
         call, map_call = self.inline.light_calls()
         return LightLane(self.router, self._local_node, gate, self.inline.output_tag, call,

@@ -79,6 +79,19 @@ def _failed_now(record_id: str, error: str, trace: str | None = None) -> RecordO
     return RecordOutcome(record_id, "FAILED", [], error, trace, now, now, 0.0, 0.0, 0.0, [])
 
 
+def _repeated_call(call, times: int):
+    """``call`` made ``times`` times on each record, the last result kept (an emulated slower
+    node's repeats, as :meth:`DirectExecutor._repeated` makes them); ``call`` itself once."""
+    if times == 1:
+        return call
+
+    def repeated(record):
+        for _ in range(times - 1):
+            call(record)
+        return call(record)
+    return repeated
+
+
 class DirectExecutor:
     """Runs a one-step CPU operator's records on a thread pool (see the module docstring)."""
 
@@ -154,12 +167,8 @@ class DirectExecutor:
         run, results, repeats = self.stage.run, self.operator.results, self.settings.repeats
         if repeats == 1:
             return lambda record: results(run([record], "cpu")[0])
-
-        def repeated(record):
-            for _ in range(repeats - 1):
-                run([record], "cpu")
-            return results(run([record], "cpu")[0])
-        return repeated
+        once = _repeated_call(lambda record: run([record], "cpu")[0], repeats)
+        return lambda record: results(once(record))
 
     def light_map(self):
         """:meth:`light_call` where the operator makes exactly one output per record from one
@@ -168,14 +177,7 @@ class DirectExecutor:
         operator, fn, repeats = self.operator, self.stage.per_record, self.settings.repeats
         if fn is None or operator.flat or type(operator).results is not StagedOperator.results:
             return None
-        if repeats == 1:
-            return fn
-
-        def repeated(record):
-            for _ in range(repeats - 1):
-                fn(record)
-            return fn(record)
-        return repeated
+        return _repeated_call(fn, repeats)
 
     def count_light(self, records: int) -> None:
         """``records`` completed by :meth:`light_call` in one attempt each (one stage run

@@ -272,7 +272,6 @@ def test_the_light_path_gives_a_raising_record_every_attempt_and_its_dead_letter
                    for t in ["a", "b", "bad", "c"]]
         executor = function.inline.executor
         function._lane.flush()
-        function.inline.flush_light()
         counts = dict(executor._counts)
     finally:
         _close(function)
@@ -296,7 +295,6 @@ def test_the_light_path_counts_every_record_and_its_bytes_by_the_next_report(mon
             list(function.process_element(f"r{i}é", FakeContext()))
         assert function._lane.done == 8  # held until the next report or close
         function._lane.flush()
-        function.inline.flush_light()
         after = function.inline.feedback.build_record()
         ok = function.inline._counts.values["streamplace_tasks_ok"]
     finally:
@@ -332,7 +330,6 @@ def test_an_emulated_slower_node_runs_light_with_every_repeat(monkeypatch):
                    for i in range(6)]
         light = function._lane.done  # the lane's own records, not its reported first
         function._lane.flush()
-        function.inline.flush_light()
         counts = dict(function.inline.executor._counts)
     finally:
         _close(function)
