@@ -93,7 +93,7 @@ def test_keep_local_below_ms_is_checked(value):
         RouterSettings(nodes=NODES, keep_local_below_ms=value)
 
 
-def _colocated_function(monkeypatch, node_env: str, operator, policy="round_robin"):
+def _colocated_function(monkeypatch, node_env: str, operator, policy="round_robin", limits=None):
     from pyflink.common import Types
 
     from pyflink_jobs.executor_function import ExecutorFunctionSettings
@@ -105,7 +105,7 @@ def _colocated_function(monkeypatch, node_env: str, operator, policy="round_robi
                                                          feedback_interval_s=60.0),
                             inline_output_tag(Types.STRING()))
     function = RouterFunction(RouterSettings(nodes=NODES, policy=policy),
-                              OperatorRecords(op), inline=inline)
+                              OperatorRecords(op, limits), inline=inline)
     function.open(FakeContext())
     return function
 
@@ -455,3 +455,28 @@ def test_the_light_lane_reports_a_kept_timing_at_most_once_in_its_interval(monke
     assert [out for [(_, out)] in outputs] == [f"R{i}" for i in range(49)] + \
         [f"S{i}" for i in range(16)]
     assert ran == 65  # every record in the gauge at once, not at the next report
+
+
+@pytest.mark.parametrize("record", ["x" * 11, "é" * 6, b"\x00" * 11],
+                         ids=["text", "utf-8 text (12 bytes)", "bytes"])
+def test_a_record_over_the_size_limit_never_runs_on_the_light_lane(monkeypatch, record):
+    from workload.codec import decode
+    from workload.limits import TaskLimits
+    calls = []
+
+    def upper(text):
+        calls.append(text)
+        return text.upper()
+
+    function = _colocated_function(monkeypatch, "tm_a", upper, limits=TaskLimits(max_size=10))
+    _teach(function.router, "tm_a", "upper", 0.00001)
+    assert function._lane.max_size == 10  # the gate follows the limits
+    try:
+        list(function.process_element("warm", FakeContext()))  # restores the view
+        assert function._lane(record) is None  # not the lane's: the full path refuses it
+        [dead] = list(function.process_element(record, FakeContext()))
+    finally:
+        _close(function)
+    letter = decode("DeadLetter", dead)
+    assert "above the limit 10" in letter["reason"], letter["reason"]
+    assert record not in calls  # the user's operator never saw it
