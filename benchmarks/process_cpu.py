@@ -24,7 +24,7 @@ import shutil
 import subprocess
 
 __all__ = ["snapshot", "usage", "thread_snapshot", "thread_usage", "thread_group",
-           "compiler_us_per_record"]
+           "compiler_us_per_record", "python_thread_snapshot", "record_thread_usage"]
 
 #: A JVM thread name's instance part: "(2/3)#0", a trailing number, a pool's "-7-thread-3"
 _INSTANCE = re.compile(r"\s*\(\d+/\d+\)(#\d+)?|[-#\s]\d+(?=\W|$)|(?<=[A-Za-z])\d+$")
@@ -148,3 +148,46 @@ def compiler_us_per_record(threads: list[dict]) -> float:
     # "CompilerThre": the kernel's name of the thread is cut at 15 characters
     return round(sum(t["us_per_record"] for t in threads if "CompilerThre" in t["threads"]),
                  2)
+
+
+def python_thread_snapshot(cluster) -> dict[tuple[int, int], tuple[str, int, float]]:
+    """(pid, tid) -> (node, pid, CPU seconds) for every thread of every Python worker of
+    ``cluster``'s TaskManagers (the processes :func:`snapshot` calls "python")."""
+    import psutil
+    seen: dict[tuple[int, int], tuple[str, int, float]] = {}
+    for pid, (node, kind, _) in snapshot(cluster).items():
+        if kind != "python":
+            continue
+        try:
+            threads = psutil.Process(pid).threads()
+        except psutil.Error:
+            continue
+        for thread in threads:
+            seen[(pid, thread.id)] = (node, pid, thread.user_time + thread.system_time)
+    return seen
+
+
+def record_thread_usage(before: dict, after: dict, records: int) -> dict:
+    """Of the Python workers' CPU since ``before`` (both :func:`python_thread_snapshot`), the
+    part on each worker's busiest thread, in µs per record, and the rest.
+
+    PyFlink hands a worker's bundles to one thread of Beam's pool at a time, and that thread
+    runs every record's coders, PyFlink's wrappers and the operator: its CPU is the per-record
+    Python path, without the worker's other threads (gRPC, Kafka clients, the hook's feedback)
+    and without the workers that got no records. Counted per record it moves far less between
+    runs than throughput on this machine, so it is what a change to the per-record path is
+    judged by."""
+    busiest: dict[int, float] = {}
+    total = 0.0
+    for key, (_, pid, cpu) in after.items():
+        used = cpu - (before[key][2] if key in before else 0.0)
+        if used <= 0.0:
+            continue
+        total += used
+        busiest[pid] = max(busiest.get(pid, 0.0), used)
+    records = max(1, int(records))
+    on_records = sum(busiest.values())
+    return {"record_thread_us_per_record": round(1e6 * on_records / records, 2),
+            "other_threads_us_per_record": round(1e6 * (total - on_records) / records, 2),
+            "record_threads_cpu_s": sorted((round(cpu, 3) for cpu in busiest.values()),
+                                           reverse=True)}

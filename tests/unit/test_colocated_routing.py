@@ -400,6 +400,21 @@ def test_the_light_lane_counts_a_record_by_its_serialized_length(monkeypatch, re
         _close(function)
 
 
+@pytest.mark.parametrize("output,size", [("ÿé", 4), (b"\x01", 1), (12345, 5), ({"n": 1}, 7)],
+                         ids=["utf-8", "bytes", "int-as-json", "dict-as-json"])
+def test_the_light_lane_counts_an_output_by_its_serialized_length(monkeypatch, output, size):
+    # the lane measures str / bytes outputs itself and hands any other kind to record_size
+    function = _light_router(monkeypatch, lambda r: output)
+    try:
+        for warm in ("warm", "warm"):
+            list(function.process_element(warm, FakeContext()))
+        assert function._lane("abc") == [(function.inline.output_tag, output)]
+        assert (function._lane.done, function._lane.bytes_in, function._lane.bytes_out) == \
+            (1, 3, size)
+    finally:
+        _close(function)
+
+
 def test_the_light_lane_runs_a_flat_operator_with_every_output(monkeypatch):
     def words(text):
         yield from text.split()

@@ -254,3 +254,18 @@ def test_checkpoint_summary_over_http_and_with_the_jobmanager_gone(jobmanager):
     server.shutdown()
     server.server_close()                                  # the fixture's second close: a no-op
     assert checkpoint_summary(url, "j") == {}              # JobManager gone: the same
+
+
+def test_the_overheads_cost_without_the_jit_compares_cpu_a_record_once_compiled():
+    from benchmarks.flink_e2e_examples import cpu_costs_without_jit
+
+    def row(variant, python, jvm, jit):
+        return {"variant": variant, "python_us_per_record": {"mean": python},
+                "jvm_us_per_record": {"mean": jvm}, "jit_us_per_record": {"mean": jit}}
+
+    # plain: 12 + 20 - 8 = 24 µs; hook: 20 + 30 - 14 = 36 µs -> a third more CPU, 1 - 24/36
+    steady, costs = cpu_costs_without_jit([row("plain", 12, 20, 8), row("hook", 20, 30, 14),
+                                           row("same", 10, 14, 0)])
+    assert steady == {"plain": 24, "hook": 36, "same": 24}
+    assert costs["hook"] == pytest.approx(1 / 3) and costs["same"] == pytest.approx(0.0)
+    assert "plain" not in costs

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.process_cpu import (compiler_us_per_record, snapshot, thread_group, thread_snapshot,
+from benchmarks.process_cpu import (compiler_us_per_record, python_thread_snapshot,
+                                    record_thread_usage, snapshot, thread_group, thread_snapshot,
                                     thread_usage, usage)
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
@@ -113,3 +114,37 @@ def test_thread_snapshot_reads_every_thread_of_each_taskmanager_process():
     assert worker.native_id in {tid for _, tid in seen}
     node, _, cpu = seen[(os.getpid(), worker.native_id)]
     assert node == "tm_a" and cpu >= 0.15
+
+
+def test_record_thread_usage_takes_each_workers_busiest_thread_as_its_records():
+    # two workers: 101's records on thread 2 (its thread 1 gRPC), 202's on thread 5 (a thread
+    # that started during the run counts from zero); 303 got no records: nothing counts
+    before = {(101, 1): ("tm_a", 101, 1.0), (101, 2): ("tm_a", 101, 5.0),
+              (202, 4): ("tm_b", 202, 2.0), (303, 7): ("tm_c", 303, 0.5)}
+    after = {(101, 1): ("tm_a", 101, 1.2), (101, 2): ("tm_a", 101, 6.5),
+             (202, 4): ("tm_b", 202, 2.1), (202, 5): ("tm_b", 202, 0.8),
+             (303, 7): ("tm_c", 303, 0.5)}
+    used = record_thread_usage(before, after, records=100_000)
+    assert used["record_thread_us_per_record"] == pytest.approx(1e6 * (1.5 + 0.8) / 100_000)
+    assert used["other_threads_us_per_record"] == pytest.approx(1e6 * (0.2 + 0.1) / 100_000)
+    assert used["record_threads_cpu_s"] == [1.5, 0.8]
+    assert record_thread_usage(after, after, records=0)["record_thread_us_per_record"] == 0.0
+
+
+def test_python_thread_snapshot_reads_the_threads_of_python_workers_only():
+    cluster = _Cluster(os.getpid())
+    # this test's process is a "python" worker of tm_a here: its threads are all read
+    seen = python_thread_snapshot(cluster)
+    assert {pid for pid, _ in seen} >= {os.getpid()}
+    assert {seen[key][:2] for key in seen if key[0] == os.getpid()} == {("tm_a", os.getpid())}
+    worker = subprocess.Popen(
+        [sys.executable, "-c", BURN + "print('burnt', flush=True)\nimport sys\nsys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert worker.stdout.readline() == b"burnt\n"
+        after = python_thread_snapshot(cluster)
+    finally:
+        worker.communicate(b"")
+    used = record_thread_usage(seen, after, records=1)
+    assert max(cpu for (pid, _), (_, _, cpu) in after.items() if pid == worker.pid) >= 0.25
+    assert used["record_threads_cpu_s"][0] >= 0.25  # the child's one busy thread
