@@ -41,7 +41,6 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from placement.ldwp.compiled import decision_path
@@ -49,6 +48,7 @@ from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
 from placement.speed import ObservedSpeed, timing_sample
 from pyflink_jobs.decision_timing import DecisionTimer
+from pyflink_jobs.in_flight import InFlightLedger
 from pyflink_jobs.keep_rule import MAX_KEPT_LINES, KeepRule
 from pyflink_jobs.routed import DecisionContext
 from pyflink_jobs.tenant_quotas import (QuotaSettings, QuotaVerdict, TenantQuotas,
@@ -135,14 +135,11 @@ class Router:
         self.cluster = ClusterSpec(tuple(n.spec() for n in settings.nodes), name="flink")
         self._states: dict[str, NodeState] = {n: NodeState(n) for n in self.node_ids}
         self._feedback_at_ms: dict[str, int] = {}  # emission time of each node's last report
-        # task id -> (node, sent at, estimated work s[, tenant key with quotas]): what each
-        # node still holds from us
-        self._in_flight: OrderedDict[str, tuple] = OrderedDict()
         self.quotas = (TenantQuotas.from_settings(settings.tenant_quotas)
                        if settings.tenant_quotas is not None else None)
-        self._in_flight_count = {n: 0 for n in self.node_ids}
+        # what each node still holds from us (pyflink_jobs.in_flight)
+        self.ledger = InFlightLedger(self.node_ids, settings.in_flight_timeout_s, self.quotas)
         self._capacity = {n.node_id: settings.capacity_share(n) for n in settings.nodes}
-        self._backlog_s = {n: 0.0 for n in self.node_ids}
         # Work times learned per (task type, node) from the feedback, with the hand-made cost
         # model of the built-in apps as an optional prior: users' operators have none.
         from workload.estimates import CostModel
@@ -204,11 +201,10 @@ class Router:
         observe = getattr(self.fixed_policy, "observe_completion", None)
         with self._lock:
             for timing in feedback.get("completed") or ():
-                entry = self._in_flight.pop(timing["task_id"], None)
-                if entry is not None:
-                    self._retire(entry, completed_after_s=self.clock() - entry[1])
-                    if observe is not None:  # rules that learn from outcomes (e.g. liquid)
-                        observe(timing["task_id"], max(0.0, self.clock() - entry[1]), entry[0])
+                entry = self.ledger.complete(timing["task_id"], self.clock())
+                if entry is not None and observe is not None:  # rules that learn from
+                    # outcomes (e.g. liquid)
+                    observe(timing["task_id"], max(0.0, self.clock() - entry[1]), entry[0])
             if node_id not in self._nodes:
                 return  # a node outside this job's plan (e.g. another job's executor)
             for timing in feedback.get("completed") or ():
@@ -234,30 +230,14 @@ class Router:
         return 0.0 if at_ms is None else feedback_age_s(at_ms, now_s * 1000.0)
 
     def in_flight(self) -> dict[str, int]:
-        return dict(self._in_flight_count)
+        return dict(self.ledger.count)
 
     def backlog_s(self) -> dict[str, float]:
-        return dict(self._backlog_s)
-
-    def _retire(self, entry: tuple, completed_after_s: float | None = None) -> None:
-        node, work_s = entry[0], entry[2]
-        self._in_flight_count[node] -= 1
-        self._backlog_s[node] = max(0.0, self._backlog_s[node] - work_s)
-        if len(entry) > 3 and self.quotas is not None:  # the tenant key, with quotas only
-            self.quotas.release(entry[3], completed_after_s)
-
-    def _expire(self, now: float) -> None:
-        limit = now - self.settings.in_flight_timeout_s
-        while self._in_flight:
-            _, entry = next(iter(self._in_flight.items()))
-            if entry[1] >= limit:
-                break
-            self._in_flight.popitem(last=False)
-            self._retire(entry)
+        return dict(self.ledger.backlog_s)
 
     def observation(self, task: Task) -> Observation:
         now = self.clock()
-        offered, skipped = offered_nodes(self.node_ids, self._in_flight_count, self._capacity)
+        offered, skipped = offered_nodes(self.node_ids, self.ledger.count, self._capacity)
         self.full_skips += skipped
         # every queue full: all are offered, with the same numbers as always: the feedback's
         # utilisations too. (Without them the model saw rows it was never trained on, all
@@ -270,8 +250,9 @@ class Router:
         base = self._states[node_id]
         return NodeState(node_id, base.cpu_util, base.gpu_util, base.host_mem_util,
                          base.gpu_mem_util, base.uplink_util, base.downlink_util,
-                         queue_depth=self._in_flight_count[node_id],
-                         backlog_s=self._backlog_s[node_id], age_s=self._age_s(node_id, now),
+                         queue_depth=self.ledger.count[node_id],
+                         backlog_s=self.ledger.backlog_s[node_id],
+                         age_s=self._age_s(node_id, now),
                          speed_factor=self.speeds.factor(node_id))
 
     # -- deciding ---------------------------------------------------------------------------
@@ -305,8 +286,7 @@ class Router:
     def kept_decision(self, node: str, work_ms: float) -> tuple[Decision, DecisionContext]:
         """The decision :meth:`keep_local` made, in words, with what it saw on ``node``."""
         with self._lock:
-            context = DecisionContext(self._in_flight_count[node],
-                                      self._backlog_s[node] * 1000.0, self.speeds.factor(node))
+            context = self.ledger.context(node, self.speeds.factor(node))
         return Decision(node, f"kept on {node}, where it runs: {work_ms:.3f} ms of work, "
                               f"below the {self.settings.keep_local_below_ms:g} ms a move "
                               "costs"), context
@@ -314,9 +294,7 @@ class Router:
     def ran_inline(self, task_id: str) -> None:
         """``task_id`` ran to its end where it was routed from: no longer in flight."""
         with self._lock:
-            entry = self._in_flight.pop(task_id, None)
-            if entry is not None:
-                self._retire(entry, completed_after_s=self.clock() - entry[1])
+            self.ledger.complete(task_id, self.clock())
 
     def _route(self, task: Task) -> tuple[Decision, DecisionContext, QuotaVerdict | None]:
         cpu_started = time.thread_time() if self.timing.samples_cpu() else None
@@ -324,7 +302,7 @@ class Router:
         with self._lock:
             locked = time.perf_counter()
             now = self.clock()
-            self._expire(now)
+            self.ledger.expire(now)
             observation = self.observation(task)
             policy = self.policy
             observed = time.perf_counter()
@@ -338,24 +316,19 @@ class Router:
                 self.fallback_decisions += 1
                 decision = self.fallback.decide(observation)
             decided = time.perf_counter()
-            if task.task_id in self._in_flight:  # a replayed record: count it once
-                self._retire(self._in_flight.pop(task.task_id))
             node = decision.node
             speed = self.speeds.factor(node)
             work_s = self.speeds.estimate_s(node, task.app_id, task.input_size) * speed
             verdict = None
-            if self.quotas is None:
-                self._in_flight[task.task_id] = (node, now, work_s)
-            else:  # counted after the replay's retirement above, so a replay counts once
+            if self.quotas is not None:
+                self.ledger.forget(task.task_id)  # a replay: released before it is admitted
                 verdict = self.quotas.admit(task.tenant, task.priority, now)
-                self._in_flight[task.task_id] = (node, now, work_s, verdict.tenant)
                 if verdict.demoted:
                     decision = dataclasses.replace(
                         decision, reason=f"{decision.reason}; demoted: {verdict.reason}")
-            context = DecisionContext(self._in_flight_count[node],
-                                      self._backlog_s[node] * 1000.0, speed)
-            self._in_flight_count[node] += 1
-            self._backlog_s[node] += work_s
+            # (a replayed record's earlier entry is retired first: it counts once)
+            context = self.ledger.add(task.task_id, node, now, work_s,
+                                      None if verdict is None else verdict.tenant, speed)
             self.routed[decision.node] += 1
         finished = time.perf_counter()
         self.timing.add(started, (locked, observed, decided, finished),

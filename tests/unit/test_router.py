@@ -61,8 +61,7 @@ def test_least_outstanding_counts_the_routers_own_in_flight_tasks(name, in_fligh
     for node, count in in_flight.items():
         for _ in range(count):
             # force the placement to build the in-flight counts of the scenario
-            router._in_flight[f"pre{i}"] = (node, 1000.0, 0.0)
-            router._in_flight_count[node] += 1
+            router.ledger.add(f"pre{i}", node, now=1000.0, work_s=0.0)
             i += 1
     decision = router.decide_event(event(99))
     assert decision.node == expected, decision.reason

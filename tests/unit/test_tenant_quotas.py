@@ -281,7 +281,7 @@ def test_without_quotas_nothing_is_counted_and_the_routed_events_are_unchanged_b
         [(_, routed)] = list(function.process_element((raw, "tasks", 0, i), FakeContext()))
         assert encode("TaskEvent", routed.record) == raw
         assert "demoted" not in routed.record.get("attributes", {}).get("priority", "")
-    assert all(len(entry) == 3 for entry in function.router._in_flight.values())
+    assert all(len(entry) == 3 for entry in function.router.ledger.entries.values())
     function.close()
 
 
