@@ -439,6 +439,43 @@ def plot(summary: list[dict], example: str, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_overhead(summary: list[dict], title: str, path: Path) -> None:
+    """--overhead's PNG: each job's records/s (mean, 95% CI) and where its CPU a record went
+    (Python on the records' threads, other Python, the JVMs apart from the JIT, the JIT)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from benchmarks._common import bar_with_ci
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.9 * len(summary) + 2.2))
+    labels = [s["variant"] for s in summary]
+    bar_with_ci(axes[0], labels, [s["records_per_s"]["mean"] for s in summary],
+                [s["records_per_s"]["ci95"] for s in summary], horizontal=True)
+    axes[0].set_xlabel("records / s (mean, 95% CI)")
+    parts = (("Python, records' threads", lambda s: s["record_thread_us_per_record"]["mean"],
+              "#2a7f62"),
+             ("Python, other threads", lambda s: max(
+                 0.0, s["python_us_per_record"]["mean"] - s["record_thread_us_per_record"]["mean"]),
+              "#8fc9b5"),
+             ("JVMs without the JIT", lambda s: max(
+                 0.0, s["jvm_us_per_record"]["mean"] - s["jit_us_per_record"]["mean"]), "#999999"),
+             ("JIT compilers", lambda s: s["jit_us_per_record"]["mean"], "#dddddd"))
+    left = [0.0] * len(summary)
+    for name, part, colour in parts:
+        widths = [part(s) for s in summary]
+        axes[1].barh(labels, widths, left=left, color=colour, label=name)
+        left = [a + b for a, b in zip(left, widths)]
+    axes[1].set_xlabel("CPU µs a record (means)")
+    axes[1].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
+    for ax in axes:
+        ax.invert_yaxis()
+    axes[1].set_yticklabels([])
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def flink_conf_entries(entries: list[str]) -> dict[str, str]:
     """``KEY=VALUE`` strings -> a dict; ValueError naming the first one without a key."""
     out = {}
@@ -689,6 +726,10 @@ def overhead(args) -> int:
             + ("_colocated" if args.colocated and not routers else "")
             + ("_shapes" if args.shape_ablation else "")
             + ("_quick" if args.quick else ""))
+    plot_overhead(summary, f"the hook's cost with a trivial operator, {runs} rounds, "
+                  f"{args.python_mode} mode" + ("" if args.python_mode == "process" else
+                                               " (Python runs inside the JVMs)"),
+                  RESULTS / f"{name}.png")
     write_result(name, {"records": count, "warmup_batch": len(warmup),
                         "warm_jit_us": args.warm_jit_us, "rounds": runs,
                         "summary": summary,

@@ -269,3 +269,19 @@ def test_the_overheads_cost_without_the_jit_compares_cpu_a_record_once_compiled(
     assert steady == {"plain": 24, "hook": 36, "same": 24}
     assert costs["hook"] == pytest.approx(1 / 3) and costs["same"] == pytest.approx(0.0)
     assert "plain" not in costs
+
+
+def test_the_overhead_plot_draws_both_jobs(tmp_path):
+    from benchmarks.flink_e2e_examples import plot_overhead
+
+    def row(variant, rate, python, on_records, jvm, jit):
+        return {"variant": variant, "records_per_s": {"mean": rate, "ci95": [rate - 5, rate + 5]},
+                "python_us_per_record": {"mean": python},
+                "record_thread_us_per_record": {"mean": on_records},
+                "jvm_us_per_record": {"mean": jvm}, "jit_us_per_record": {"mean": jit}}
+
+    path = tmp_path / "overhead.png"
+    # thread mode has no Python workers: its Python parts are 0
+    plot_overhead([row("plain", 100.0, 12.0, 11.0, 20.0, 8.0), row("hook", 80.0, 0.0, 0.0, 25.0,
+                                                                   6.0)], "title", path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5_000
