@@ -42,9 +42,6 @@ class InFlightLedger:
         self.timeout_s = timeout_s
         self.quotas = quotas
 
-    def __contains__(self, task_id: str) -> bool:
-        return task_id in self.entries
-
     def context(self, node: str, speed: float) -> DecisionContext:
         """What a decision for ``node`` saw there now: its count and backlog (ms), ``speed``."""
         return DecisionContext(self.count[node], self.backlog_s[node] * 1000.0, speed)

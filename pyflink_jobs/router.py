@@ -278,11 +278,6 @@ class Router:
         task; :mod:`pyflink_jobs.keep_rule`). Not in the decision timings."""
         return self.keeping.kept_ms(task.app_id, task.input_size, node)
 
-    def keep_local_type(self, task_type: str, size: int, node: str) -> float | None:
-        """:meth:`keep_local` of a task of ``task_type`` and ``size`` (no Task needed: a light
-        record never makes one)."""
-        return self.keeping.kept_ms(task_type, size, node)
-
     def kept_decision(self, node: str, work_ms: float) -> tuple[Decision, DecisionContext]:
         """The decision :meth:`keep_local` made, in words, with what it saw on ``node``."""
         with self._lock:

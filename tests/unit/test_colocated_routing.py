@@ -358,7 +358,7 @@ def test_the_light_lane_keeps_what_the_routers_keep_rule_keeps(monkeypatch, why,
             for _ in range(3):
                 assert function.router.costs.observe("tm_a", "upper", n, fit[0] + fit[1] * n)
         list(function.process_element("warm", FakeContext()))  # restores the node view
-        rule = function.router.keep_local_type("upper", size, "tm_a")
+        rule = function.router.keeping.kept_ms("upper", size, "tm_a")
         function.router.routed["tm_a"] -= 1 if rule is not None else 0
         before = dict(function.router.routed)
         emitted = function._lane("x" * size)

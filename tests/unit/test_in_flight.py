@@ -31,7 +31,7 @@ def test_add_counts_a_task_and_returns_what_the_node_held_before():
     assert ledger.add("t1", "a", now=1.0, work_s=0.25, speed=2.0) == DecisionContext(0, 0.0, 2.0)
     assert ledger.add("t2", "a", now=2.0, work_s=0.5) == DecisionContext(1, 250.0, 1.0)
     assert (ledger.count, ledger.backlog_s) == ({"a": 2, "b": 0}, {"a": 0.75, "b": 0.0})
-    assert "t1" in ledger and "t3" not in ledger
+    assert "t1" in ledger.entries and "t3" not in ledger.entries
 
 
 def test_a_replayed_task_id_counts_once():
