@@ -43,6 +43,7 @@ Example::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 
 from workload.limits import finite_real
@@ -80,15 +81,14 @@ def seed_costs(costs, snapshot, nodes: Iterable[str]) -> tuple[int, list[str]]:
     allowed = set(nodes)
     adopted, reasons = 0, []
     for index, entry in enumerate(fits):
-        reason = _refusal(entry, allowed, costs)
+        reason, values = _refusal(entry, allowed, costs)
         if reason is None and costs.samples(entry["node"], entry["task_type"]) > 0:
             reason = "the router has measured this pair itself"   # its own numbers win
         if reason is not None:
             if len(reasons) < MAX_REASONS:
                 reasons.append(f"fit {index}: {reason}")
             continue
-        fixed, slope, mean_size = (float(entry[k]) for k in ("fixed_s", "per_unit_s",
-                                                              "mean_size"))
+        fixed, slope, mean_size = values   # as checked (an int past a float's range is out)
         points = max(2, int(getattr(costs, "min_samples", 2)))
         for i in range(points):
             size = mean_size * _SPREAD[i % 2]
@@ -98,24 +98,25 @@ def seed_costs(costs, snapshot, nodes: Iterable[str]) -> tuple[int, list[str]]:
     return adopted, reasons
 
 
-def _refusal(entry, nodes: set, costs) -> str | None:
-    """Why ``entry`` cannot be adopted, or None."""
+def _refusal(entry, nodes: set, costs) -> tuple[str | None, tuple]:
+    """(why ``entry`` cannot be adopted or None, its (fixed_s, per_unit_s, mean_size))."""
     if not isinstance(entry, dict):
-        return "not an object"
+        return "not an object", ()
     task_type, node = entry.get("task_type"), entry.get("node")
     if not isinstance(task_type, str) or not 0 < len(task_type) <= MAX_NAME_CHARS:
-        return f"task_type must be a name of 1-{MAX_NAME_CHARS} characters"
+        return f"task_type must be a name of 1-{MAX_NAME_CHARS} characters", ()
     if not isinstance(node, str) or node not in nodes:
-        return "node is not one of the router's nodes"
-    values = [finite_real(entry.get(k)) for k in ("fixed_s", "per_unit_s", "mean_size")]
-    if any(v is None or v < 0.0 for v in values):
-        return "fixed_s, per_unit_s and mean_size must be finite numbers >= 0"
+        return "node is not one of the router's nodes", ()
+    values = tuple(finite_real(entry.get(k)) for k in ("fixed_s", "per_unit_s", "mean_size"))
+    # finite_real reads an int past a float's range as the largest float: refused here
+    if any(v is None or not 0.0 <= v < sys.float_info.max for v in values):
+        return "fixed_s, per_unit_s and mean_size must be finite numbers >= 0", ()
     fixed, slope, mean_size = values
     if mean_size * _SPREAD[1] > costs.max_size:
-        return f"mean_size beyond the cost model's bound {costs.max_size}"
+        return f"mean_size beyond the cost model's bound {costs.max_size}", ()
     if not 0.0 < fixed + slope * mean_size * _SPREAD[1] <= costs.max_work_s:
-        return f"the fitted time must be in (0, {costs.max_work_s}] s"
+        return f"the fitted time must be in (0, {costs.max_work_s}] s", ()
     samples = entry.get("samples")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        return "samples must be an integer >= 1"
-    return None
+        return "samples must be an integer >= 1", ()
+    return None, values

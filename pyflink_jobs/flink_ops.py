@@ -141,21 +141,57 @@ def dead_letter_raw(record) -> bytes:
     try:
         return bytes(record_bytes(record)[:MAX_DEAD_LETTER_RAW_BYTES])
     except Exception:  # noqa: BLE001 - a record that cannot even be shown: its repr
-        return repr(record)[:10_000].encode("utf-8", "replace")
+        pass
+    try:   # a repr may raise too, or recurse past the limit on a deeply nested record
+        return repr(record)[:10_000].encode("utf-8", "backslashreplace")
+    except Exception:  # noqa: BLE001
+        return f"<a {type(record).__name__} that cannot be shown>".encode("utf-8",
+                                                                          "backslashreplace")
 
 
 def make_dead_letter(raw: bytes, topic: str, partition: int, offset: int, reason: str,
                      stage: str) -> bytes:
-    """A DeadLetter record (Avro bytes): the refused record's bytes, where it came from, why."""
+    """A DeadLetter record (Avro bytes): the refused record's bytes, where it came from, why.
+    Never raises: the dead letter is how a bad record leaves the job, so text that UTF-8
+    cannot carry (a lone surrogate in a user's type name or error) is escaped, and a partition
+    or offset outside Avro's int / long reads as -1 (unknown)."""
     from workload.codec import encode
+    reason = _utf8_text(reason)
     if len(reason) > MAX_REASON_CHARS:  # keep the head (the error) and the tail (the raise)
         half = MAX_REASON_CHARS // 2
         reason = reason[:half] + "\n...\n" + reason[-half:]
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        raw = dead_letter_raw(raw)
     return encode("DeadLetter", {
-        "source_topic": topic or "", "partition": int(partition if partition is not None else -1),
-        "offset": int(offset if offset is not None else -1), "reason": reason,
-        "raw": bytes(raw or b"")[:MAX_DEAD_LETTER_RAW_BYTES],
-        "failed_at_ms": int(time.time() * 1000), "stage": stage})
+        "source_topic": _utf8_text(topic)[:1000], "partition": _bounded_int(partition, 31),
+        "offset": _bounded_int(offset, 63), "reason": reason,
+        "raw": bytes(raw[:MAX_DEAD_LETTER_RAW_BYTES]),
+        "failed_at_ms": int(time.time() * 1000), "stage": _utf8_text(stage)[:200]})
+
+
+def _utf8_text(value) -> str:
+    """``value`` as text UTF-8 can encode (lone surrogates escaped); "" for None."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        try:
+            value = str(value)
+        except Exception:  # noqa: BLE001 - an object whose str() raises
+            value = f"<{type(value).__name__}>"
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _bounded_int(value, bits: int) -> int:
+    """``value`` as a signed int of ``bits`` + 1 bits, -1 when it is none or outside."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+    return number if -(1 << bits) <= number < (1 << bits) else -1
 
 
 class DeadLetterLog:

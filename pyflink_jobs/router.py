@@ -44,7 +44,6 @@ import time
 from dataclasses import dataclass, field
 
 from placement.ldwp.compiled import decision_path
-from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
 from placement.speed import ObservedSpeed, timing_sample
 from pyflink_jobs.decision_timing import DecisionTimer
@@ -54,6 +53,7 @@ from pyflink_jobs.routed import DecisionContext
 from pyflink_jobs.tenant_quotas import (QuotaSettings, QuotaVerdict, TenantQuotas,
                                         event_tenant_and_priority, forwarded_event)
 from workload.feedback import feedback_age_s, feedback_emitted_at_ms, node_state_from_feedback
+from workload.limits import short_repr
 from workload.model import (ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task,
                             offered_nodes)
 
@@ -172,9 +172,16 @@ class Router:
         policy = NumpyLDWPPolicy.from_bytes(
             data, self.cluster, costs=self.costs,
             coefficients=previous.coefficients if previous else None)
+        version = version if version is not None else policy.version
+        if not _plausible_version(version):
+            # a file's own metadata may say anything: a version the service never gives
+            # ("abc", NaN, 1e300) would stop every later one from looking newer
+            log.warning("model file version %s is not an int in [0, %d]: installed as "
+                        "unversioned", short_repr(version), MAX_MODEL_VERSION)
+            version = None
         with self._lock:
             self.model_policy = policy
-            self.model_version = version if version is not None else policy.version
+            self.model_version = version
 
     def seed_costs(self, snapshot) -> int:
         """Start from the placement service's measured work times (``GET /costs``,
@@ -198,6 +205,10 @@ class Router:
         Duplicates are harmless: a task id already retired is ignored."""
         node_id = feedback.get("node_id")
         self.feedback_records += 1
+        if node_id not in self._nodes:
+            # a node outside this job's plan (another job's executor on the same topic, or a
+            # forged report): its numbers are not this job's, and it retires none of its tasks
+            return
         observe = getattr(self.fixed_policy, "observe_completion", None)
         with self._lock:
             for timing in feedback.get("completed") or ():
@@ -205,8 +216,6 @@ class Router:
                 if entry is not None and observe is not None:  # rules that learn from
                     # outcomes (e.g. liquid)
                     observe(timing["task_id"], max(0.0, self.clock() - entry[1]), entry[0])
-            if node_id not in self._nodes:
-                return  # a node outside this job's plan (e.g. another job's executor)
             for timing in feedback.get("completed") or ():
                 sample = timing_sample(timing)  # (type, size, work s); None when implausible
                 if sample is not None:
@@ -375,6 +384,15 @@ class Router:
                    if self.quotas is not None else {})}
 
 
+#: Model versions are counts of the service's publications: an int in [0, 2**53]
+MAX_MODEL_VERSION = 1 << 53
+
+
+def _plausible_version(version) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and \
+        0 <= version <= MAX_MODEL_VERSION
+
+
 class ModelRefresher(threading.Thread):
     """Polls the placement service for new model versions and installs them in a router,
     every ``interval_s`` after the caller's own first :meth:`poll_once` (see
@@ -401,7 +419,10 @@ class ModelRefresher(threading.Thread):
             latest = self.client.latest()
             if not latest:
                 return False
-            version = int(latest["version"])
+            version = latest["version"]
+            if not _plausible_version(version):
+                raise ValueError(f"the service's latest version is not an int in [0, "
+                                 f"{MAX_MODEL_VERSION}]: {short_repr(version)}")
             current = self.router.model_version
             if current is not None and version <= int(current) or \
                     version in self.refused_versions:
@@ -409,9 +430,10 @@ class ModelRefresher(threading.Thread):
             data = self.client.download(version)
             try:
                 self.router.install_model(data, version)
-            except ModelFileError as exc:
+            except Exception as exc:  # noqa: BLE001 - ModelFileError, or any other failure
                 # A version the router must not use (non-finite weights, a header that does
-                # not match its arrays): keep the last good model, never fetch it again.
+                # not match its arrays, or metadata a loader chokes on): keep the last good
+                # model, never fetch it again.
                 if len(self.refused_versions) < 1024:
                     self.refused_versions.add(version)
                 self.refused += 1

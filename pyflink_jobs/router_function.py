@@ -33,6 +33,7 @@ import time
 import uuid
 
 from placement.service.flink_rest import FlinkRestClient
+from interference.executor.results import exception_text
 from pyflink_jobs.flink_ops import CountGauges, dead_letter_raw, make_dead_letter, subtask_index
 from pyflink_jobs.light_lane import LightLane
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
@@ -117,10 +118,13 @@ class TaskEventRecords(RecordReader):
             try:
                 payload = value[0]
                 source = (str(value[1] or ""), int(value[2]), int(value[3]))
-            except (TypeError, IndexError, ValueError) as exc:
+                if not isinstance(payload, (bytes, bytearray, memoryview, type(None))):
+                    # bytes(an int) would allocate that many bytes before any check
+                    raise TypeError(f"the payload is a {type(payload).__name__}, not bytes")
+            except (TypeError, IndexError, KeyError, ValueError, OverflowError) as exc:
                 raise Refused(f"expected TaskEvent bytes or Row(payload, topic, partition, "
-                              f"offset), got {type(value).__name__}: {exc}", "shape",
-                              dead_letter_raw(value)) from None
+                              f"offset), got {type(value).__name__}: {exception_text(exc)}",
+                              "shape", dead_letter_raw(value)) from None
         payload = bytes(payload) if payload is not None else b""
         try:
             event = self._decode("TaskEvent", payload)
@@ -156,8 +160,9 @@ class OperatorRecords(RecordReader):
         # here once, and the largest size the limits pass for it
         default = self.describer.type_of is None and self.describer.size_of is None
         name = self.describer.name
-        self._light_type = name if default and isinstance(name, str) and 0 < len(name) <= min(
-            MAX_TASK_TYPE_CHARS, self.limits.max_task_type_chars) else None
+        self._light_type = name if default and isinstance(name, str) and name.isprintable() \
+            and 0 < len(name) <= min(MAX_TASK_TYPE_CHARS, self.limits.max_task_type_chars) \
+            else None
         self._light_max_size = min(MAX_TASK_SIZE, self.limits.max_size_for(name))
 
     def light_gate(self) -> tuple[str, int] | None:
@@ -181,17 +186,20 @@ class OperatorRecords(RecordReader):
         try:
             task_type = self.task_type_of(value)
         except Exception as exc:  # noqa: BLE001 - the user's function: dead-letter, go on
-            raise Refused(f"task_type failed: {type(exc).__name__}: {exc}", "task_type",
-                          dead_letter_raw(value)) from None
-        if not isinstance(task_type, str) or not 0 < len(task_type) <= MAX_TASK_TYPE_CHARS:
-            raise Refused(f"task_type must give a non-empty string of at most "
+            raise Refused(f"task_type failed: {type(exc).__name__}: {exception_text(exc)}",
+                          "task_type", dead_letter_raw(value)) from None
+        # printable: a type name is a label that travels in feedback and gauges (a lone
+        # surrogate cannot be encoded there; a control character is no label)
+        if not isinstance(task_type, str) or not 0 < len(task_type) <= MAX_TASK_TYPE_CHARS \
+                or not task_type.isprintable():
+            raise Refused(f"task_type must give a non-empty printable string of at most "
                           f"{MAX_TASK_TYPE_CHARS} characters, got {short_repr(task_type)}",
                           "task_type", dead_letter_raw(value))
         try:
             size = self.task_size_of(value)
         except Exception as exc:  # noqa: BLE001
-            raise Refused(f"task_size failed: {type(exc).__name__}: {exc}", "task_size",
-                          dead_letter_raw(value)) from None
+            raise Refused(f"task_size failed: {type(exc).__name__}: {exception_text(exc)}",
+                          "task_size", dead_letter_raw(value)) from None
         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_TASK_SIZE:
             raise Refused(f"task_size must give an int in [0, {MAX_TASK_SIZE}], got "
                           f"{short_repr(size)}", "task_size", dead_letter_raw(value))
@@ -401,7 +409,10 @@ class RouterFunction(BroadcastProcessFunction):
         """Read, decide, and run here or send on: every record the light lane does not take."""
         try:
             task, record, raw_bytes, source = self.reader.read(value)
-        except Refused as refused:
+        except Exception as exc:  # noqa: BLE001 - Refused, or a reader's own bug: a dead letter
+            refused = exc if isinstance(exc, Refused) else Refused(
+                f"the record could not be read: {type(exc).__name__}: {exception_text(exc)}",
+                "read", dead_letter_raw(value))
             self._counts.inc("streamplace_dead_letters")
             dead_letter = make_dead_letter(refused.raw, *refused.source, refused.reason,
                                            refused.stage)
@@ -498,7 +509,8 @@ class RouterFunction(BroadcastProcessFunction):
         except self._codec_error:
             return
         self.router.on_feedback(record)
-        ctx.get_broadcast_state(self._descriptor).put(record["node_id"], bytes(value))
+        if record["node_id"] in self._tags:  # only this job's nodes: the state stays bounded
+            ctx.get_broadcast_state(self._descriptor).put(record["node_id"], bytes(value))
 
 
 class RestAwarePartitioner(Partitioner):

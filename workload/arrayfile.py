@@ -208,6 +208,10 @@ def read_arrays(data: bytes, name: str, magic: bytes, *, kind: str = "array file
         x is not a streamplace array file (bad magic bytes)
     """
     _check_magic(magic, error)
+    if isinstance(data, (bytearray, memoryview)):
+        data = bytes(data)
+    elif not isinstance(data, bytes):   # None, a str: a caller's mistake, told as the file's
+        raise error(f"{name}: expected the file's bytes, got {type(data).__name__}")
     check_size(len(data), name, kind, max_file_bytes, error)
     if data[:MAGIC_BYTES] != magic:
         raise error(f"{name} is not a streamplace {kind} (bad magic bytes)")
@@ -264,10 +268,14 @@ def _parse_header(raw: bytes, name: str, finite: bool, error: type[ArrayFileErro
     hooks = {"parse_constant": refuse, "parse_float": number} if finite else {}
     try:
         header = json.loads(raw, **hooks)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise error(f"{name} has a corrupted header: {exc}") from None
+    except error:   # refuse() above: already the reason
+        raise
     except RecursionError:   # "[[[[..." a megabyte deep
         raise error(f"{name} has a corrupted header: nested too deeply") from None
+    except ValueError as exc:
+        # JSONDecodeError, UnicodeDecodeError, and the plain ValueError of an integer of more
+        # than 4300 digits (Python's int/str conversion limit): all a corrupted header
+        raise error(f"{name} has a corrupted header: {str(exc)[:200]}") from None
     if not isinstance(header, dict):
         raise error(f"{name} has format version None; its header is not an object")
     return header

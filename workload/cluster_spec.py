@@ -29,7 +29,7 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -39,7 +39,9 @@ __all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecErro
            "cluster_spec_dir", "shipped_spec_names", "checkout_root", "default_home",
            "ISOLATION_MODES", "MEMORY_LIMIT_MARGIN_MB", "MAX_LINK_MBPS", "MAX_CPU_QUOTA",
            "MAX_TASK_TYPE_MULTIPLIERS", "MAX_TASK_TYPE_MULTIPLIER",
-           "MIN_CPU_QUOTA", "DEFAULT_LINK_MBPS"]
+           "MIN_CPU_QUOTA", "DEFAULT_LINK_MBPS", "MAX_CPU_CORES", "MAX_CPU_ID", "MAX_GPUS",
+           "MAX_SLOTS", "MAX_THREADS", "MAX_MEMORY_MB", "MAX_WORK_MULTIPLIER",
+           "MAX_TASKMANAGERS", "MAX_SPEC_BYTES"]
 
 #: JVM parts we size explicitly and add to task heap + managed memory: framework heap 128,
 #: framework off-heap 128, network 64, metaspace 512, JVM overhead 192 (MB). Metaspace: every
@@ -72,12 +74,39 @@ MAX_CPU_QUOTA = 4096.0
 #: Bounds of ``task_type_multipliers``: how many types one node lists, and the largest factor.
 MAX_TASK_TYPE_MULTIPLIERS = 64
 MAX_TASK_TYPE_MULTIPLIER = 100.0
+#: Plausibility bounds of a TaskManager (far beyond any real host; a bigger figure is a typo or
+#: a hostile file: ``cpu_cores: 1e300`` became a 300-digit core count, ``slots: 10**30`` a
+#: planner that never ends, ``task_heap_mb: 10**30`` a JVM option Flink was given).
+MAX_CPU_CORES = 65_536          # hardware threads of one host (the largest have a few thousand)
+MAX_CPU_ID = MAX_CPU_CORES - 1  # cpu_affinity entries are CPU ids 0 .. MAX_CPU_ID
+MAX_GPUS = 1024                 # gpu_ids entries per node, each an index 0 .. MAX_GPUS - 1
+MAX_SLOTS = 4096
+MAX_THREADS = 4096
+MAX_MEMORY_MB = 16 * 1024 * 1024  # task_heap_mb / managed_mb: 16 TiB in MiB
+MAX_WORK_MULTIPLIER = 1000.0    # emulated slowness (the shipped specs use 1 and 2)
+MAX_TASKMANAGERS = 1024
+#: The largest spec file read (the shipped ones are under 2 KB).
+MAX_SPEC_BYTES = 1 << 20
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 class SpecError(ValueError):
     """A cluster spec that cannot be used, with the reason."""
+
+
+class _PlainLoader(yaml.SafeLoader):
+    """yaml's SafeLoader refusing anchors and aliases: a spec never needs them, and nine
+    aliases nested nine deep (a 1 KB "billion laughs" file) expand to 387 million values,
+    which took over a minute of CPU to refuse."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None, None, "YAML anchors and aliases (&name, *name) are not allowed in a "
+                "cluster spec: write each value out", event.start_mark)
+        return super().compose_node(parent, index)
 
 
 class TaskManagerSpec(BaseModel):
@@ -88,17 +117,23 @@ class TaskManagerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str = Field(description="taskmanager.resource-id, node id and external resource name")
-    cpu_cores: float = Field(gt=0, description="taskmanager.cpu.cores (what Flink is told)")
-    cpu_affinity: list[int] = Field(default_factory=list,
-                                    description="CPU ids the process is pinned to (taskset)")
-    gpu_ids: list[int] = Field(default_factory=list,
-                               description="GPU indices this node owns (CUDA_VISIBLE_DEVICES)")
-    work_multiplier: float = Field(1.0, ge=1.0, description="repeat each unit of work this many "
+    cpu_cores: float = Field(gt=0, le=MAX_CPU_CORES,
+                             description="taskmanager.cpu.cores (what Flink is told)")
+    cpu_affinity: list[Annotated[int, Field(ge=0, le=MAX_CPU_ID)]] = Field(
+        default_factory=list, max_length=MAX_CPU_CORES,
+        description="CPU ids the process is pinned to (taskset)")
+    gpu_ids: list[Annotated[int, Field(ge=0, lt=MAX_GPUS)]] = Field(
+        default_factory=list, max_length=MAX_GPUS,
+        description="GPU indices this node owns (CUDA_VISIBLE_DEVICES)")
+    work_multiplier: float = Field(1.0, ge=1.0, le=MAX_WORK_MULTIPLIER,
+                                   description="repeat each unit of work this many "
                                    "times, to emulate a slower device")
-    slots: int = Field(2, ge=1, description="amount of the node's external resource")
-    task_heap_mb: int = Field(256, ge=64)
-    managed_mb: int = Field(256, ge=64)
-    threads: int = Field(1, ge=1, description="OMP/MKL/torch threads of its Python workers")
+    slots: int = Field(2, ge=1, le=MAX_SLOTS,
+                       description="amount of the node's external resource")
+    task_heap_mb: int = Field(256, ge=64, le=MAX_MEMORY_MB)
+    managed_mb: int = Field(256, ge=64, le=MAX_MEMORY_MB)
+    threads: int = Field(1, ge=1, le=MAX_THREADS,
+                         description="OMP/MKL/torch threads of its Python workers")
     labels: list[str] = Field(default_factory=list)
     # Emulated host (``isolation: host`` only; ignored in cpuset mode). They say what the host
     # *is*, never which task suits it: a policy has to measure that.
@@ -191,7 +226,7 @@ class LocalClusterSpec(BaseModel):
     isolation: Literal["cpuset", "host"] = Field(
         "cpuset", description="cpuset: taskset pinning on one shared network; host: an "
         "emulated host per TaskManager (falls back to cpuset where it cannot run)")
-    taskmanagers: list[TaskManagerSpec] = Field(min_length=1)
+    taskmanagers: list[TaskManagerSpec] = Field(min_length=1, max_length=MAX_TASKMANAGERS)
     source: str = ""
 
     @model_validator(mode="after")
@@ -244,12 +279,21 @@ def load_cluster_spec(name_or_path: str | os.PathLike) -> LocalClusterSpec:
     if not path.is_file():
         raise SpecError(f"cluster spec {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        if path.stat().st_size > MAX_SPEC_BYTES:
+            raise SpecError(f"cluster spec {path} is {path.stat().st_size:,} bytes, over the "
+                            f"{MAX_SPEC_BYTES:,}-byte limit for a spec file")
+        data = yaml.load(path.read_text(), Loader=_PlainLoader)  # noqa: S506 - a SafeLoader
         spec = LocalClusterSpec.model_validate(data)
+    except SpecError:
+        raise
     except (yaml.YAMLError, ValidationError) as exc:
         raise SpecError(f"invalid cluster spec {path}:\n{exc}") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cluster spec {path} cannot be read: {exc}") from exc
+    except RecursionError:  # [[[[... thousands deep: yaml's composer recurses per level
+        raise SpecError(f"invalid cluster spec {path}: nested too deeply") from None
+    except ValueError as exc:  # an int of more than 4300 digits (Python's conversion limit)
+        raise SpecError(f"invalid cluster spec {path}: {str(exc)[:200]}") from None
     spec.source = str(path)
     return spec
 

@@ -73,6 +73,9 @@ MARKER = b"\xc3\x01"
 HEADER_SIZE = 10
 """Marker (2 bytes) + CRC-64-AVRO fingerprint of the writer schema (8 bytes, little-endian)."""
 DEFAULT_MAX_MESSAGE_BYTES = 8 << 20
+#: Distinct unknown writer fingerprints counted one by one; the rest under OTHER_FINGERPRINTS
+MAX_UNKNOWN_FINGERPRINTS = 256
+OTHER_FINGERPRINTS = "others"
 """The longest message :meth:`Codec.decode` reads (8 MiB): eight times Kafka's default
 ``message.max.bytes`` (1 MiB), so nothing a default topic delivers is refused, while a corrupt or
 hostile message cannot make a reader copy and parse hundreds of megabytes. A TaskEvent with a
@@ -318,11 +321,21 @@ class Codec:
 
     def _count_unknown(self, record_name: str, fp: bytes) -> None:
         key = (record_name, _fp_text(fp))
-        if key not in self.unknown_writer_fingerprints:
+        counts = self.unknown_writer_fingerprints
+        if key not in counts:
+            if len(counts) >= MAX_UNKNOWN_FINGERPRINTS:
+                # hostile or broken writers can send a new fingerprint with every message:
+                # past the bound they are counted together (and logged once), so neither the
+                # counter nor the log grows with them
+                key = (record_name, OTHER_FINGERPRINTS)
+                if key in counts:
+                    counts[key] += 1
+                    self.unknown_writer_reads += 1
+                    return
             log.warning("%s written with unknown schema fingerprint %s: read with the current "
                         "schema, newer trailing fields ignored (counted in "
                         "Codec.unknown_writer_reads, logged once)", record_name, key[1])
-        self.unknown_writer_fingerprints[key] += 1
+        counts[key] += 1
         self.unknown_writer_reads += 1
 
 

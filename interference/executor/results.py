@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["StageRecord", "TaskOutcome", "StageRun", "RecordOutcome", "task_seed",
-           "output_digest", "task_summary", "describe_failure", "format_traceback"]
+           "output_digest", "task_summary", "describe_failure", "format_traceback",
+           "exception_text"]
 
 
 # ---------------------------------------------------------------------------------- NodeExecutor
@@ -180,7 +181,16 @@ def describe_failure(stage: str, attempts: int, unit_id: str, exc: BaseException
         "stage 'parse' failed after 2 attempt(s), last on cpu:0: ValueError: bad"
     """
     return (f"stage {stage!r} failed after {attempts} attempt(s), last on {unit_id}: "
-            f"{type(exc).__name__}: {exc}")
+            f"{type(exc).__name__}: {exception_text(exc)}")
+
+
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when the exception's own ``__str__`` raises (a user's
+    exception class may do anything; the failure must still be described)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001
+        return f"<{type(exc).__name__} whose str() raised>"
 
 
 def format_traceback(exc: BaseException, max_chars: int = 4000) -> str:

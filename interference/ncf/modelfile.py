@@ -58,7 +58,7 @@ from workload.arrayfile import ArrayFileError, read_arrays, read_bounded, write_
 __all__ = ["save_completion_model", "load_completion_model", "parse_completion_model",
            "CompletionModelFileError", "MAGIC", "FORMAT_VERSION", "MAX_FILE_BYTES",
            "MAX_HEADER_BYTES", "MAX_MATRIX_SIDE", "MAX_SETTING_INT", "MAX_SETTING_ITEMS",
-           "MAX_TEXT_CHARS"]
+           "MAX_TEXT_CHARS", "MAX_ONLINE_STEPS", "SETTING_BOUNDS"]
 
 MAGIC = b"SPNCFM01"
 FORMAT_VERSION = 1
@@ -77,6 +77,21 @@ MAX_SETTING_INT = 2 ** 31 - 1
 MAX_SETTING_ITEMS = 64
 #: the longest text setting (``prior``, ``fallback``)
 MAX_TEXT_CHARS = 200
+#: most SGD steps one ``online_update`` may take (the shipped models take 50): a file must not
+#: make every update after loading run for hours
+MAX_ONLINE_STEPS = 100_000
+#: [low, high] of the numeric settings whose constructors do not bound them (matrix
+#: factorisation and NeuMF check nothing): checked after the constructor, so its own message
+#: wins where it has one. Far beyond any tuned value; a negative ``init_std`` made torch raise
+#: RuntimeError, a 1e308 learning rate only failed at the first online_update.
+SETTING_BOUNDS = {"learning_rate": (1e-12, 1e3), "online_learning_rate": (1e-12, 1e3),
+                  "l2": (0.0, 1e3), "init_std": (0.0, 100.0), "validation_share": (0.0, 0.9),
+                  "prior_weight": (0.0, 1e6), "prior_weight_candidates": (0.0, 1e6),
+                  "online_steps": (0, MAX_ONLINE_STEPS)}
+#: what rebuilding a model from checked settings may still raise (torch and numpy on values
+#: no check foresaw): refused as a CompletionModelFileError, never let out as it is
+_REBUILD_ERRORS = (TypeError, ValueError, RuntimeError, ArithmeticError, IndexError, KeyError,
+                   AttributeError)
 _KIND = "completion model file"
 _BASE_KEYS = {"model", "settings", "shape", "observed"}
 _TORCH_KEYS = {"epochs_used"}
@@ -188,11 +203,18 @@ def parse_completion_model(data: bytes, name: str = _KIND) -> tuple[CompletionMo
                                 max_dimension=MAX_MATRIX_SIDE, max_dims=2,
                                 error=CompletionModelFileError)
     by_name, used = dict(arrays), set()
-    model = _import(state, by_name, "", name, used, top=True)
-    unused = sorted(set(by_name) - used)
-    if unused:
-        _refuse(name, f"arrays {unused} belong to no part of the {model.name} model")
-    if not np.isfinite(model.complete()).all():
+    try:
+        model = _import(state, by_name, "", name, used, top=True)
+        unused = sorted(set(by_name) - used)
+        if unused:
+            _refuse(name, f"arrays {unused} belong to no part of the {model.name} model")
+        finite = bool(np.isfinite(model.complete()).all())
+    except CompletionModelFileError:
+        raise
+    except _REBUILD_ERRORS as exc:  # every check passed, yet the model cannot be rebuilt
+        _refuse(name, f"the model cannot be rebuilt from the file: {type(exc).__name__}: "
+                      f"{str(exc)[:200]}")
+    if not finite:
         _refuse(name, f"the {model.name} model's completion is not finite: refused")
     return model, state["metadata"]
 
@@ -322,9 +344,27 @@ def _settings_model(cls: type[CompletionModel], raw, name: str) -> CompletionMod
                       f"{missing}, unknown {unknown}")
     values = {key: _setting(field, raw[key], cls.name, name) for key, field in known.items()}
     try:
-        return cls(**values)
+        model = cls(**values)
     except (TypeError, ValueError) as exc:
         _refuse(name, f"{cls.__name__} refuses the file's settings: {exc}")
+    _check_bounds(values, cls.name, name)
+    return model
+
+
+def _check_bounds(values: dict, model_name: str, name: str) -> None:
+    """Refuse settings outside :data:`SETTING_BOUNDS`, and a ``clip`` that is not [low, high]."""
+    for key, (low, high) in SETTING_BOUNDS.items():
+        value = values.get(key)
+        if value is None:
+            continue
+        items = value if isinstance(value, tuple) else (value,)
+        if not all(low <= v <= high for v in items):
+            _refuse(name, f"{model_name} setting {key} = {repr(value)[:80]} is not in "
+                          f"[{low:g}, {high:g}]")
+    clip = values.get("clip")
+    if clip is not None and not (len(clip) == 2 and clip[0] < clip[1]):
+        _refuse(name, f"{model_name} setting clip = {repr(clip)[:80]} is not [low, high] with "
+                      "low < high")
 
 
 def _setting(field, value, model_name: str, name: str):

@@ -103,17 +103,27 @@ def model_task_encoding(metadata: dict) -> str:
     from before types were open), checked against this streamplace's columns; raises
     ModelFileError when they would mean something else (other built-in apps, other code)."""
     from placement.ldwp.modelfile import ModelFileError
+    # The metadata comes from a file: every part is checked for its type before it is read
+    if not isinstance(metadata, dict):
+        raise ModelFileError("the model metadata is not an object")
     settings = metadata.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise ModelFileError("the model metadata's settings are not an object")
     encoding = settings.get("task_encoding", "catalog")
-    if encoding not in TASK_ENCODINGS:
-        raise ModelFileError(f"unknown task_encoding {encoding!r} in the model metadata")
+    if not isinstance(encoding, str) or encoding not in TASK_ENCODINGS:
+        raise ModelFileError(f"unknown task_encoding {repr(encoding)[:80]} in the model "
+                             f"metadata (one of {TASK_ENCODINGS})")
     recorded = metadata.get("task_types")
     if recorded is not None:
+        if not isinstance(recorded, dict):
+            raise ModelFileError(f"the model metadata's task_types must be an object, got "
+                                 f"{type(recorded).__name__}")
         expected = task_encoding_metadata(encoding)
         if recorded.get("catalog") != expected["catalog"] or \
                 recorded.get("hash_size", 0) != expected["hash_size"]:
-            raise ModelFileError(f"the model's task type columns ({recorded}) differ from this "
-                                 f"streamplace's ({expected})")
+            # repr cut: the header may hold a megabyte here, the message stays a line
+            raise ModelFileError(f"the model's task type columns ({repr(recorded)[:300]}) "
+                                 f"differ from this streamplace's ({expected})")
     return encoding
 
 

@@ -87,6 +87,10 @@ def load_model(path: str | Path) -> tuple[list[tuple[np.ndarray, np.ndarray]], d
 def parse_model(data: bytes, name: str = "model file"
                 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
     """:func:`load_model` for bytes (a download); ``name`` is used in error messages."""
+    if isinstance(data, (bytearray, memoryview)):
+        data = bytes(data)
+    elif not isinstance(data, bytes):
+        raise ModelFileError(f"{name}: expected the file's bytes, got {type(data).__name__}")
     check_size(len(data), name, _KIND, MAX_FILE_BYTES, ModelFileError)
     if data[:8] == _OLD_MAGIC:
         raise ModelFileError(f"{name} is a format 1 model file, whose digest does not cover its "

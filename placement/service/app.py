@@ -12,7 +12,8 @@ JSON unless said; OpenAPI at ``/openapi.json``; with a token set, every endpoint
 ``GET /models/latest``          the newest version's metadata (404 while there is none)
 ``GET /models/{v}``             one version's metadata
 ``GET /models/{v}/weights``     the model file (application/octet-stream, ETag = sha256)
-``POST /decide``                batch placement decisions for non-Flink clients
+``POST /decide``                batch placement decisions for non-Flink clients (a body
+                                over 16 MiB is refused with 413 before it is parsed)
 ``GET /plan``                   executor instances per TaskManager (the slot-level plan)
 ``GET /costs``                  measured work-time fits per (task type, node): a new router
                                 starts from them (:mod:`placement.cost_snapshot`)
@@ -55,6 +56,8 @@ from placement.cost_snapshot import cost_snapshot
 from placement.ldwp.modelfile import ModelFileError
 from placement.service.feedback import FeedbackConsumer, FeedbackIngest, consumer_config
 from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
+from placement.service.http_limits import (MAX_BODY_BYTES, BodySizeLimit, bounded_echo,
+                                           text_safe)
 from placement.service.learner import OnlineLearner, to_cluster_spec
 from placement.service.metrics import CONTENT_TYPE_LATEST, ServiceMetrics
 from placement.service.settings import ServiceSettings
@@ -163,26 +166,45 @@ class ServingPolicy:
         self.store, self.cluster, self.costs = store, cluster, costs
         self.fallback = make_policy(fallback, cluster, costs)
         self.version: int | None = None
+        #: the newest version that failed to load: not tried again on every request (a bad
+        #: file stays bad; a newer version is tried when it appears)
+        self.refused_version: int | None = None
         self._policy = None
         self._lock = threading.Lock()
 
     def current(self):
-        """(policy, source, version): source is "model" or "fallback"."""
+        """(policy, source, version): source is "model" or "fallback". A version that fails
+        to load, for whatever reason, is refused once (logged) and the previous model or the
+        fallback keeps answering: a bad file must not turn every /decide into a 500."""
         latest = self.store.latest()
-        if latest is not None and latest["version"] != self.version:
+        if latest is not None and latest["version"] not in (self.version, self.refused_version):
             with self._lock:
-                if latest["version"] != self.version:
-                    from placement.ldwp.agent import LDWPPolicy
-                    try:
-                        policy = LDWPPolicy.from_file(self.store.path(latest["version"]),
-                                                      self.cluster, self.costs, training=False)
-                        self._policy, self.version = policy, latest["version"]
-                    except (ModelFileError, UnknownVersion, OSError) as exc:
-                        log.error("cannot load model version %s (%s); keeping version %s",
-                                  latest["version"], exc, self.version)
+                if latest["version"] not in (self.version, self.refused_version):
+                    self._load(latest["version"])
         if self._policy is None:
             return self.fallback, "fallback", None
         return self._policy, "model", self.version
+
+    def _load(self, version: int) -> None:
+        """Switch to stored ``version``, or refuse it and keep what serves now (lock held)."""
+        from placement.ldwp.agent import LDWPPolicy
+        try:
+            policy = LDWPPolicy.from_file(self.store.path(version), self.cluster, self.costs,
+                                          training=False)
+        except (UnknownVersion, OSError) as exc:  # may pass (pruned, a disk hiccup): retried
+            log.error("cannot load model version %s (%s); keeping version %s", version, exc,
+                      self.version)
+            return
+        except ModelFileError as exc:
+            reason = str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure refuses the file, never a 500
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            self._policy, self.version = policy, version
+            return
+        self.refused_version = version
+        log.error("refusing model version %s (%s); keeping %s", version, reason[:500],
+                  f"version {self.version}" if self.version is not None else "the fallback rule")
 
 
 # -- request and response bodies ----------------------------------------------------------------
@@ -340,18 +362,22 @@ def _names(ids, limit: int = 10, width: int = 64) -> str:
 
 
 def _json_safe(value):
-    """``value`` with every non-finite float (NaN, inf: JSON has none) replaced by None."""
+    """``value`` with every non-finite float (NaN, inf: JSON has none) replaced by None, and
+    every string UTF-8 can encode (a lone surrogate written as its escape text)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return text_safe(value)
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {_json_safe(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
 
 
 class SafeJSONResponse(JSONResponse):
-    """JSON without NaN/inf (Starlette's JSONResponse raises on them: a 500)."""
+    """JSON without NaN/inf and with encodable text (Starlette's JSONResponse raises on
+    either: a 500)."""
 
     def render(self, content) -> bytes:
         return super().render(_json_safe(content))
@@ -531,11 +557,22 @@ def _token_dependency(settings: ServiceSettings):
 
 
 # -- the app --------------------------------------------------------------------------------------
+#: most validation errors a 422 lists (a 10k-task body can have one per task)
+MAX_ERRORS_SHOWN = 20
+
+
 def _validation_handler(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    # json.loads accepts NaN and Infinity in a body, and the errors echo the input: safe JSON
-    errors = jsonable_encoder(exc.errors(), custom_encoder={Exception: str})
+    # json.loads accepts NaN, Infinity and lone surrogates in a body, and the errors echo the
+    # input: each echo is bounded (http_limits.bounded_echo) and the JSON made safe
+    found = exc.errors()
+    errors = [{key: bounded_echo(value) if key in ("input", "ctx") else value
+               for key, value in error.items()}
+              for error in found[:MAX_ERRORS_SHOWN]]
+    errors = jsonable_encoder(errors, custom_encoder={Exception: str})
     summary = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: "
                         f"{e.get('msg')}" for e in errors)
+    if len(found) > MAX_ERRORS_SHOWN:
+        summary += f"; ... ({len(found) - MAX_ERRORS_SHOWN} more errors)"
     return SafeJSONResponse({"detail": errors, "message": f"invalid request: {summary}"},
                             status_code=422)
 
@@ -549,6 +586,8 @@ def create_app(service: "PlacementService") -> FastAPI:
                               "versions, decisions and the slot-level plan.",
                   version="1", openapi_url=None, docs_url=None, redoc_url=None)
     app.add_exception_handler(RequestValidationError, _validation_handler)
+    # every body is bounded before it is parsed (413 over MAX_BODY_BYTES)
+    app.add_middleware(BodySizeLimit, limit=MAX_BODY_BYTES)
     started = time.monotonic()
     api = APIRouter(dependencies=[Depends(_token_dependency(settings))])
 
@@ -570,6 +609,7 @@ def create_app(service: "PlacementService") -> FastAPI:
                   "learner": {"running": service.learner.running,
                               "last_error": service.learner.last_error,
                               "timings_rejected": service.learner.timings_rejected,
+                              "examples_dropped": service.learner.examples.examples_dropped,
                               "models_rejected": service.learner.models_rejected},
                   "nodes": service.learner.node_ids(),
                   "uptime_s": round(time.monotonic() - started, 3)}
@@ -646,6 +686,7 @@ def create_app(service: "PlacementService") -> FastAPI:
 
     @api.post("/decide", tags=["placement"], response_model=list[DecisionOut],
               responses={**_errors(s400="the body cannot be parsed",
+                                   s413="the body is over the 16 MiB limit (MAX_BODY_BYTES)",
                                    s503="no node is known, or no usable decision"),
                          422: _DECIDE_422})
     def decide(body: DecideRequest) -> list[DecisionOut]:

@@ -2,10 +2,12 @@
 
 Import-light on purpose (standard library only: urllib, json, hashlib): it runs in every Flink
 Python worker, where torch and HTTP libraries would cost start-up time and memory. Every call
-has a short timeout; when the service is down, slow or unreachable the client raises
+has a short timeout, a total deadline for the whole request (connect, headers and body: a
+server dripping a byte a second cannot hold a router for longer), and reads at most
+:data:`MAX_RESPONSE_BYTES`; when the service is down, slow or unreachable the client raises
 :class:`ServiceUnavailable`, so a router keeps its last model (or the least-loaded fallback)
-and loses nothing. An HTTP error answer (401, 404, 422, ...) raises :class:`ServiceError` with
-the service's message.
+and loses nothing. An HTTP error answer (401, 404, 422, ...) or an answer over the size bound
+raises :class:`ServiceError` with the service's message.
 
 Example::
 
@@ -21,13 +23,24 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import socket
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 
-__all__ = ["PlacementClient", "ServiceUnavailable", "ServiceError"]
+__all__ = ["PlacementClient", "ServiceUnavailable", "ServiceError", "MAX_RESPONSE_BYTES",
+           "MAX_ERROR_BYTES"]
+
+#: The largest answer read, bytes: a model file (``placement.ldwp.modelfile.MAX_FILE_BYTES``,
+#: 64 MiB; not imported, this module stays standard-library only) plus 1 MiB. Every JSON
+#: answer is far smaller; a larger one is refused without reading it all.
+MAX_RESPONSE_BYTES = (64 << 20) + (1 << 20)
+#: The most of an error answer's body read for its message.
+MAX_ERROR_BYTES = 64 << 10
+_CHUNK_BYTES = 64 << 10
 
 
 class ServiceUnavailable(ConnectionError):
@@ -64,23 +77,38 @@ class PlacementClient:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        deadline = _Deadline(self.timeout_s)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                payload = response.read()
+            with deadline.opener().open(request, timeout=self.timeout_s) as response:
+                payload = _read_bounded(response, MAX_RESPONSE_BYTES)
                 response_headers = dict(response.headers.items())
+            if deadline.expired:  # the cut socket read as the end of the body: not an answer
+                raise TimeoutError("deadline passed")
         except urllib.error.HTTPError as exc:
-            text = exc.read().decode("utf-8", "replace")
+            try:
+                text = _read_bounded(exc, MAX_ERROR_BYTES, cut=True).decode("utf-8", "replace")
+            except (OSError, http.client.HTTPException):
+                text = exc.reason if isinstance(exc.reason, str) else ""
             try:
                 detail = json.loads(text).get("detail", text)
             except (ValueError, AttributeError):
                 detail = text
             raise ServiceError(f"{method} {url} -> HTTP {exc.code}: {detail}", exc.code,
                                detail) from None
+        except _TooLarge as exc:
+            raise ServiceError(f"{method} {url}: the answer is {exc}, over the "
+                               f"{MAX_RESPONSE_BYTES:,}-byte limit: refused", 200) from None
         except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError,
-                OSError) as exc:
+                OSError, http.client.HTTPException) as exc:
+            # HTTPException: a broken answer (bad status line, cut body), also what a read
+            # cut by the deadline raises
             reason = getattr(exc, "reason", exc)
+            if deadline.expired:
+                reason = f"no complete answer within {self.timeout_s} s"
             raise ServiceUnavailable(f"placement service at {self.base_url} is unavailable: "
                                      f"{reason}") from None
+        finally:
+            deadline.cancel()
         if raw:
             return payload, response_headers
         try:
@@ -147,3 +175,92 @@ class PlacementClient:
     def tenants(self) -> dict:
         """``GET /tenants``: per-tenant completions, latencies and deadline misses."""
         return self._request("GET", "/tenants")
+
+
+# -- bounded reading ---------------------------------------------------------------------------
+class _TooLarge(Exception):
+    """An answer over the size bound (its declared or read size in the message)."""
+
+
+def _read_bounded(response, limit: int, cut: bool = False) -> bytes:
+    """The body of ``response``, at most ``limit`` bytes: over it, :class:`_TooLarge` (or,
+    with ``cut``, the first ``limit`` bytes). A declared Content-Length over the limit is
+    refused before reading."""
+    declared = response.headers.get("Content-Length") if response.headers else None
+    if not cut and declared is not None and declared.strip().isdigit() \
+            and int(declared) > limit:
+        raise _TooLarge(f"{int(declared):,} bytes (Content-Length)")
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = response.read(min(_CHUNK_BYTES, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        if cut:
+            return data[:limit]
+        raise _TooLarge(f"more than {limit:,} bytes")
+    return data
+
+
+class _Deadline:
+    """A total deadline for one request: a timer shuts the connection's socket down when it
+    passes, which ends a blocked read at once (urllib's timeout is per socket operation, so a
+    server sending a byte a second never trips it).
+
+    ``opener()`` gives an opener whose HTTP(S) connections register their socket here."""
+
+    def __init__(self, seconds: float):
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, seconds), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def opener(self) -> urllib.request.OpenerDirector:
+        deadline = self
+
+        def connection(base):
+            class Connection(base):
+                def connect(self):
+                    super().connect()
+                    deadline._attach(self.sock)
+            return Connection
+
+        class Http(urllib.request.HTTPHandler):
+            def http_open(self, req):
+                return self.do_open(connection(http.client.HTTPConnection), req)
+
+        class Https(urllib.request.HTTPSHandler):
+            def https_open(self, req):
+                return self.do_open(connection(http.client.HTTPSConnection), req,
+                                    context=self._context)
+
+        return urllib.request.build_opener(Http, Https)
+
+    def _attach(self, sock) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            expired = self.expired
+        if expired:
+            _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _shut(sock) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed
+        pass

@@ -27,17 +27,58 @@ from dataclasses import dataclass
 from placement.ldwp.features import is_live_costs
 from placement.service.burst_check import DrainRates
 from placement.speed import ObservedSpeed, timing_sample
-from workload.feedback import (DEFAULT_LINK_MBPS, feedback_age_s, feedback_emitted_at_ms,
-                               node_state_from_feedback)
+from workload.feedback import (DEFAULT_LINK_MBPS, PER_TASK_ARRAYS, feedback_age_s,
+                               feedback_emitted_at_ms, node_state_from_feedback)
 from workload.model import ClusterSpec, NodeSpec, NodeState, Task
 
 __all__ = ["FeedbackExamples", "TrainingExample", "NodeHistory", "RATE_WINDOW",
-           "RATE_MIN_SAMPLES"]
+           "RATE_MIN_SAMPLES", "MAX_PENDING", "MAX_KEPT_STAGE_BATCHES", "MAX_KEPT_TEXT",
+           "MAX_NODE_ID_CHARS"]
 
 log = logging.getLogger(__name__)
 
 RATE_WINDOW = 200       # service times kept per node for the measured service rate
 RATE_MIN_SAMPLES = 20   # below this, the plan uses the spec's capacity for the node
+#: Examples queued for the trainer at most (~1.25 KB each: ~25 MB). Intake does not wait for
+#: training, so a stalled trainer or a flood of timings would otherwise grow it without
+#: bound; beyond it the oldest example is dropped and counted (``examples_dropped``).
+MAX_PENDING = 20_000
+#: ``stage_batches`` rows kept of a node's latest report: what the executors publish at most
+#: (``pyflink_jobs.feedback.MAX_STAGE_BATCHES``); one 8 MB report of 340k rows pinned ~129 MB.
+MAX_KEPT_STAGE_BATCHES = 64
+#: Longest text kept of a node's latest report (stage names, power_source, ...); executors cut
+#: stage names at 200 characters.
+MAX_KEPT_TEXT = 200
+#: Longest node id learned from (the API's bound on node ids, ``app.MAX_NAME``).
+MAX_NODE_ID_CHARS = 256
+#: Fields of a report not kept as the node's latest: the completed timings (queued as
+#: examples) and the arrays aligned with them (``workload.feedback.PER_TASK_ARRAYS``).
+_NOT_KEPT = frozenset(("completed", *PER_TASK_ARRAYS))
+
+
+def _kept_record(record: Mapping) -> dict:
+    """What NodeHistory keeps of a report: bounded, whatever the report's size (see
+    :data:`MAX_KEPT_STAGE_BATCHES`, :data:`MAX_KEPT_TEXT`)."""
+    kept = {}
+    for key, value in record.items():
+        if key in _NOT_KEPT:
+            continue
+        if key == "stage_batches":
+            rows = value[:MAX_KEPT_STAGE_BATCHES] if isinstance(value, list) else []
+            value = [{k: _short(v) for k, v in row.items()} if isinstance(row, Mapping)
+                     else None for row in rows]
+        kept[key] = _short(value)
+    return kept
+
+
+def _short(value):
+    """Text cut at MAX_KEPT_TEXT; a list or object (a field this module does not know) kept
+    only when small. Numbers pass."""
+    if isinstance(value, str):
+        return value[:MAX_KEPT_TEXT]
+    if isinstance(value, (list, dict)) and len(value) > MAX_KEPT_STAGE_BATCHES:
+        return None
+    return value
 
 
 def _feedback_state(record: Mapping, spec: NodeSpec | None = None) -> NodeState:
@@ -57,7 +98,9 @@ def _feedback_state(record: Mapping, spec: NodeSpec | None = None) -> NodeState:
 
 class NodeHistory:
     """The last ``size`` states of each node, by emission time, to answer "what did node X
-    report as of time t" (``state_at``) and "what is its newest report" (``latest``)."""
+    report as of time t" (``state_at``) and "what is its newest report" (``latest``). Of the
+    newest report it keeps a bounded copy (:func:`_kept_record`): no completed timings or
+    per-task arrays, at most MAX_KEPT_STAGE_BATCHES stage rows, text cut."""
 
     def __init__(self, size: int = 512):
         self.size = size
@@ -78,7 +121,7 @@ class NodeHistory:
             del times[0], states[0]
         newest_at = self._record_at.get(node)
         if newest_at is None or at >= newest_at:
-            self._records[node] = {k: v for k, v in record.items() if k != "completed"}
+            self._records[node] = _kept_record(record)
             self._record_at[node] = at
 
     def nodes(self) -> list[str]:
@@ -103,7 +146,8 @@ class NodeHistory:
         return _with_age(self._states[node][-1], feedback_age_s(times[-1], now_ms))
 
     def latest_record(self, node: str) -> dict | None:
-        """The newest NodeFeedback of ``node`` without its completed list."""
+        """The newest NodeFeedback of ``node`` without its completed list and per-task
+        arrays, bounded (see the class docstring)."""
         record = self._records.get(node)
         return dict(record) if record else None
 
@@ -158,7 +202,7 @@ class FeedbackExamples:
 
     def __init__(self, cluster: ClusterSpec, costs, metrics=None, history_per_node: int = 512,
                  max_unknown_nodes: int = 64, max_latency_s: float = 3600.0,
-                 max_task_size: int = 10**11):
+                 max_task_size: int = 10**11, max_pending: int = MAX_PENDING):
         self.cluster = cluster
         self.specs = {n.node_id: n for n in cluster.nodes}
         self.costs = costs
@@ -169,6 +213,8 @@ class FeedbackExamples:
         self.timings_rejected = 0   # timings skipped: fields missing, not finite or negative
         self.nodes_ignored = 0      # records skipped: beyond max_unknown_nodes
         self.records_taken = 0
+        self.max_pending = max_pending
+        self.examples_dropped = 0   # oldest queued examples dropped: over max_pending
         self.history = NodeHistory(history_per_node)
         self._node_order: list[str] = list(cluster.node_ids)
         self._pending: deque[TrainingExample] = deque()
@@ -224,6 +270,9 @@ class FeedbackExamples:
                             [n for n in self._node_order if n in self.specs], task.app_id,
                             task.input_size)
                     self.speeds.observe(node, *sample)
+                    if len(self._pending) >= self.max_pending:
+                        self._pending.popleft()
+                        self._drop_example()
                     self._pending.append(TrainingExample(task, node, latency, decided, states,
                                                   estimates))
                     rates = self._service_s.setdefault(node, deque(maxlen=RATE_WINDOW))
@@ -248,10 +297,20 @@ class FeedbackExamples:
         if self.metrics is not None:
             self.metrics.learning_rejections.labels(kind="timing").inc()
 
+    def _drop_example(self) -> None:
+        """Count one queued example dropped (the queue is full). Called with the lock held."""
+        self.examples_dropped += 1
+        if self.examples_dropped == 1 or self.examples_dropped % 10_000 == 0:
+            log.warning("training queue full (%d examples): dropped the oldest, %d so far "
+                        "(counted in learning_rejections{kind=\"queue_full\"})",
+                        self.max_pending, self.examples_dropped)
+        if self.metrics is not None:
+            self.metrics.learning_rejections.labels(kind="queue_full").inc()
+
     def _accept_node(self, node) -> bool:
         """Whether records of ``node`` are learned from (adds a new node outside the spec
         while fewer than ``max_unknown_nodes`` are known). Called with the lock held."""
-        if not isinstance(node, str):
+        if not isinstance(node, str) or not 0 < len(node) <= MAX_NODE_ID_CHARS:
             return False
         if node in self.specs or node in self._node_order:
             return True

@@ -9,6 +9,9 @@ once, duplicates dropped.
   reports: its ``task_id`` is remembered (bounded LRU, 200k by default) and later copies are
   dropped from the record's ``completed`` list, and from the same positions of the per-task
   arrays beside it (``workload.feedback.PER_TASK_ARRAYS``), which stay aligned with it.
+  Report keys are remembered per node for at most ``max_nodes`` nodes (the least recently
+  reporting one is forgotten first): records with ever-new node ids cannot grow it without
+  bound; a forgotten node's repeats are caught by the task-id memory still.
 - :class:`FeedbackIngest`: decode + de-duplicate + hand to the learner + count; no Kafka, so
   the unit tests and other transports use it directly.
 - :class:`FeedbackConsumer`: a background thread with a confluent-kafka ``Consumer``
@@ -73,11 +76,19 @@ class Deduplicator:
     (1, None, {'sequence': 1, 'task_id': 1})
     """
 
-    def __init__(self, task_capacity: int = 200_000, reports_per_node: int = 10_000):
+    #: nodes whose report keys are remembered: the spec's nodes plus the learner's 64 unknown
+    #: ones (``OnlineLearner(max_unknown_nodes=64)``) fit with room to spare
+    MAX_NODES = 256
+
+    def __init__(self, task_capacity: int = 200_000, reports_per_node: int = 10_000,
+                 max_nodes: int = MAX_NODES):
         self._tasks = _LruSet(task_capacity)
         self._reports_per_node = reports_per_node
-        self._reports: dict[str, _LruSet] = {}
+        self.max_nodes = max_nodes
+        # node -> its report keys, least recently reporting node first
+        self._reports: OrderedDict[str, _LruSet] = OrderedDict()
         self.dropped = {"sequence": 0, "task_id": 0}
+        self.nodes_forgotten = 0   # nodes whose report keys were evicted (max_nodes)
 
     def filter(self, record: Mapping) -> dict | None:
         """The record with its repeated task timings removed, or None for a repeated report."""
@@ -85,6 +96,11 @@ class Deduplicator:
         seen = self._reports.get(node)
         if seen is None:
             seen = self._reports[node] = _LruSet(self._reports_per_node)
+            if len(self._reports) > self.max_nodes:
+                self._reports.popitem(last=False)
+                self.nodes_forgotten += 1
+        else:
+            self._reports.move_to_end(node)
         if not seen.add_if_new((int(record["sequence"]), int(record["emitted_at_ms"]))):
             self.dropped["sequence"] += 1
             return None

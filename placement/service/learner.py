@@ -195,10 +195,23 @@ def _newest_loadable(store: ModelStore, settings: LDWPSettings, cluster, costs):
             store.read_bytes(version)  # the recorded sha256
             return LDWPPolicy.from_file(store.path(version), cluster, costs,
                                         training=True), entry
-        except (ModelFileError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure: skip it, never a crash at start
             log.warning("not resuming from model version %d: %s; trying the version before it",
-                        version, exc)
+                        version, exc if isinstance(exc, (ModelFileError, OSError))
+                        else f"{type(exc).__name__}: {exc}")
     return None, None
+
+
+def _load_initial_model(initial_model, cluster: ClusterSpec, costs) -> LDWPPolicy:
+    """The user's ``initial_model`` as a training agent; ModelFileError naming the file and
+    the reason for anything that fails (not an unrelated exception from deep in the loader)."""
+    try:
+        return LDWPPolicy.from_file(initial_model, cluster, costs, training=True)
+    except ModelFileError as exc:
+        raise ModelFileError(f"the initial model {initial_model} cannot be used: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the loader raised, say which file
+        raise ModelFileError(f"the initial model {initial_model} cannot be used: "
+                             f"{type(exc).__name__}: {exc}") from None
 
 
 def _starting_agent(store: ModelStore, cluster: ClusterSpec, costs, settings: LDWPSettings,
@@ -214,7 +227,7 @@ def _starting_agent(store: ModelStore, cluster: ClusterSpec, costs, settings: LD
                  records)
         return agent, latest, records, latest.get("training_data_hash", "")
     if initial_model is not None:
-        agent = LDWPPolicy.from_file(initial_model, cluster, costs, training=True)
+        agent = _load_initial_model(initial_model, cluster, costs)
         meta = store.publish_file(initial_model, {
             "trained_on_records": 0, "new_records": 0, "training_data_hash": "",
             "nodes": list(cluster.node_ids), "source": f"initial model {initial_model}",

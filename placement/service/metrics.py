@@ -72,7 +72,8 @@ class ServiceMetrics:
             p + "learning_rejections", "what the online learner refused: kind=timing (a "
             "timing with missing, non-finite or implausible fields, not learned from), "
             "kind=model (a candidate model with non-finite or implausible outputs or a "
-            "held-back error far above the last good version's; rolled back, not published)",
+            "held-back error far above the last good version's; rolled back, not published), "
+            "kind=queue_full (the oldest queued example dropped: the training queue was full)",
             ["kind"], registry=r)
         self.queue_depth = Gauge(
             p + "node_queue_depth", "tasks at each node (queued + in flight) in its latest "

@@ -72,6 +72,10 @@ HOSTILE = [
     ("a day per task", {**GOOD, "fixed_s": 86_400.0}, "fitted time"),
     ("zero time", {**GOOD, "fixed_s": 0.0, "per_unit_s": 0.0}, "fitted time"),
     ("size beyond the bound", {**GOOD, "mean_size": 1e15}, "bound"),
+    # an int past a float's range at size 0 passed the time check, then float() overflowed
+    # and the whole snapshot was lost
+    ("a slope of 400 digits at size 0", {**GOOD, "per_unit_s": 10 ** 400, "mean_size": 0},
+     "finite numbers"),
 ]
 
 

@@ -140,6 +140,17 @@ def test_feedback_from_nodes_outside_the_plan_is_ignored():
         {"tm_a", "tm_b", "tm_c"}
 
 
+def test_a_report_of_a_node_outside_the_plan_retires_none_of_its_tasks():
+    # another job's executor on the same feedback topic, or a forged report, must not make
+    # a busy node look free
+    router = make_router()
+    assert router.decide_event(event(0)).node == "tm_a"
+    router.on_feedback(feedback("tm_z", completed=["t0"]))
+    assert router.in_flight()["tm_a"] == 1
+    router.on_feedback(feedback("tm_a", completed=["t0"]))
+    assert router.in_flight()["tm_a"] == 0
+
+
 # -- LDWP models on the router -------------------------------------------------------------
 
 def _agent(network="node_scoring", seed=3):
