@@ -534,6 +534,10 @@ def _main(argv=None) -> int:
                         help="--overhead: also the plain function as a two-input operator "
                              "beside a broadcast input (the router's shape, without the hook), "
                              "its outputs on the main output, then on a side output")
+    parser.add_argument("--feedback-ablation", action="store_true",
+                        help="--overhead: also the colocated routers with the feedback as "
+                             "their broadcast input (router_feedback 'broadcast'), against "
+                             "their default, each reading the feedback topic itself")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the hook's own cost with a trivial operator against "
                              "rebalance(), both spread one instance per TaskManager")
@@ -687,6 +691,9 @@ def overhead(args) -> int:
          {"ROUTER_PARALLELISM": str(n)}) for n in routers] + [
         ("hook (colocated routers)", ("--hook",), {"ROUTING": "colocated"})
         for _ in range(1 if args.colocated else 0)] + [
+        ("hook (colocated routers, broadcast feedback)", ("--hook",),
+         {"ROUTING": "colocated", "ROUTER_FEEDBACK": "broadcast"})
+        for _ in range(1 if args.colocated and args.feedback_ablation else 0)] + [
         ("connect(broadcast) + process (Flink)", ("--plain-shape", "broadcast"), {})
         for _ in range(1 if args.shape_ablation else 0)] + [
         ("connect(broadcast) + process, side output (Flink)", ("--plain-shape", "side-output"),
@@ -725,6 +732,7 @@ def overhead(args) -> int:
     name = ("flink_e2e_overhead" + ("" if args.python_mode == "process" else "_thread")
             + ("_colocated" if args.colocated and not routers else "")
             + ("_shapes" if args.shape_ablation else "")
+            + ("_feedback" if args.feedback_ablation else "")
             + ("_quick" if args.quick else ""))
     plot_overhead(summary, f"the hook's cost with a trivial operator, {runs} rounds, "
                   f"{args.python_mode} mode" + ("" if args.python_mode == "process" else

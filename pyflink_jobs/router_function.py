@@ -2,7 +2,9 @@
 
 :class:`RouterFunction` is a thin ``BroadcastProcessFunction`` around
 :class:`pyflink_jobs.router.Router`: its main input is the job's own stream, its broadcast input
-the NodeFeedback of the executors. Each record leaves on the side output of the chosen node as
+the NodeFeedback of the executors (or, with ``feedback=``, a one-input process function that
+reads the feedback topic itself: :mod:`pyflink_jobs.feedback_tail`). Each record leaves on the
+side output of the chosen node as
 one :class:`~pyflink_jobs.routed.RoutedRecord` (the user's record untouched inside); what cannot
 be routed leaves on the main output as DeadLetter bytes, with the reason, and the job keeps
 running. How a record becomes a task the policy can judge is a :class:`RecordReader`:
@@ -34,6 +36,7 @@ import uuid
 
 from placement.service.flink_rest import FlinkRestClient
 from interference.executor.results import exception_text
+from pyflink_jobs.feedback_tail import FeedbackTail
 from pyflink_jobs.flink_ops import CountGauges, dead_letter_raw, make_dead_letter, subtask_index
 from pyflink_jobs.light_lane import LightLane
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
@@ -295,13 +298,17 @@ class RouterFunction(BroadcastProcessFunction):
     its own node on ``inline.output_tag``."""
 
     def __init__(self, settings: RouterSettings, reader: RecordReader | None = None,
-                 single_output: bool = False, inline=None):
+                 single_output: bool = False, inline=None, feedback=None):
         self.settings = settings
         self.reader = reader or TaskEventRecords()
         self.single_output = single_output  # rest_partitioner: (node, routed) on one output
         # routing "colocated": an InlineExecutor (pyflink_jobs.inline_executor) that runs the
         # records routed to this router's own node here; None: every record is sent on
         self.inline = inline
+        # A FeedbackTailSettings (pyflink_jobs.feedback_tail): this router reads the feedback
+        # topic itself and is applied with ``DataStream.process`` (one input); None: the
+        # feedback is its broadcast input (``connect(broadcast).process``)
+        self.feedback = feedback
 
     def open(self, runtime_context):
         from workload.codec import CodecError, decode
@@ -315,6 +322,10 @@ class RouterFunction(BroadcastProcessFunction):
             self._tags = {n: node_tag(n) for n in router.node_ids}
         self._descriptor = feedback_state_descriptor()
         self._restored = False
+        self._tail = None
+        if self.feedback is not None:   # node views come back from the topic's history
+            self._tail = FeedbackTail(self.feedback, self._apply_report).start()
+            self._restored = True
         self._local_node = (self.inline.open_on(runtime_context, router.node_ids)
                             if self.inline is not None and not self.reader.task_events
                             else None)
@@ -345,7 +356,7 @@ class RouterFunction(BroadcastProcessFunction):
         # the light lane: records of the default type and size that it keeps and runs itself,
         # in one call (pyflink_jobs.light_lane); used once the node view is restored
         self._lane = self._light_lane()
-        self._ready_lane = None
+        self._ready_lane = self._lane if self._restored else None
         group.gauge("streamplace_model_refresh_failures",
                     lambda: int(self.refresher.failures if self.refresher else 0))
         # 1 while the policy decides on the compiled path (placement.ldwp.compiled), else 0
@@ -353,6 +364,9 @@ class RouterFunction(BroadcastProcessFunction):
                     lambda: int(router.stats_decision_path() == "compiled"))
         group.gauge("streamplace_fallback_decisions", lambda: int(router.fallback_decisions))
         group.gauge("streamplace_feedback_records", lambda: int(router.feedback_records))
+        if self._tail is not None:
+            tail = self._tail
+            group.gauge("streamplace_feedback_refused", lambda: int(tail.refused + tail.errors))
         group.gauge("streamplace_seeded_cost_fits", lambda: int(router.seeded_cost_fits))
         group.gauge("streamplace_models_refused",
                     lambda: int(self.refresher.refused) if self.refresher else 0)
@@ -390,6 +404,8 @@ class RouterFunction(BroadcastProcessFunction):
     def close(self):
         if getattr(self, "refresher", None) is not None:
             self.refresher.stop()
+        if getattr(self, "_tail", None) is not None:
+            self._tail.stop()
         if getattr(self, "_lane", None) is not None:
             self._lane.flush()
         if getattr(self, "_local_node", None) is not None:
@@ -511,6 +527,18 @@ class RouterFunction(BroadcastProcessFunction):
         self.router.on_feedback(record)
         if record["node_id"] in self._tags:  # only this job's nodes: the state stays bounded
             ctx.get_broadcast_state(self._descriptor).put(record["node_id"], bytes(value))
+
+    def _apply_report(self, payload: bytes, from_history: bool) -> None:
+        """One NodeFeedback of the feedback tail, on its thread (``Router.on_feedback`` takes
+        the router's lock); a report from before this router started retires none of its
+        tasks. Undecodable reports are skipped, as broadcast ones are."""
+        try:
+            record = self._decode("NodeFeedback", payload)
+        except self._codec_error:
+            return
+        if from_history:
+            record["completed"] = []
+        self.router.on_feedback(record)
 
 
 class RestAwarePartitioner(Partitioner):
