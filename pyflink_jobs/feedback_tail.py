@@ -54,6 +54,8 @@ POLL_TIMEOUT_S = 0.25
 RETRY_S = 2.0
 #: Seconds a metadata or watermark request may take.
 METADATA_TIMEOUT_S = 5.0
+#: Seconds :meth:`FeedbackTail.stop` waits for the thread (a poll ends within POLL_TIMEOUT_S).
+STOP_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -108,13 +110,17 @@ class FeedbackTail:
             self._thread.start()
         return self
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Ask the thread to end and join it (it closes the consumer)."""
+    def stop(self, timeout_s: float = STOP_WAIT_S) -> None:
+        """Ask the thread to end and wait for it at most ``timeout_s``: a thread still inside
+        a broker request (no broker: up to METADATA_TIMEOUT_S) ends on its own when the
+        request does, and closes the consumer then; a router's close, which ends a bounded
+        job, does not wait for it."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
-                log.warning("the router's feedback tail did not stop within %.0f s", timeout_s)
+                log.info("the router's feedback tail is still in a broker request; it ends "
+                         "on its own when that returns")
 
     @property
     def running(self) -> bool:

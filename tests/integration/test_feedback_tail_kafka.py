@@ -50,14 +50,14 @@ def test_the_tail_reads_history_then_live_reports_and_commits_nothing(stack_conf
         assert sorted(live) == [(b"new-0", False), (b"new-1", False)]
         assert tail.refused == tail.errors == 0
     finally:
-        tail.stop()
+        tail.stop(timeout_s=10)
     assert not tail.running
     again = _started(FeedbackTailSettings(stack_config.kafka.bootstrap_servers, topic,
                                           history_messages=1))
     try:   # nothing was committed: a new tail starts from the topic's end again
         assert sorted(_wait_for(again, 2)) == [(b"new-0", True), (b"new-1", True)]
     finally:
-        again.stop()
+        again.stop(timeout_s=10)
 
 
 def test_a_tail_started_on_an_empty_topic_reads_what_comes_after(stack_config, kafka_broker):
@@ -74,4 +74,4 @@ def test_a_tail_started_on_an_empty_topic_reads_what_comes_after(stack_config, k
             produce_raw(stack_config, topic, [f"live-{partition}".encode()], partition=partition)
         assert sorted(_wait_for(tail, 2)) == [(b"live-0", False), (b"live-1", False)]
     finally:
-        tail.stop()
+        tail.stop(timeout_s=10)

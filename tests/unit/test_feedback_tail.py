@@ -4,6 +4,7 @@ router function that drains it between records."""
 
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
 
@@ -81,7 +82,7 @@ def _run(consumer, settings=None, until=lambda tail: False, wait_s=5.0, on_paylo
     deadline = time.monotonic() + wait_s
     while not until(tail) and time.monotonic() < deadline:
         time.sleep(0.01)
-    tail.stop()
+    tail.stop(timeout_s=5)
     return tail
 
 
@@ -155,8 +156,30 @@ def test_a_consumer_that_cannot_be_made_leaves_the_router_without_feedback():
     got = []
     tail = FeedbackTail(FeedbackTailSettings("broker:9092", "feedback"),
                         lambda p, h: got.append(p), consumer_factory=refuse).start()
-    tail.stop()
+    tail.stop(timeout_s=5)
     assert not tail.running and "no librdkafka here" in tail.last_error and got == []
+
+
+def test_stop_does_not_wait_for_a_broker_request_and_the_thread_ends_after_it():
+    # no broker: the metadata request blocks until its timeout; a bounded job's end (the
+    # router's close) must not wait for it
+    release = threading.Event()
+
+    class Hanging(ScriptedConsumer):
+        def list_topics(self, topic, timeout):
+            release.wait(10)
+            return SimpleNamespace(topics={})
+
+    consumer = Hanging({0: (0, 0)})
+    tail = FeedbackTail(FeedbackTailSettings("broker:9092", "feedback"), lambda p, h: None,
+                        consumer_factory=lambda config: consumer).start()
+    time.sleep(0.05)
+    started = time.monotonic()
+    tail.stop(timeout_s=0.2)
+    assert time.monotonic() - started < 1.0 and tail.running
+    release.set()   # the request returns: the thread sees the stop and closes the consumer
+    tail._thread.join(5)
+    assert not tail.running and consumer.closed
 
 
 @pytest.mark.parametrize("changes", [{"history_messages": -1}, {"history_messages": 2.5},
