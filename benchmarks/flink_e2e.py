@@ -60,7 +60,6 @@ import statistics
 import threading
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 from benchmarks._common import RESULTS, exclusive_home, write_result
 from benchmarks.learning_curve import learning_curve, placement_drift
@@ -288,16 +287,7 @@ def router_gauges(rest_url: str, job_id: str, wait_s: float = 15.0) -> dict:
         if ids or time.monotonic() > deadline:
             break
         time.sleep(1.0)
-    # In requests of at most ~3,000 characters: Flink's REST server refuses a longer request
-    # line (HTTP 404 "bad-request"), and three routers' gauges pass that.
-    values, chunk = [], []
-    for metric in ids + [None]:
-        if metric is None or chunk and len(",".join(chunk)) + len(metric) > 3000:
-            if chunk:
-                values += rest.get(f"{path}?get={quote(','.join(chunk), safe=',')}")
-            chunk = []
-        if metric is not None:
-            chunk.append(metric)
+    values = rest.metric_values(path, ids)   # several requests when there are many gauges
     gauges = {}
     for value in values:
         try:

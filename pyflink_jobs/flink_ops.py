@@ -170,7 +170,8 @@ def make_dead_letter(raw: bytes, topic: str, partition: int, offset: int, reason
 
 
 def _utf8_text(value) -> str:
-    """``value`` as text UTF-8 can encode (lone surrogates escaped); "" for None."""
+    """``value`` as text UTF-8 can encode (``workload.limits.text_safe``); "" for None."""
+    from workload.limits import text_safe
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -178,11 +179,7 @@ def _utf8_text(value) -> str:
             value = str(value)
         except Exception:  # noqa: BLE001 - an object whose str() raises
             value = f"<{type(value).__name__}>"
-    try:
-        value.encode("utf-8")
-        return value
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text_safe(value)
 
 
 def _bounded_int(value, bits: int) -> int:

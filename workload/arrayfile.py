@@ -49,8 +49,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["ArrayFileError", "write_arrays", "read_arrays", "load_arrays", "read_bounded",
-           "check_size", "MAGIC_BYTES", "PREFIX_BYTES", "DIGEST_BYTES", "MAX_FILE_BYTES",
-           "MAX_HEADER_BYTES", "MAX_DIMENSION", "MAX_DIMS", "MAX_ARRAYS", "MAX_NAME_CHARS"]
+           "check_size", "file_bytes", "MAGIC_BYTES", "PREFIX_BYTES", "DIGEST_BYTES",
+           "MAX_FILE_BYTES", "MAX_HEADER_BYTES", "MAX_DIMENSION", "MAX_DIMS", "MAX_ARRAYS", "MAX_NAME_CHARS"]
 
 #: every magic is this long (the header length follows it)
 MAGIC_BYTES = 8
@@ -92,6 +92,22 @@ def check_size(size: int, name: str, kind: str = "array file",
     if size > max_file_bytes:
         raise error(f"{name} is {size:,} bytes, over the {max_file_bytes:,}-byte limit for a "
                     f"{kind}")
+
+
+def file_bytes(data, name: str, error: type[ArrayFileError] = ArrayFileError) -> bytes:
+    """``data`` as ``bytes`` (a bytearray or memoryview copied); ``error`` for anything else
+    (None, a str: a caller's mistake, told as the file's).
+
+    Example::
+
+        >>> file_bytes(bytearray(b"ab"), "m.bin")
+        b'ab'
+    """
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise error(f"{name}: expected the file's bytes, got {type(data).__name__}")
 
 
 def write_arrays(path: str | Path | None, named_arrays: list[tuple[str, np.ndarray]],
@@ -208,10 +224,7 @@ def read_arrays(data: bytes, name: str, magic: bytes, *, kind: str = "array file
         x is not a streamplace array file (bad magic bytes)
     """
     _check_magic(magic, error)
-    if isinstance(data, (bytearray, memoryview)):
-        data = bytes(data)
-    elif not isinstance(data, bytes):   # None, a str: a caller's mistake, told as the file's
-        raise error(f"{name}: expected the file's bytes, got {type(data).__name__}")
+    data = file_bytes(data, name, error)
     check_size(len(data), name, kind, max_file_bytes, error)
     if data[:MAGIC_BYTES] != magic:
         raise error(f"{name} is not a streamplace {kind} (bad magic bytes)")

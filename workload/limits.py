@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 __all__ = ["TaskLimits", "BYTES_PER_PIXEL", "BYTES_PER_RECORD_BYTE", "MEMORY_FRACTION",
            "DEFAULT_NODE_MEMORY_BYTES", "DEFAULT_MAX_TASK_SIZE", "DEFAULT_MAX_EXPECTED_WORK_MS",
            "DEFAULT_MAX_TASK_ID_CHARS", "DEFAULT_MAX_TASK_TYPE_CHARS", "OPERATOR_FIELDS",
-           "TASK_EVENT_FIELDS", "short_repr", "finite_real", "require_count"]
+           "TASK_EVENT_FIELDS", "short_repr", "text_safe", "finite_real", "require_count"]
 
 #: Memory one pixel of a built-in video app's task costs while it runs (measured: 45-100).
 BYTES_PER_PIXEL = 100
@@ -235,6 +235,23 @@ def require_count(name: str, value, minimum: int) -> None:
     """A setting that must be an integer >= ``minimum`` (bools refused): ValueError if not."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def text_safe(value: str) -> str:
+    """``value`` if UTF-8 can encode it, else with each lone surrogate as its escape text
+    (``json.loads`` and Python strings accept lone surrogates; a UTF-8 encoder, Avro's or an
+    HTTP response's, refuses them).
+
+    >>> text_safe("ok"), text_safe("a\\ud800b")
+    ('ok', 'a\\\\ud800b')
+    """
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 def short_repr(value) -> str:

@@ -42,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from workload.arrayfile import ArrayFileError, check_size, read_arrays, read_bounded, write_arrays
+from workload.arrayfile import (ArrayFileError, check_size, file_bytes, read_arrays,
+                                read_bounded, write_arrays)
 
 __all__ = ["save_model", "load_model", "parse_model", "check_layout", "ModelFileError",
            "MAGIC", "FORMAT_VERSION", "MAX_FILE_BYTES"]
@@ -87,10 +88,7 @@ def load_model(path: str | Path) -> tuple[list[tuple[np.ndarray, np.ndarray]], d
 def parse_model(data: bytes, name: str = "model file"
                 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict]:
     """:func:`load_model` for bytes (a download); ``name`` is used in error messages."""
-    if isinstance(data, (bytearray, memoryview)):
-        data = bytes(data)
-    elif not isinstance(data, bytes):
-        raise ModelFileError(f"{name}: expected the file's bytes, got {type(data).__name__}")
+    data = file_bytes(data, name, ModelFileError)   # checked before the magic is read here
     check_size(len(data), name, _KIND, MAX_FILE_BYTES, ModelFileError)
     if data[:8] == _OLD_MAGIC:
         raise ModelFileError(f"{name} is a format 1 model file, whose digest does not cover its "

@@ -15,7 +15,7 @@ Endpoints used (Flink 2.2 REST API): ``/overview``, ``/taskmanagers``, ``/jobs/o
 ``/jobmanager/config``, ``/jobs/<jid>/checkpoints``, ``/jobs/<jid>/exceptions``,
 ``POST /jobs/<jid>/stop`` (stop-with-savepoint), ``/jobs/<jid>/savepoints/<trigger>``,
 ``PATCH /jobs/<jid>?mode=cancel``; and for the engine benchmarks' diagnostics (through
-:meth:`get`): ``/jobs/<jid>/vertices/<vid>/metrics``, ``/jobs/<jid>/vertices/<vid>/taskmanagers``
+:meth:`get`, :meth:`metric_values`): ``/jobs/<jid>/vertices/<vid>/metrics``, ``/jobs/<jid>/vertices/<vid>/taskmanagers``
 and ``/jobs/<jid>/checkpoints/details/<id>/subtasks/<vid>``.
 
 Example::
@@ -39,7 +39,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-__all__ = ["FlinkRestClient", "FlinkUnreachable", "FlinkRestError", "DEFAULT_TIMEOUT_S"]
+__all__ = ["FlinkRestClient", "FlinkUnreachable", "FlinkRestError", "DEFAULT_TIMEOUT_S",
+           "MAX_METRICS_QUERY_CHARS"]
 
 #: Seconds one request may take unless the client or the call says otherwise: the service polls
 #: on its request path, so a JobManager that hangs must cost it about a second, not minutes.
@@ -51,6 +52,8 @@ ERROR_DETAIL_BYTES = 300
 #: the largest answer read (a /jobs/overview of thousands of jobs is a few MB); a larger body
 #: is refused, so a broken or hostile endpoint cannot take the caller's memory
 MAX_RESPONSE_BYTES = 16 << 20
+#: Longest ``?get=`` list of metric ids one request carries (FlinkRestClient.metric_values)
+MAX_METRICS_QUERY_CHARS = 3000
 
 
 class FlinkUnreachable(ConnectionError):
@@ -191,6 +194,23 @@ class FlinkRestClient:
         keys = ("subtask", "taskmanager-id", "endpoint", "attempt", "status")
         return [{k: s.get(k) for k in keys}
                 for s in self.get(f"/jobs/{job_id}/vertices/{vertex_id}").get("subtasks", [])]
+
+    def metric_values(self, path: str, ids: list[str],
+                      max_query_chars: int = MAX_METRICS_QUERY_CHARS) -> list[dict]:
+        """``{id, value}`` of the metrics ``ids`` at a metrics ``path`` (e.g.
+        ``/jobs/<jid>/vertices/<vid>/metrics``), asked ``?get=id,id,...`` in as many requests
+        as keep each query under ``max_query_chars``: Flink refuses a longer request line
+        (HTTP 404 "bad-request"), which a vertex's gauges over a few subtasks pass."""
+        values, chunk, chars = [], [], 0
+        for metric in ids:
+            if chunk and chars + len(metric) + 1 > max_query_chars:
+                values += self.get(f"{path}?get={urllib.parse.quote(','.join(chunk), safe=',')}")
+                chunk, chars = [], 0
+            chunk.append(metric)
+            chars += len(metric) + 1
+        if chunk:
+            values += self.get(f"{path}?get={urllib.parse.quote(','.join(chunk), safe=',')}")
+        return values
 
     def jobmanager_config(self) -> dict[str, str]:
         """The JobManager's effective configuration as ``{key: value}``."""

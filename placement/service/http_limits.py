@@ -6,8 +6,9 @@
   refused without reading; a chunked body is counted as it arrives and refused once over.
 - :func:`bounded_echo`: what a 422 may echo of the input: strings cut, lists and objects
   shortened, nesting cut (a 100k-task body was echoed whole, 4.8 MB).
-- :func:`text_safe`: a string that UTF-8 can encode: a lone surrogate (``"\\ud800"``, which
-  ``json.loads`` accepts) is written as its escape text instead of failing the response (a 500).
+- :func:`text_safe` (from ``workload.limits``): a string that UTF-8 can encode: a lone
+  surrogate (``"\\ud800"``, which ``json.loads`` accepts) is written as its escape text instead
+  of failing the response (a 500).
 
 Example::
 
@@ -18,6 +19,8 @@ Example::
 from __future__ import annotations
 
 import json
+
+from workload.limits import text_safe   # re-exported: what the service's answers use
 
 __all__ = ["MAX_BODY_BYTES", "MAX_ECHO_CHARS", "MAX_ECHO_ITEMS", "MAX_ECHO_DEPTH",
            "BodySizeLimit", "bounded_echo", "text_safe"]
@@ -32,21 +35,6 @@ MAX_ECHO_CHARS = 128
 MAX_ECHO_ITEMS = 5
 #: Deepest nesting a validation error echoes (deeper values become "...").
 MAX_ECHO_DEPTH = 3
-
-
-def text_safe(value: str) -> str:
-    """``value`` if UTF-8 can encode it, else with each lone surrogate as its escape text.
-
-    >>> text_safe("ok"), text_safe("a\\ud800b")
-    ('ok', 'a\\\\ud800b')
-    """
-    if value.isascii():
-        return value
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value
 
 
 def bounded_echo(value, depth: int = 0):
