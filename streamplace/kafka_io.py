@@ -133,14 +133,18 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str | None,
                expected: int | None,
                timeout_s: float = 120.0, idle_s: float | None = None,
                group_id: str | None = None, progress=None, settle_s: float = 0.0,
-               keep=None, stamp_seen: bool = False, stop=None) -> ReadReport:
+               keep=None, stamp_seen: bool = False, stop=None,
+               stamp_appended: bool = False) -> ReadReport:
     """Read ``topic`` from the beginning with ``isolation.level=read_committed`` until
     ``expected`` records arrived (then ``settle_s`` more, to catch duplicates), ``timeout_s``
     passed, or nothing came for ``idle_s``. ``keep(record)`` filters what is kept and counted
     (e.g. one run's task ids on a topic shared with earlier runs). ``stamp_seen`` adds the
     epoch seconds each record became visible as ``_seen_s`` (committed-results rates).
+    ``stamp_appended`` adds the broker's append time (epoch seconds) as ``_appended_s`` on a
+    topic with ``message.timestamp.type=LogAppendTime``: when a transactional writer wrote the
+    record, before its transaction committed (None on a topic with producers' timestamps).
     ``stop`` (a ``threading.Event``) ends the read early, e.g. when the caller gave up."""
-    from confluent_kafka import Consumer, KafkaError
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError
 
     from workload.codec import CodecError, decode
 
@@ -179,6 +183,10 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str | None,
                     continue
                 if stamp_seen:
                     record["_seen_s"] = time.time()
+                if stamp_appended:
+                    kind, stamp_ms = msg.timestamp()
+                    record["_appended_s"] = stamp_ms / 1000.0 \
+                        if kind == TIMESTAMP_LOG_APPEND_TIME else None
                 report.records.append(record)
                 if progress is not None:
                     progress.update(1)

@@ -52,15 +52,18 @@ def ensure_topics(config: StreamplaceConfig, timeout_s: float = 30.0) -> list[st
 
 
 def create_topics(config: StreamplaceConfig, names, partitions: int = 2,
-                  timeout_s: float = 30.0) -> list[str]:
+                  timeout_s: float = 30.0, topic_config: dict[str, str] | None = None) -> list[str]:
     """Create plain topics ``names`` (duplicates and existing ones skipped) for jobs of one's
-    own (examples, benchmarks); returns the names created. The broker's reason is raised."""
+    own (examples, benchmarks); returns the names created. The broker's reason is raised.
+    ``topic_config``: topic settings for every one of them (e.g.
+    ``{"message.timestamp.type": "LogAppendTime"}``)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": config.kafka.bootstrap_servers})
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     # one request per name, never a name twice: the broker refuses a request that repeats one
-    new = [NewTopic(n, num_partitions=partitions, replication_factor=1)
+    new = [NewTopic(n, num_partitions=partitions, replication_factor=1,
+                    config=dict(topic_config or {}))
            for n in sorted(set(names)) if n not in existing]
     created = []
     if new:

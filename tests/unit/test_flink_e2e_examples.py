@@ -271,7 +271,7 @@ def test_the_overheads_cost_without_the_jit_compares_cpu_a_record_once_compiled(
     assert "plain" not in costs
 
 
-def test_the_overhead_plot_draws_both_jobs(tmp_path):
+def test_the_overhead_plot_draws_both_jobs(tmp_path, monkeypatch):
     from benchmarks.flink_e2e_examples import plot_overhead
 
     def row(variant, rate, python, on_records, jvm, jit):
@@ -285,3 +285,20 @@ def test_the_overhead_plot_draws_both_jobs(tmp_path):
     plot_overhead([row("plain", 100.0, 12.0, 11.0, 20.0, 8.0), row("hook", 80.0, 0.0, 0.0, 25.0,
                                                                    6.0)], "title", path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5_000
+    # with the written rates (before the commit) beside the committed ones: four rate bars
+    import matplotlib.pyplot as plt
+    drawn = []
+    real_subplots = plt.subplots
+
+    def spying_subplots(*args, **kwargs):
+        fig, axes = real_subplots(*args, **kwargs)
+        drawn.append(axes[0])
+        return fig, axes
+    rows = [dict(row("plain", 100.0, 12.0, 11.0, 20.0, 8.0),
+                 written_records_per_s={"mean": 150.0, "ci95": [140.0, 160.0]}),
+            dict(row("hook", 80.0, 14.0, 12.0, 25.0, 6.0),
+                 written_records_per_s={"mean": 140.0, "ci95": [130.0, 150.0]})]
+    monkeypatch.setattr(plt, "subplots", spying_subplots)
+    plot_overhead(rows, "title", tmp_path / "written.png")
+    widths = sorted(bar.get_width() for bar in drawn[0].patches)
+    assert widths == [80.0, 100.0, 140.0, 150.0]
