@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 
 from pyflink_jobs.feedback import FeedbackPublisher, FinishedTask
-from pyflink_jobs.flink_ops import CountGauges, subtask_index
+from pyflink_jobs.flink_ops import KAFKA_LOGGER, CountGauges, subtask_index
 from pyflink_jobs.routed import RoutedRecord
 from workload.limits import MEMORY_FRACTION
 from workload.task_attributes import task_slo_from_attributes
@@ -74,6 +74,14 @@ class ExecutorFunctionSettings:
     node_memory_bytes / task_memory_fraction / limit_address_space: the executor's per-task
         memory budget and optional ``RLIMIT_AS`` (``interference.executor.memory``; 0 = the
         memory this process can have, 0.5 = half of it per task, off).
+    none_outputs: the job's output type carries None (Flink's STRING); False: an operator
+        output of None makes its record a dead letter instead of failing the job in Java.
+    max_attempts: calls of the user's operator per record before it is a dead letter (1: as
+        a plain map, which calls once; more re-run an operator that raised, side effects too).
+    first_instance / operator_instances: this operator's instances are numbered
+        ``first_instance + subtask index`` of ``operator_instances`` in the runtime context the
+        user's operator sees (all its instances in the job: every node's executors and
+        colocated routers; ``pyflink_jobs.operator_context``); 0 instances = Flink's own.
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -86,6 +94,15 @@ class ExecutorFunctionSettings:
     node_memory_bytes: int = 0
     task_memory_fraction: float = MEMORY_FRACTION
     limit_address_space: bool = False
+    none_outputs: bool = True
+    max_attempts: int = 1
+    first_instance: int = 0
+    operator_instances: int = 0
+
+    def user_context(self, runtime_context):
+        """The runtime context the user's operator is opened with (see the fields above)."""
+        from pyflink_jobs.operator_context import operator_context
+        return operator_context(runtime_context, self.first_instance, self.operator_instances)
 
     def workers(self) -> int:
         """CPU worker threads for one instance on this node."""
@@ -149,6 +166,10 @@ class ExecutorFeedback:
         instance = self.feedback_instance_base + subtask_index(runtime_context)
         s = self.settings
         producer = Producer({"bootstrap.servers": s.bootstrap_servers,
+                             # librdkafka's own lines to the worker's log, not its stderr
+                             "logger": logging.getLogger(KAFKA_LOGGER),
+                             # served on the publisher's polls, after it is set below
+                             "error_cb": lambda err: self.feedback.client_error(err),
                              "linger.ms": 20, "compression.type": "lz4",
                              "client.id": f"streamplace-feedback-{self.node_id}-{instance}"})
         self.feedback = FeedbackPublisher(self.node_id, snapshot, producer, s.feedback_topic,
@@ -170,12 +191,17 @@ class ExecutorFeedback:
         self._counts.inc("streamplace_tasks_ok" if ok else "streamplace_tasks_failed")
 
     def close(self):
-        feedback = getattr(self, "feedback", None)
-        if feedback is not None:
-            feedback.close()
+        # the executor (and the user's operator's close) first: the feedback's close may wait
+        # seconds for an unreachable broker, and a local job's teardown does not wait that
+        # long, so the user's close came last and was cut off
         executor = getattr(self, "executor", None)
-        if executor is not None:
-            executor.close()
+        try:
+            if executor is not None:
+                executor.close()
+        finally:
+            feedback = getattr(self, "feedback", None)
+            if feedback is not None:
+                feedback.close()
 
 
 class ExecutorFunctionBase(ExecutorFeedback, AsyncFunction):

@@ -38,6 +38,8 @@ import threading
 import uuid
 from dataclasses import dataclass
 
+from pyflink_jobs.flink_ops import KAFKA_LOGGER
+
 __all__ = ["FeedbackTail", "FeedbackTailSettings", "MAX_FEEDBACK_BYTES", "HISTORY_MESSAGES"]
 
 log = logging.getLogger(__name__)
@@ -138,7 +140,10 @@ class FeedbackTail:
             if err.code() not in reported:
                 reported.add(err.code())
                 log.warning("router feedback tail: %s (retrying; logged once)", err)
-        return Consumer({"error_cb": on_error, **self.settings.consumer_config()})
+        # logger: librdkafka's own lines (a refused connection every retry) go to the
+        # worker's log, not its stderr (a local job's console)
+        return Consumer({"error_cb": on_error, "logger": logging.getLogger(KAFKA_LOGGER),
+                         **self.settings.consumer_config()})
 
     def _run(self) -> None:
         try:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import time
 
-__all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter",
+__all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter", "carries_none",
+           "KAFKA_LOGGER",
            "executor_slot_sharing_group", "io_slot_sharing_group", "kafka_bytes_sink",
            "router_slot_sharing_group", "ROUTER_RESOURCE",
            "input_is_bounded", "runtime_mode", "execution_target",
@@ -44,6 +45,23 @@ IO_CPU, IO_HEAP_MB, IO_MANAGED_MB = 0.1, 64, 32
 #: a slot sharing group that needs one unit gets at most one slot per TaskManager, which
 #: spreads colocated routers one per TaskManager (router_slot_sharing_group).
 ROUTER_RESOURCE = "streamplace_router"
+
+
+#: The Python logger librdkafka's own log lines go to (the hook's Kafka clients in the workers)
+KAFKA_LOGGER = "streamplace.librdkafka"
+
+
+def carries_none(output_type) -> bool:
+    """Whether records of ``output_type`` may be None between operators: Flink's STRING
+    serializer writes a null; INT, PICKLED_BYTE_ARRAY (None: the default) and the others fail
+    the job on one ("The record must not be null", a NullPointerException)."""
+    if output_type is None:
+        return False
+    try:
+        from pyflink.common import Types
+    except ImportError:  # no PyFlink: nothing to cross
+        return True
+    return output_type == Types.STRING()
 
 
 def subtask_index(runtime_context) -> int:

@@ -67,7 +67,8 @@ from workload.operators import as_operator
 
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
-from pyflink_jobs.flink_ops import (DeadLetterLog, dead_letter_tag, executor_slot_sharing_group,
+from pyflink_jobs.flink_ops import (DeadLetterLog, carries_none, dead_letter_tag,
+                                    executor_slot_sharing_group,
                                     io_slot_sharing_group, kafka_bytes_sink,
                                     python_execution_mode, router_slot_sharing_group,
                                     side_output)
@@ -91,6 +92,8 @@ log = logging.getLogger(__name__)
 
 #: Environment variables ``STREAMPLACE_HOOK_<FIELD>`` set hook settings (:meth:`HookSettings.from_env`).
 ENV_PREFIX = "STREAMPLACE_HOOK_"
+#: most calls of the user's operator per record (HookSettings.max_attempts)
+MAX_ATTEMPTS = 10
 #: More router instances than this only split every executor's capacity into shares of one.
 MAX_ROUTER_PARALLELISM = 64
 #: How records reach the TaskManager chosen for them (HookSettings.routing).
@@ -174,6 +177,11 @@ class HookSettings:
     # of the router's Python, measured); "auto", "topic" with routing "colocated" (every record
     # crosses a router there) and "broadcast" otherwise.
     router_feedback: str = "auto"
+    # Calls of the user's operator per record before the record is a dead letter. 1, as a
+    # plain map calls it once; more re-run an operator that raised (its side effects too).
+    # (A batched stage whose batch raised re-runs its records one by one either way: that is
+    # how the one bad input is found; its attempts count from there.)
+    max_attempts: int = 1
 
     def __post_init__(self) -> None:
         # Checked here, not when the job starts: a typo fails the submission, not the router.
@@ -186,6 +194,10 @@ class HookSettings:
             raise ValueError("routing='colocated' runs one router per node (at most one per "
                              "TaskManager); leave router_parallelism at 1, got "
                              f"{self.router_parallelism}")
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) \
+                or not 1 <= self.max_attempts <= MAX_ATTEMPTS:
+            raise ValueError(f"max_attempts must be an int in [1, {MAX_ATTEMPTS}], got "
+                             f"{self.max_attempts!r}")
         routers = self.router_parallelism
         if (isinstance(routers, bool) or not isinstance(routers, int)
                 or not 1 <= routers <= MAX_ROUTER_PARALLELISM):
@@ -277,10 +289,14 @@ class HookSettings:
             raise ValueError("the plan gives no node an executor instance")
         return resolved
 
-    def feedback_from_topic(self) -> bool:
-        """True when each router reads the feedback topic itself (``router_feedback``)."""
+    def feedback_from_topic(self, local: bool = False) -> bool:
+        """True when each router reads the feedback topic itself (``router_feedback``).
+        ``local``: the job runs in PyFlink's local mini cluster, where "auto" reads the topic
+        too: a broadcast input is a Kafka source, which needs the connector jar and fails the
+        job when no broker answers, while the tail waits for one (a plain script with a
+        bounded input then runs without a broker)."""
         if self.router_feedback == "auto":
-            return self.routing == "colocated"
+            return self.routing == "colocated" or local
         return self.router_feedback == "topic"
 
     def router_instances(self) -> int:
@@ -383,6 +399,8 @@ class StreamplaceHook:
         self.local = False    # apply(): the job runs in this process's mini cluster
         self._uid_base = self.settings.uid_prefix
         self.bounded = False  # apply(): every source behind the stream is bounded
+        self._operator_instances = 0  # apply(): the user operator's instances in the job
+        self._output_type = None      # apply(): the outputs' type (None: pickled objects)
 
     @staticmethod
     def builder() -> "HookBuilder":
@@ -418,15 +436,28 @@ class StreamplaceHook:
         """:meth:`HookSettings.task_limits`."""
         return self.settings.task_limits(user_records)
 
-    def executor_settings(self, instances: int = 1, host: str = "") -> ExecutorFunctionSettings:
+    def executor_settings(self, instances: int = 1, host: str = "",
+                          first_instance: int = 0) -> ExecutorFunctionSettings:
         """The executor instances' settings, derived from this hook's; the per-task memory
-        budget reads ``host``'s memory from the cluster spec (else the process's own)."""
+        budget reads ``host``'s memory from the cluster spec (else the process's own);
+        ``first_instance``: the number of this operator's first instance among all the user
+        operator's instances (:meth:`_count_instances`)."""
         s = self.settings
         return ExecutorFunctionSettings(
             bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
             scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s,
             instances_on_node=instances, batching=s.batching,
-            node_memory_bytes=s.node_memory_bytes(host))
+            node_memory_bytes=s.node_memory_bytes(host), first_instance=first_instance,
+            operator_instances=self._operator_instances, max_attempts=s.max_attempts,
+            none_outputs=carries_none(self._output_type))
+
+    def _count_instances(self, colocated: bool) -> int:
+        """How many instances the user's operator has in this job (what its runtime context
+        says, ``pyflink_jobs.operator_context``): the colocated routers' (numbered first),
+        then each node's executors in plan order, then the retired nodes'."""
+        s = self.settings
+        return ((s.router_instances() if colocated else 0)
+                + sum(n.instances for n in self.nodes) + len(s.retired))
 
     def feedback_stream(self, env, bounded: bool = False):
         """The NodeFeedback topic as a stream. ``bounded``: the job's input is bounded, so
@@ -481,10 +512,20 @@ class StreamplaceHook:
             raise ValueError("task_type, task_size, output_type and flat need an operator: "
                              "hook.apply(env, stream, operator, output_type=...)")
         self.nodes = s.resolved_nodes()
+        self._operator_instances = self._count_instances(s.routing == "colocated") \
+            if op is not None else 0
         if self.local:  # no TaskManagers to pin to: every operator in the default group
             log.warning("streamplace hook: local execution (execution.target local): the "
                         "executors of %s share this process; placement is by name only",
                         [n.node_id for n in self.nodes])
+            if not s.dead_letter_topic:
+                # the dead-letter log writes in the Python workers' log file, which a
+                # `python job.py` user does not see: say where refused records go
+                log.warning("streamplace hook: no dead_letter_topic: records refused (e.g. "
+                            "over %d bytes) or failed by the operator are logged in PyFlink's "
+                            "Python worker log (pyflink/log/ in its installation), not here; "
+                            "set dead_letter_topic, or sink hook.dead_letters in the job",
+                            s.task_limits(user_records=op is not None).max_size)
         else:
             env.register_slot_sharing_group(io_slot_sharing_group(host=self._router_host()))
         single = s.routing == "rest_partitioner"
@@ -493,7 +534,7 @@ class StreamplaceHook:
         self._output_type = output_type or Types.PICKLED_BYTE_ARRAY()
         inline = self._inline_executor(op) if s.routing == "colocated" else None
         tail = (FeedbackTailSettings(s.bootstrap_servers, s.feedback_topic)
-                if s.feedback_from_topic() else None)
+                if s.feedback_from_topic(self.local) else None)
         router = RouterFunction(self.router_settings(), reader, single_output=single,
                                 inline=inline, feedback=tail)
         if tail is None:   # the feedback as the router's broadcast input
@@ -508,14 +549,19 @@ class StreamplaceHook:
         if single:
             result = self._apply_rest_partitioner(env, routed, op)
         else:
-            outputs = [self._executor_chain(side_output(routed, node_tag(node.node_id)), op,
-                                            node.node_id, node.node_id, node.instances)
-                       for node in self.nodes]
+            first = s.router_instances() if inline is not None else 0
+            outputs = []
+            for node in self.nodes:
+                outputs.append(self._executor_chain(
+                    side_output(routed, node_tag(node.node_id)), op, node.node_id,
+                    node.node_id, node.instances, first_instance=first))
+                first += node.instances
             # A retired node keeps its operator's uid, pinned to its host, fed nothing new: the
             # tasks that were in flight there (in checkpointed state) finish on the host.
-            outputs += [self._executor_chain(side_output(routed, node_tag(retired)), op,
-                                             retired, host, 1, suffix=f"-retired-on-{host}")
-                        for retired, host in sorted(s.retired.items())]
+            for number, (retired, host) in enumerate(sorted(s.retired.items())):
+                outputs.append(self._executor_chain(
+                    side_output(routed, node_tag(retired)), op, retired, host, 1,
+                    suffix=f"-retired-on-{host}", first_instance=first + number))
             if inline is not None:  # what the routers ran on their own nodes
                 outputs.insert(0, side_output(routed, inline.output_tag))
             result = outputs[0].union(*outputs[1:]) if len(outputs) > 1 else outputs[0]
@@ -562,7 +608,7 @@ class StreamplaceHook:
         return s.router_host
 
     def _executor_chain(self, stream, op, label: str, host: str, parallelism: int,
-                        suffix: str = "", group=None):
+                        suffix: str = "", group=None, first_instance: int = 0):
         """``stream`` through one executor operator (uid by ``label``, pinned to ``host``)
         and, for a user operator, the split into outputs and dead letters."""
         s = self.settings
@@ -570,7 +616,7 @@ class StreamplaceHook:
         if op is not None and direct_operator(op) is not None:
             # one per-record CPU step: computed inline, outputs and dead letters in one operator
             outputs = (stream.process(DirectOperatorFunction(
-                host, op, self.executor_settings(parallelism, host)),
+                host, op, self.executor_settings(parallelism, host, first_instance)),
                 output_type=self._output_type)
                 .name(f"streamplace-executor{'-' + label if label else ''}{suffix}")
                 .uid(f"{s.uid_prefix}-executor{'-' + label if label else ''}")
@@ -578,8 +624,8 @@ class StreamplaceHook:
             self._dead.append(side_output(outputs, dead_letter_tag()))
             return outputs
         if op is not None:
-            function = OperatorExecutorFunction(host, op,
-                                                self.executor_settings(parallelism, host))
+            function = OperatorExecutorFunction(
+                host, op, self.executor_settings(parallelism, host, first_instance))
         elif s.executor == "checksum":
             function = ChecksumExecutor()
         else:

@@ -75,8 +75,12 @@ class JobShape:
 
 
 def _refuse_keyed(stream) -> None:
+    """Refuse any stream but a plain DataStream: a KeyedStream, and PyFlink's windowed,
+    connected and broadcast streams and sinks (the hook's router needs ``DataStream.process``;
+    they have none, and failed at runtime with an AttributeError). An object that is not
+    PyFlink's at all is a stand-in (tests) and passes."""
     try:
-        from pyflink.datastream import KeyedStream
+        from pyflink.datastream import DataStream, KeyedStream
     except ImportError:  # no PyFlink: a stand-in stream (tests)
         return
     if isinstance(stream, KeyedStream):
@@ -85,3 +89,27 @@ def _refuse_keyed(stream) -> None:
             "each key's records and state on one instance, and the hook moves records between "
             "nodes, so it cannot keep that promise. Apply the hook to the stream before "
             "key_by (its operator is stateless per record), and key its outputs afterwards")
+    if isinstance(stream, DataStream) or \
+            not (type(stream).__module__ or "").startswith("pyflink."):
+        return
+    grouped = ("a window or a second input groups records for a function the hook does not "
+               "call")
+    # what made each of PyFlink's other streams, and why the hook cannot take it
+    made_by, why = {
+        "WindowedStream": ("key_by(...).window / count_window", grouped),
+        "AllWindowedStream": ("window_all", grouped),
+        "ConnectedStreams": ("connect", grouped),
+        "BroadcastConnectedStream": ("connect(a broadcast stream)", grouped),
+        "BroadcastStream": ("broadcast", "a broadcast stream is only a second input"),
+        "DataStreamSink": ("sink_to / add_sink / print", "a sink has no records to go on"),
+        "Table": ("", "a Table is no stream of records (t_env.to_data_stream(table) gives "
+                  "one)"),
+    }.get(type(stream).__name__, ("", grouped))
+    kind = type(stream).__name__
+    article = "an" if kind[:1] in "AEIOU" else "a"
+    named = f"{article} {kind} ({made_by})" if made_by else f"{article} {kind}"
+    step = made_by or f"the step that made this {kind}"
+    raise ValueError(
+        f"hook.apply takes a DataStream, and this is {named}: the hook's operator runs per "
+        f"record, and {why}. Apply the hook to the DataStream before {step}: it returns a "
+        f"DataStream of the operator's outputs, to window, connect or sink afterwards")

@@ -36,7 +36,8 @@ from pyflink_jobs.feedback import FinishedTask, stage_batches
 from pyflink_jobs.flink_ops import dead_letter_raw, dead_letter_tag, make_dead_letter
 
 __all__ = ["ExecutedRecord", "OperatorExecutorFunction", "SplitOutcomes", "DirectRun",
-           "DirectOperatorFunction", "report_outcome", "bytes_out"]
+           "DirectOperatorFunction", "report_outcome", "bytes_out", "NoneOutput",
+           "refusing_none"]
 
 try:  # The module must import without pyflink too (docs, unit tests of the helpers).
     from pyflink.datastream import ProcessFunction
@@ -52,10 +53,44 @@ class ExecutedRecord:
     dead_letter: bytes | None = None
 
 
-def executed_from_outcome(routed, record, outcome, operator_name: str) -> ExecutedRecord:
-    """An :class:`ExecutedRecord` from the executor's ``RecordOutcome``."""
+class NoneOutput(ValueError):
+    """The user's operator gave None where the job's ``output_type`` cannot carry it."""
+
+    def __init__(self):
+        super().__init__(
+            "the operator returned None, which the job's output_type cannot carry between "
+            "operators (Flink's STRING can; a plain map's None fails the job where it reaches "
+            "a Java operator or sink): return a value, or return no output with flat=True")
+
+
+def refusing_none(call, flat: bool):
+    """``call(record)`` that raises :class:`NoneOutput` where it would give None (``flat``:
+    a list of outputs with a None among them)."""
+    if flat:
+        def checked(record):
+            outputs = call(record)
+            if any(o is None for o in outputs):   # `is`: outputs may be arrays, no ==
+                raise NoneOutput()
+            return outputs
+    else:
+        def checked(record):
+            output = call(record)
+            if output is None:
+                raise NoneOutput()
+            return output
+    return checked
+
+
+def executed_from_outcome(routed, record, outcome, operator_name: str,
+                          none_outputs: bool = True) -> ExecutedRecord:
+    """An :class:`ExecutedRecord` from the executor's ``RecordOutcome``; ``none_outputs``
+    False: an output of None makes the record a dead letter (:class:`NoneOutput`)."""
     if outcome.status == "OK":
-        return ExecutedRecord(tuple(outcome.outputs))
+        outputs = tuple(outcome.outputs)
+        if none_outputs or not any(o is None for o in outputs):
+            return ExecutedRecord(outputs)
+        return ExecutedRecord(dead_letter=_dead_letter(
+            routed, record, str(NoneOutput()), f"operator:{operator_name}"))
     return ExecutedRecord(dead_letter=_dead_letter(
         routed, record, f"{outcome.error}\n{outcome.traceback or ''}".strip(),
         f"operator:{operator_name}"))
@@ -104,8 +139,9 @@ def report_outcome(function, routed, record, task_id: str, size: int, outcome,
                    timing: bool = True) -> ExecutedRecord:
     """Count the outcome, report its timing in the node's feedback (``timing``; its bytes
     always), and make the :class:`ExecutedRecord` (outputs, or a dead letter)."""
-    function._count(outcome.status == "OK")
-    executed = executed_from_outcome(routed, record, outcome, function.operator.name)
+    executed = executed_from_outcome(routed, record, outcome, function.operator.name,
+                                     function.settings.none_outputs)
+    function._count(executed.dead_letter is None)
     if routed is not None and not timing:
         function.feedback.count_bytes(routed.raw_bytes, bytes_out(executed))
     elif routed is not None:
@@ -134,7 +170,8 @@ class OperatorExecutorFunction(ExecutorFunctionBase):
         # co-schedule through the IAWP operator executor
         self.executor = operator_executor_for(self.operator, OperatorExecutorSettings.from_env(
             node_id=node, scheduler=s.scheduler, cpu_workers=s.workers(),
-            batching=s.batching, **s.limits()), runtime_context=runtime_context)
+            batching=s.batching, max_attempts=s.max_attempts, **s.limits()),
+            runtime_context=s.user_context(runtime_context))
         self.in_flight()
         self._open_feedback(runtime_context, self._snapshot)
 
@@ -198,8 +235,9 @@ class DirectRun(ExecutorFeedback):
             raise ValueError(f"{self.operator!r} is not one per-record CPU step; it needs "
                              "OperatorExecutorFunction")
         self.executor = DirectExecutor(direct, OperatorExecutorSettings.from_env(
-            node_id=node, cpu_workers=1, **self.settings.limits()),
-            runtime_context=runtime_context)
+            node_id=node, cpu_workers=1, max_attempts=self.settings.max_attempts,
+            **self.settings.limits()),
+            runtime_context=self.settings.user_context(runtime_context))
         self._open_feedback(runtime_context, self._snapshot)
 
     def _snapshot(self) -> dict:

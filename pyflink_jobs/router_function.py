@@ -144,14 +144,25 @@ class TaskEventRecords(RecordReader):
 class OperatorRecords(RecordReader):
     """Any record; type and size from the operator's functions (see module docstring);
     ``limits``: what a task may be (default: :meth:`TaskLimits.for_operator_records`, sizes in
-    serialized bytes)."""
+    serialized bytes).
+
+    The ``task_type`` / ``task_size`` functions only describe a record to the policy; they are
+    not the user's computation. One that raises or gives an invalid value (a type that is not a
+    non-empty printable string of at most :data:`MAX_TASK_TYPE_CHARS` characters, an int kept
+    as its digits; a size that is not an int in [0, :data:`MAX_TASK_SIZE`]) gives that
+    record the default type or size instead: the record is routed and computed as usual,
+    counted in :attr:`descriptor_fallbacks` and warned about once per kind and reason. The
+    limits still refuse a record that is too big by its size (the default size after a
+    fallback)."""
 
     def __init__(self, operator, limits: TaskLimits | None = None):
         self.limits = limits or TaskLimits.for_operator_records()
         # Only the extractors travel to the router, not the operator's stages (models, weights).
         self.describer = operator.describer()
-        self.task_type_of = self.describer.task_type
-        self.task_size_of = self.describer.task_size
+        # the user's own functions (None: the defaults), called here as they are: what they
+        # give is checked here, and a raise or an invalid value falls back to the default
+        self.type_of = self.describer.type_of
+        self.size_of = self.describer.size_of
         self.operator_name = operator.name
 
     def open(self, runtime_context) -> None:
@@ -159,13 +170,26 @@ class OperatorRecords(RecordReader):
         index = subtask_index(runtime_context)
         self._prefix = f"{self.operator_name[:40]}-{uuid.uuid4().hex[:10]}-{index}-"
         self._next = 0
+        #: records whose task type / size function raised or gave an invalid value, by kind
+        self.descriptor_fallbacks = {"task_type": 0, "task_size": 0}
+        self._warned: set[tuple[str, str]] = set()
+        # a user's type must also pass the limits' type length: a label too long for them is
+        # the function's fault, not the record's
+        self._max_type_chars = min(MAX_TASK_TYPE_CHARS, self.limits.max_task_type_chars)
+        name = self.describer.name
+        # the default type (the operator's name) is checked once; one that is no valid type
+        # refuses the records it would describe, as a bad type always did
+        self._default_type = name if isinstance(name, str) and name.isprintable() \
+            and 0 < len(name) <= MAX_TASK_TYPE_CHARS else None
+        self._default_type_problem = (
+            f"the operator's name, the default task type, must be a non-empty printable "
+            f"string of at most {MAX_TASK_TYPE_CHARS} characters, got {short_repr(name)}: "
+            f"name the operator (name=) or give task_type=")
         # light(): with the default type and size, the type is the operator's name, checked
         # here once, and the largest size the limits pass for it
-        default = self.describer.type_of is None and self.describer.size_of is None
-        name = self.describer.name
-        self._light_type = name if default and isinstance(name, str) and name.isprintable() \
-            and 0 < len(name) <= min(MAX_TASK_TYPE_CHARS, self.limits.max_task_type_chars) \
-            else None
+        default = self.type_of is None and self.size_of is None
+        self._light_type = name if default and self._default_type is not None \
+            and len(name) <= self.limits.max_task_type_chars else None
         self._light_max_size = min(MAX_TASK_SIZE, self.limits.max_size_for(name))
 
     def light_gate(self) -> tuple[str, int] | None:
@@ -186,38 +210,108 @@ class OperatorRecords(RecordReader):
 
     def read(self, value):
         from workload.operators import record_size
-        try:
-            task_type = self.task_type_of(value)
-        except Exception as exc:  # noqa: BLE001 - the user's function: dead-letter, go on
-            raise Refused(f"task_type failed: {type(exc).__name__}: {exception_text(exc)}",
-                          "task_type", dead_letter_raw(value)) from None
-        # printable: a type name is a label that travels in feedback and gauges (a lone
-        # surrogate cannot be encoded there; a control character is no label)
-        if not isinstance(task_type, str) or not 0 < len(task_type) <= MAX_TASK_TYPE_CHARS \
-                or not task_type.isprintable():
-            raise Refused(f"task_type must give a non-empty printable string of at most "
-                          f"{MAX_TASK_TYPE_CHARS} characters, got {short_repr(task_type)}",
-                          "task_type", dead_letter_raw(value))
-        try:
-            size = self.task_size_of(value)
-        except Exception as exc:  # noqa: BLE001
-            raise Refused(f"task_size failed: {type(exc).__name__}: {exception_text(exc)}",
-                          "task_size", dead_letter_raw(value)) from None
-        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_TASK_SIZE:
-            raise Refused(f"task_size must give an int in [0, {MAX_TASK_SIZE}], got "
-                          f"{short_repr(size)}", "task_size", dead_letter_raw(value))
-        # type and size are checked above; what is left is the limits' (type length, size
-        # per type), asked in full only when one of them can refuse (a light stream's every
+        # Every record passes here: a valid type and size cost a call and a few checks each;
+        # only a function that raises or gives an invalid value takes the slower fallback.
+        if self.type_of is None:
+            task_type = self._default_type
+            if task_type is None:
+                raise Refused(self._default_type_problem, "task_type", dead_letter_raw(value))
+        else:
+            task_type = self._user_type(value)
+        # the default size, and the record's bytes either way: measured once
+        raw_bytes = record_size(value)
+        size = raw_bytes if self.size_of is None else self._user_size(value, raw_bytes)
+        # type and size are valid here; what is left is the limits' (type length, size per
+        # type), asked in full only when one of them can refuse (a light stream's every
         # record passes here: the full check was a third of the router's own time)
         limits = self.limits
         if len(task_type) > limits.max_task_type_chars or size > limits.max_size_for(task_type):
             reason = limits.check(task_type, size)
             if reason:
                 raise Refused(reason, "limits", dead_letter_raw(value))
-        task_id = self.next_task_id()
-        # the default size is the record's serialized length: measured once
-        raw_bytes = size if self.describer.size_of is None else record_size(value)
-        return Task(task_id, task_type, size), value, raw_bytes, ("", -1, -1)
+        return Task(self.next_task_id(), task_type, size), value, raw_bytes, ("", -1, -1)
+
+    def _user_type(self, value) -> str:
+        """The user's ``task_type`` of ``value``, or the default when it is not a valid one."""
+        try:
+            task_type = self.type_of(value)
+        except Exception as exc:  # noqa: BLE001 - the user's describer, not its computation
+            return self._default_type_after(value, type(exc).__name__, _raised(exc))
+        # printable: a type name is a label that travels in feedback and gauges (a lone
+        # surrogate cannot be encoded there; a control character is no label)
+        if type(task_type) is str and 0 < len(task_type) <= self._max_type_chars \
+                and task_type.isprintable():
+            return task_type
+        return self._odd_type(value, task_type)
+
+    def _odd_type(self, value, task_type) -> str:
+        """The slow path of :meth:`_user_type`: an int (kept as its digits), a str subclass
+        (kept as a plain str), else the default."""
+        if task_type is None:
+            return self._default_type_after(value, "None", "returned None")
+        if isinstance(task_type, int) and not isinstance(task_type, bool):
+            # str() of an int of over 4,300 digits raises; one of over 300 is too long anyway
+            number = int.__index__(task_type)  # a plain int: a subclass's methods may do anything
+            label = str(number) if number.bit_length() < 1000 else ""
+        elif isinstance(task_type, str):
+            label = str.__str__(task_type)  # a plain copy: a subclass's len() may do anything
+        else:
+            kind = type(task_type).__name__
+            return self._default_type_after(value, kind, f"returned a {kind}, not a str "
+                                                         f"({short_repr(task_type)})")
+        if not label or len(label) > self._max_type_chars or not label.isprintable():
+            return self._default_type_after(
+                value, "invalid str", f"returned {short_repr(task_type)}, not a non-empty "
+                f"printable string of at most {self._max_type_chars} characters")
+        return label
+
+    def _user_size(self, value, default_size: int) -> int:
+        """The user's ``task_size`` of ``value``, or ``default_size`` when it is not valid."""
+        try:
+            size = self.size_of(value)
+        except Exception as exc:  # noqa: BLE001 - the user's describer, not its computation
+            self._count_fallback("task_size", type(exc).__name__, _raised(exc))
+            return default_size
+        if type(size) is int and 0 <= size <= MAX_TASK_SIZE:
+            return size
+        if isinstance(size, int) and not isinstance(size, bool):  # an int subclass (IntEnum)
+            plain = int.__index__(size)
+            if 0 <= plain <= MAX_TASK_SIZE:
+                return plain
+            self._count_fallback("task_size", "int out of range",
+                                 f"returned {short_repr(plain)}, not in [0, {MAX_TASK_SIZE}]")
+            return default_size
+        kind = type(size).__name__
+        self._count_fallback("task_size", kind,
+                             f"returned a {kind}, not an int ({short_repr(size)})")
+        return default_size
+
+    def _default_type_after(self, value, reason_key: str, detail: str) -> str:
+        """The default type for ``value``, whose ``task_type`` failed (counted, warned)."""
+        self._count_fallback("task_type", reason_key, detail)
+        if self._default_type is None:
+            raise Refused(self._default_type_problem, "task_type", dead_letter_raw(value))
+        return self._default_type
+
+    def _count_fallback(self, kind: str, reason_key: str, detail: str) -> None:
+        """Count a record whose ``kind`` function failed; warn once per (kind, reason), so
+        that a function failing on every record does not flood the log."""
+        self.descriptor_fallbacks[kind] += 1
+        if (kind, reason_key) in self._warned:
+            return
+        self._warned.add((kind, reason_key))
+        default = ("the operator's name" if kind == "task_type"
+                   else "the record's serialized length")
+        log.warning("%s of operator %s %s: such records get the default, %s, and are routed "
+                    "and computed as usual (counted in streamplace_descriptor_fallbacks; "
+                    "warned once per reason)", kind, short_repr(self.operator_name), detail,
+                    default)
+
+
+def _raised(exc: Exception) -> str:
+    """What a user's describer raised, for a warning (its message cut: it may hold a record)."""
+    text = exception_text(exc)
+    return f"raised {type(exc).__name__}: {text if len(text) <= 200 else text[:197] + '...'}"
 
 
 def node_tag(node_id: str):
@@ -342,38 +436,12 @@ class RouterFunction(BroadcastProcessFunction):
         group = runtime_context.get_metrics_group()
         self._counts = CountGauges(group, [f"streamplace_routed_{n}" for n in router.node_ids] +
                                    ["streamplace_dead_letters"])
-        group.gauge("streamplace_decision_p50_us", lambda: int(router.latency_percentile_us(50)))
-        group.gauge("streamplace_decision_p99_us", lambda: int(router.latency_percentile_us(99)))
-        # where the decision's time goes (pyflink_jobs.decision_timing): p99 per phase, and
-        # of the thread's CPU time (far below the wall time: the decision was waiting)
-        for name in router.timing.rings:
-            if name != "total":
-                group.gauge(f"streamplace_decision_{name}_p99_us",
-                            lambda name=name: int(router.timing.percentile_us(name, 99)))
-        group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
         self._own_cpu = SampledCpu()
-        group.gauge("streamplace_router_own_cpu_ns", self._own_cpu.mean_ns)
+        _register_router_gauges(group, self)
         # the light lane: records of the default type and size that it keeps and runs itself,
         # in one call (pyflink_jobs.light_lane); used once the node view is restored
         self._lane = self._light_lane()
         self._ready_lane = self._lane if self._restored else None
-        group.gauge("streamplace_model_refresh_failures",
-                    lambda: int(self.refresher.failures if self.refresher else 0))
-        # 1 while the policy decides on the compiled path (placement.ldwp.compiled), else 0
-        group.gauge("streamplace_decision_compiled",
-                    lambda: int(router.stats_decision_path() == "compiled"))
-        group.gauge("streamplace_fallback_decisions", lambda: int(router.fallback_decisions))
-        group.gauge("streamplace_feedback_records", lambda: int(router.feedback_records))
-        if self._tail is not None:
-            tail = self._tail
-            group.gauge("streamplace_feedback_refused", lambda: int(tail.refused + tail.errors))
-        group.gauge("streamplace_seeded_cost_fits", lambda: int(router.seeded_cost_fits))
-        group.gauge("streamplace_models_refused",
-                    lambda: int(self.refresher.refused) if self.refresher else 0)
-        for node in router.node_ids:  # measured slowness x 1000 (Flink gauges are ints here):
-            # against the calibration, or with learned costs against the other nodes
-            group.gauge(f"streamplace_speed_milli_{node}",
-                        lambda node=node: int(1000 * router.speeds.reported_factor(node)))
         if router.quotas is not None:
             self._register_tenant_gauges(group, router.quotas)
 
@@ -402,14 +470,18 @@ class RouterFunction(BroadcastProcessFunction):
                          min_report_interval_s=self.inline.report_min_interval_s)
 
     def close(self):
-        if getattr(self, "refresher", None) is not None:
-            self.refresher.stop()
-        if getattr(self, "_tail", None) is not None:
-            self._tail.stop()
-        if getattr(self, "_lane", None) is not None:
-            self._lane.flush()
-        if getattr(self, "_local_node", None) is not None:
-            self.inline.close()
+        # the user's operator (run here by a colocated router) closes first: the stops below
+        # may wait on a service or a broker, and a local job's teardown does not wait long
+        try:
+            if getattr(self, "_lane", None) is not None:
+                self._lane.flush()
+            if getattr(self, "_local_node", None) is not None:
+                self.inline.close()
+        finally:
+            if getattr(self, "refresher", None) is not None:
+                self.refresher.stop()
+            if getattr(self, "_tail", None) is not None:
+                self._tail.stop()
 
     def process_element(self, value, ctx):
         started = self._own_cpu.start()
@@ -539,6 +611,43 @@ class RouterFunction(BroadcastProcessFunction):
         if from_history:
             record["completed"] = []
         self.router.on_feedback(record)
+
+
+def _register_router_gauges(group, function: RouterFunction) -> None:
+    """The router's own gauges in its metric group (read through REST by the benchmarks)."""
+    router = function.router
+    group.gauge("streamplace_decision_p50_us", lambda: int(router.latency_percentile_us(50)))
+    group.gauge("streamplace_decision_p99_us", lambda: int(router.latency_percentile_us(99)))
+    # where the decision's time goes (pyflink_jobs.decision_timing): p99 per phase, and
+    # of the thread's CPU time (far below the wall time: the decision was waiting)
+    for name in router.timing.rings:
+        if name != "total":
+            group.gauge(f"streamplace_decision_{name}_p99_us",
+                        lambda name=name: int(router.timing.percentile_us(name, 99)))
+    group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
+    group.gauge("streamplace_router_own_cpu_ns", function._own_cpu.mean_ns)
+    group.gauge("streamplace_model_refresh_failures",
+                lambda: int(function.refresher.failures if function.refresher else 0))
+    # 1 while the policy decides on the compiled path (placement.ldwp.compiled), else 0
+    group.gauge("streamplace_decision_compiled",
+                lambda: int(router.stats_decision_path() == "compiled"))
+    group.gauge("streamplace_fallback_decisions", lambda: int(router.fallback_decisions))
+    group.gauge("streamplace_feedback_records", lambda: int(router.feedback_records))
+    # records whose task_type / task_size function raised or gave an invalid value, and
+    # were routed with the default type or size (OperatorRecords)
+    fallbacks = getattr(function.reader, "descriptor_fallbacks", None)
+    group.gauge("streamplace_descriptor_fallbacks",
+                lambda: int(sum(fallbacks.values())) if fallbacks else 0)
+    if function._tail is not None:
+        tail = function._tail
+        group.gauge("streamplace_feedback_refused", lambda: int(tail.refused + tail.errors))
+    group.gauge("streamplace_seeded_cost_fits", lambda: int(router.seeded_cost_fits))
+    group.gauge("streamplace_models_refused",
+                lambda: int(function.refresher.refused) if function.refresher else 0)
+    for node in router.node_ids:  # measured slowness x 1000 (Flink gauges are ints here):
+        # against the calibration, or with learned costs against the other nodes
+        group.gauge(f"streamplace_speed_milli_{node}",
+                    lambda node=node: int(1000 * router.speeds.reported_factor(node)))
 
 
 class RestAwarePartitioner(Partitioner):

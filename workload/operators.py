@@ -45,6 +45,7 @@ import asyncio
 import inspect
 import json
 import pickle
+import sys
 import threading
 from dataclasses import dataclass
 from collections.abc import Iterable
@@ -609,18 +610,51 @@ def _accepts_keyword(fn: Callable, keyword: str) -> bool:
     return keyword in params
 
 
+#: PyFlink's functions (``pyflink.datastream.functions``) whose per-key state, timers or second
+#: input are tied to where Flink sends each record.
+STATEFUL_FLINK_FUNCTIONS = ("KeyedProcessFunction", "KeyedCoProcessFunction",
+                            "KeyedBroadcastProcessFunction", "BroadcastProcessFunction",
+                            "CoProcessFunction", "CoMapFunction", "CoFlatMapFunction")
+
+
 def _refuse_stateful(fn, what: str) -> None:
-    # The hook moves each record to whichever node the policy picks: keyed state would be split
-    # across nodes and timers would fire on the wrong one.
-    names = {"process_element", "on_timer"}
-    kind = type(fn).__name__
-    if any(callable(getattr(fn, n, None)) for n in names) or "Keyed" in kind or \
-            "CoMap" in kind or "CoFlatMap" in kind:
+    """Refuse, with what it is and why, a function the hook cannot run per record on whichever
+    node the policy picks: a keyed, co- or broadcast function or one with timers (its state or
+    second input cannot follow the records), and a process function (the hook gives it no
+    context). Decided by type: a stateless ``MapFunction`` named ``KeyedLookup`` is fine."""
+    cls = fn if isinstance(fn, type) else type(fn)
+    kind = cls.__name__
+    stateful = _flink_base(cls, STATEFUL_FLINK_FUNCTIONS)
+    if stateful is not None or callable(getattr(fn, "on_timer", None)):
+        it_is = f"a {stateful}" if stateful else "a function with timers (on_timer)"
         raise OperatorError(
-            f"{what} {kind} is keyed or stateful (process functions, timers, co-functions): "
-            f"the hook moves records between nodes, so per-key state cannot follow them. "
-            f"Hand the hook a stateless per-record function (a map, a flat map, a callable or "
-            f"named stages) and keep keyed work before or after it in the job.")
+            f"{what} {kind} is {it_is}: per-key state, timers or a second input cannot "
+            f"follow records the hook moves between nodes. Hand the hook a stateless "
+            f"per-record function (a MapFunction, a FlatMapFunction, a callable or named "
+            f"stages) and keep keyed, timed or connected work before or after it in the job.")
+    process_function = _flink_base(cls, ("ProcessFunction",)) is not None
+    per_record = callable(getattr(fn, "map", None)) or callable(getattr(fn, "flat_map", None))
+    if process_function or (callable(getattr(fn, "process_element", None)) and not per_record):
+        it_is = ("a ProcessFunction" if process_function
+                 else "a process function (process_element)")
+        raise OperatorError(
+            f"{what} {kind} is {it_is}: the hook runs per-record map and flat-map functions "
+            f"and gives no ProcessFunction context, timers or side outputs. Use a MapFunction "
+            f"or FlatMapFunction, or a callable, for the per-record work.")
+
+
+def _flink_base(cls: type, names: Sequence[str]) -> str | None:
+    """The first of PyFlink's function classes ``names`` that ``cls`` derives from, or None.
+    PyFlink is not imported for this: an object can only be an instance of its classes once
+    it is, so without it (stand-ins, tests) nothing derives from them."""
+    functions = sys.modules.get("pyflink.datastream.functions")
+    if functions is None:
+        return None
+    for name in names:
+        base = getattr(functions, name, None)
+        if isinstance(base, type) and issubclass(cls, base):
+            return name
+    return None
 
 
 def as_operator(operator, name: str | None = None, task_type: Callable | None = None,

@@ -495,3 +495,36 @@ def test_a_record_over_the_size_limit_never_runs_on_the_light_lane(monkeypatch, 
     letter = decode("DeadLetter", dead)
     assert "above the limit 10" in letter["reason"], letter["reason"]
     assert record not in calls  # the user's operator never saw it
+
+
+def test_the_light_path_sends_a_none_the_output_type_cannot_carry_to_the_dead_letters(
+        monkeypatch):
+    from pyflink.common import Types
+
+    from pyflink_jobs.executor_function import ExecutorFunctionSettings
+    from pyflink_jobs.inline_executor import InlineExecutor, inline_output_tag
+    from pyflink_jobs.router_function import OperatorRecords, RouterFunction
+    from workload.codec import decode
+
+    def maybe(text):
+        return None if text == "none" else len(text)
+
+    monkeypatch.setenv("STREAMPLACE_NODE_ID", "tm_a")
+    op = as_operator(maybe)
+    inline = InlineExecutor(op, ExecutorFunctionSettings(
+        bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0, none_outputs=False),
+        inline_output_tag(Types.INT()))
+    function = RouterFunction(RouterSettings(nodes=NODES, policy="round_robin"),
+                              OperatorRecords(op, None), inline=inline)
+    function.open(FakeContext())
+    _teach(function.router, "tm_a", op.name, 0.00001)
+    try:
+        assert function._lane is not None
+        emitted = [list(function.process_element(t, FakeContext()))
+                   for t in ["ab", "none", "abc"]]
+    finally:
+        _close(function)
+    assert [out for _, out in emitted[0] + emitted[2]] == [2, 3]
+    [dead] = emitted[1]
+    letter = decode("DeadLetter", dead)
+    assert letter["raw"] == b"none" and "returned None" in letter["reason"], letter

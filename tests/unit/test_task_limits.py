@@ -316,10 +316,12 @@ def test_operator_records_within_the_limits_pass_and_per_type_limits_apply():
     assert reader.read("tiny")[0].input_size == 4
 
 
-def test_an_operator_size_too_big_to_print_is_refused_not_raised():
-    with pytest.raises(Refused) as refused:
-        _operator_reader(task_size=lambda r: 10**100_000).read("x")
-    assert refused.value.stage == "task_size" and "digits" in refused.value.reason
+def test_an_operator_size_too_big_to_print_falls_back_to_the_default_not_raised(caplog):
+    reader = _operator_reader(task_size=lambda r: 10**100_000)
+    with caplog.at_level("WARNING", logger="pyflink_jobs.router_function"):
+        assert reader.read("x")[0].input_size == len("x")
+    assert reader.descriptor_fallbacks["task_size"] == 1
+    assert "digits" in caplog.text
 
 
 
