@@ -22,3 +22,23 @@ class FakeContext:
 
     def get_broadcast_state(self, descriptor):
         return {}  # a fresh job: no node reports checkpointed
+
+
+class RecordingMetrics:
+    """A metric group that keeps its gauges, to read them back."""
+
+    def __init__(self):
+        self.gauges = {}
+
+    def gauge(self, name, fn):
+        self.gauges[name] = fn
+
+
+class MetricsContext(FakeContext):
+    """:class:`FakeContext` whose metric group keeps the gauges (``.metrics.gauges``)."""
+
+    def __init__(self):
+        self.metrics = RecordingMetrics()
+
+    def get_metrics_group(self):
+        return self.metrics

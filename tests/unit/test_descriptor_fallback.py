@@ -17,7 +17,7 @@ from workload.codec import decode
 from workload.limits import TaskLimits
 from workload.operators import as_operator, record_size
 
-from flink_fakes import FakeContext
+from flink_fakes import FakeContext, MetricsContext
 
 LOGGER = "pyflink_jobs.router_function"
 RECORD = '{"id": 7, "text": "hello"}'
@@ -149,24 +149,6 @@ def test_an_operator_name_that_is_no_valid_type_still_refuses_as_before():
     assert refusal.value.stage == "task_type" and "operator's name" in refusal.value.reason
 
 
-class GaugeGroup:
-    """A metric group that keeps its gauges, to read them."""
-
-    def __init__(self):
-        self.gauges = {}
-
-    def gauge(self, name, fn):
-        self.gauges[name] = fn
-
-
-class MetricsContext(FakeContext):
-    def __init__(self):
-        self.group = GaugeGroup()
-
-    def get_metrics_group(self):
-        return self.group
-
-
 def test_the_router_routes_records_its_describer_fails_on_and_counts_them_in_a_gauge(caplog):
     records = [f'{{"id": {i}}}' for i in range(6)]
 
@@ -192,8 +174,8 @@ def test_the_router_routes_records_its_describer_fails_on_and_counts_them_in_a_g
     assert [r.record for r in routed] == records  # every record routed, none a dead letter
     assert [r.task_type for r in routed] == ["echo"] * 3 + ["three"] + ["echo"] * 2
     assert [r.task_size for r in routed] == [record_size(r) for r in records]
-    assert context.group.gauges["streamplace_descriptor_fallbacks"]() == 5 + 6
-    assert context.group.gauges["streamplace_dead_letters"]() == 0
+    assert context.metrics.gauges["streamplace_descriptor_fallbacks"]() == 5 + 6
+    assert context.metrics.gauges["streamplace_dead_letters"]() == 0
     assert len(caplog.records) == 2  # task_type LookupError, task_size float: once each
 
 

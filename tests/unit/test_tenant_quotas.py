@@ -15,7 +15,7 @@ from pyflink_jobs.tenant_quotas import (OVERFLOW, QuotaSettings, TenantQuotas,
                                         parse_tenant_shares)
 from workload.codec import decode, encode
 from workload.task_attributes import MIN_PRIORITY, task_slo_from_attributes
-from flink_fakes import FakeContext
+from flink_fakes import FakeContext, MetricsContext
 
 NODES = [RouterNode("tm_a", cpu_cores=2), RouterNode("tm_b", cpu_cores=1)]
 
@@ -26,24 +26,6 @@ class FakeClock:
 
     def __call__(self):
         return self.now
-
-
-class RecordingMetrics:
-    """A metric group that keeps its gauges, to read them back."""
-
-    def __init__(self):
-        self.gauges = {}
-
-    def gauge(self, name, fn):
-        self.gauges[name] = fn
-
-
-class MetricsContext(FakeContext):
-    def __init__(self):
-        self.metrics = RecordingMetrics()
-
-    def get_metrics_group(self):
-        return self.metrics
 
 
 def flags(verdicts) -> str:
