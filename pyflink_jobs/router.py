@@ -172,6 +172,11 @@ class Router:
         policy = NumpyLDWPPolicy.from_bytes(
             data, self.cluster, costs=self.costs,
             coefficients=previous.coefficients if previous else None)
+        if policy.paper_nodes is not None and tuple(policy.paper_nodes) != self.node_ids:
+            # it would refuse every decision here, each then the fallback's, one warning each
+            from placement.ldwp.modelfile import ModelFileError
+            raise ModelFileError(f"a paper-layout model for nodes {list(policy.paper_nodes)}, "
+                                 f"not this router's {list(self.node_ids)}: transfer it first")
         version = version if version is not None else policy.version
         if not _plausible_version(version):
             # a file's own metadata may say anything: a version the service never gives
@@ -203,20 +208,21 @@ class Router:
     def on_feedback(self, feedback: dict) -> None:
         """A NodeFeedback record (decoded): refresh the node's numbers, retire completed tasks.
         Duplicates are harmless: a task id already retired is ignored."""
-        node_id = feedback.get("node_id")
+        node_id = feedback.get("node_id") if isinstance(feedback, dict) else None
         self.feedback_records += 1
-        if node_id not in self._nodes:
+        if not isinstance(node_id, str) or node_id not in self._nodes:
             # a node outside this job's plan (another job's executor on the same topic, or a
             # forged report): its numbers are not this job's, and it retires none of its tasks
             return
         observe = getattr(self.fixed_policy, "observe_completion", None)
+        timings = _task_timings(feedback.get("completed"))
         with self._lock:
-            for timing in feedback.get("completed") or ():
+            for timing in timings:
                 entry = self.ledger.complete(timing["task_id"], self.clock())
                 if entry is not None and observe is not None:  # rules that learn from
                     # outcomes (e.g. liquid)
                     observe(timing["task_id"], max(0.0, self.clock() - entry[1]), entry[0])
-            for timing in feedback.get("completed") or ():
+            for timing in timings:
                 sample = timing_sample(timing)  # (type, size, work s); None when implausible
                 if sample is not None:
                     self.speeds.observe(node_id, *sample)
@@ -382,6 +388,16 @@ class Router:
                 "decision_timing_us": self.timing.summary(),
                 **({"tenants": self.quotas.stats(), "demoted": self.quotas.demoted_total}
                    if self.quotas is not None else {})}
+
+
+def _task_timings(completed) -> list:
+    """A report's completed-task timings that name a task (a dict with a text ``task_id``);
+    the rest is skipped one by one, so that one malformed entry (the Avro decoder rules them
+    out; a caller of ``on_feedback`` may not) does not drop the report's other timings and
+    its node numbers."""
+    if not isinstance(completed, (list, tuple)):
+        return []
+    return [t for t in completed if isinstance(t, dict) and isinstance(t.get("task_id"), str)]
 
 
 #: Model versions are counts of the service's publications: an int in [0, 2**53]

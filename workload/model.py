@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,12 @@ class Task:
         return ids.index(self.app_id) if self.app_id in ids else -1
 
 
+def _finite_positive(value) -> bool:
+    """A real number (not a bool) above 0 and below infinity (NaN fails)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        0 < value < float("inf")
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One GPU of a node: its model, device memory (GB) and speed.
@@ -82,6 +89,9 @@ class GpuSpec:
     speed: float | None = None  # relative to the reference GPU; None: the model's calibrated
 
     def __post_init__(self) -> None:
+        if not _finite_positive(self.memory_gb):
+            raise ValueError(f"GPU {self.model!r}: memory_gb must be a finite positive number, "
+                             f"got {self.memory_gb!r}")
         if self.speed is not None and (isinstance(self.speed, bool)
                                        or not isinstance(self.speed, (int, float))
                                        or not self.speed > 0 or self.speed == float("inf")):
@@ -110,8 +120,15 @@ class NodeSpec:
     def __post_init__(self) -> None:
         if self.cpu_cores < 1:
             raise ValueError(f"{self.node_id}: cpu_cores must be at least 1, got {self.cpu_cores}")
-        if self.cpu_speed <= 0:
-            raise ValueError(f"{self.node_id}: speeds must be positive")
+        # NaN and inf passed a `<= 0` check: the simulator then hung (inf) or reported 0
+        # throughput (NaN); a 0 link divided by zero in every transfer estimate
+        for name in ("cpu_speed", "uplink_mbps", "downlink_mbps"):
+            if not _finite_positive(getattr(self, name)):
+                raise ValueError(f"{self.node_id}: {name} must be a finite positive number, "
+                                 f"got {getattr(self, name)!r}")
+        if not (_finite_positive(self.host_memory_gb) or self.host_memory_gb == 0):
+            raise ValueError(f"{self.node_id}: host_memory_gb must be a finite number >= 0, "
+                             f"got {self.host_memory_gb!r}")
 
 
 @dataclass(frozen=True)

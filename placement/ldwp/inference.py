@@ -521,6 +521,11 @@ class NumpyLDWPPolicy(Policy):
             hidden += bias
         return hidden
 
+    @property
+    def paper_nodes(self) -> tuple | None:
+        """The node ids, in order, a paper-layout model decides for (None: any nodes)."""
+        return self._paper_nodes
+
     def _check_paper_nodes(self, ids) -> None:
         if tuple(ids) != self._paper_nodes:
             raise ValueError(f"this paper-layout model was built for nodes "

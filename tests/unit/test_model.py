@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from workload.catalog import APPLICATIONS, STAGE_TYPES, AppDef, StageDef, app_ids
-from workload.model import (ClusterSpec, ComputingUnit, Decision, NodeSpec, NodeState,
-                            Observation, Policy, Task)
+from workload.model import (ClusterSpec, ComputingUnit, Decision, GpuSpec, NodeSpec,
+                            NodeState, Observation, Policy, Task)
 
 
 def test_paper_observation_is_tid_tsize_then_six_numbers_per_node():
@@ -28,10 +28,28 @@ def test_task_type_index_follows_the_catalog():
     (lambda: ClusterSpec((NodeSpec("a", 1, 8), NodeSpec("a", 2, 8))), "unique"),
     (lambda: NodeSpec("a", 0, 8), "cpu_cores"),
     (lambda: ComputingUnit("tpu:0", "tpu"), "cpu' or 'gpu"),
+    # a 0 link divided by zero in every transfer estimate; an infinite speed hung the
+    # simulator, a NaN one made it report nothing; a GPU's memory of 0 or NaN likewise
+    (lambda: NodeSpec("a", 1, 8, downlink_mbps=0), "downlink_mbps"),
+    (lambda: NodeSpec("a", 1, 8, uplink_mbps=-5.0), "uplink_mbps"),
+    (lambda: NodeSpec("a", 1, 8, downlink_mbps=float("nan")), "downlink_mbps"),
+    (lambda: NodeSpec("a", 1, 8, cpu_speed=float("inf")), "cpu_speed"),
+    (lambda: NodeSpec("a", 1, 8, cpu_speed=float("nan")), "cpu_speed"),
+    (lambda: NodeSpec("a", 1, float("nan")), "host_memory_gb"),
+    (lambda: GpuSpec("k80", 0), "memory_gb"),
+    (lambda: GpuSpec("k80", float("nan")), "memory_gb"),
+    (lambda: GpuSpec("k80", True), "memory_gb"),
 ])
 def test_invalid_specs_are_refused(build, message):
     with pytest.raises(ValueError, match=message):
         build()
+
+
+def test_numpy_numbers_and_ints_are_valid_spec_values():
+    import numpy as np
+    node = NodeSpec("a", 2, np.float64(8.0), (GpuSpec("k80", np.int64(12)),),
+                    cpu_speed=np.float32(1.5), uplink_mbps=100, downlink_mbps=np.int64(50))
+    assert node.downlink_mbps == 50 and NodeSpec("b", 1, 0).host_memory_gb == 0
 
 
 def test_catalog_dags_are_topological_and_cpu_only_stages_are_the_papers():

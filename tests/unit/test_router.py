@@ -673,3 +673,46 @@ def test_router_host_from_the_environment_and_the_builder():
     assert HookSettings.from_env({"STREAMPLACE_HOOK_ROUTER_HOST": "tm_b"}).router_host == "tm_b"
     hook = StreamplaceHook.builder().router_host("tm_c").build()
     assert hook.settings.router_host == "tm_c"
+
+
+# A report whose completed entries are malformed (the Avro decoder rules these out; callers of
+# on_feedback may not): bad entries are skipped one by one, the good ones and the node's
+# numbers still count, and nothing raises.
+MALFORMED_COMPLETED = [
+    ("an entry without a task id", [{"work_ms": 5.0}]),
+    ("None and a number", [None, 5]),
+    ("a list as task id", [{"task_id": ["t0"]}]),
+    ("completed as a dict", {"task_id": "t0"}),
+    ("completed as text", "t0"),
+]
+
+
+@pytest.mark.parametrize("why,bad", MALFORMED_COMPLETED, ids=[r[0] for r in MALFORMED_COMPLETED])
+def test_malformed_completed_entries_are_skipped_not_raised(why, bad):
+    router = make_router()
+    router.decide_event(event(0))
+    node = next(n for n, c in router.in_flight().items() if c)
+    report = feedback(node, completed=["t0"], cpu=0.9)
+    report["completed"] = (bad + report["completed"]) if isinstance(bad, list) else bad
+    router.on_feedback(report)
+    assert router.reported_state(node).cpu_util == pytest.approx(0.9), why
+    if isinstance(bad, list):   # the good entry after the bad ones still retires its task
+        assert router.in_flight()[node] == 0, why
+
+
+@pytest.mark.parametrize("node_id", [["tm_a"], {"tm_a": 1}, None, 7])
+def test_a_report_whose_node_id_is_not_text_is_ignored(node_id):
+    router = make_router()
+    router.on_feedback(dict(feedback("tm_a", cpu=0.9), node_id=node_id))
+    assert router.reported_state("tm_a").cpu_util == 0.0
+    router.on_feedback(["not", "a", "report"])
+    assert router.feedback_records == 2
+
+
+def test_a_paper_layout_model_for_other_nodes_is_refused_at_install():
+    from placement.ldwp.shipped import shipped_model
+    router = make_router(policy="ldwp")
+    data = shipped_model("paper").read_bytes()
+    with pytest.raises(ModelFileError, match="transfer it first"):
+        router.install_model(data, version=3)
+    assert router.model_policy is None and router.model_version is None
