@@ -299,6 +299,13 @@ class HookSettings:
             return self.routing == "colocated" or local
         return self.router_feedback == "topic"
 
+    def operator_instances(self, nodes) -> int:
+        """How many instances the user's operator has in a job on ``nodes`` (what its runtime
+        context says, ``pyflink_jobs.operator_context``): the colocated routers' (numbered
+        first), then each node's executors in plan order, then the retired nodes'."""
+        return ((self.router_instances() if self.routing == "colocated" else 0)
+                + sum(n.instances for n in nodes) + len(self.retired))
+
     def router_instances(self) -> int:
         """Router parallelism: ``router_parallelism``; with routing "colocated" one per node."""
         if self.routing == "colocated":
@@ -441,7 +448,7 @@ class StreamplaceHook:
         """The executor instances' settings, derived from this hook's; the per-task memory
         budget reads ``host``'s memory from the cluster spec (else the process's own);
         ``first_instance``: the number of this operator's first instance among all the user
-        operator's instances (:meth:`_count_instances`)."""
+        operator's instances (:meth:`HookSettings.operator_instances`)."""
         s = self.settings
         return ExecutorFunctionSettings(
             bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
@@ -450,34 +457,6 @@ class StreamplaceHook:
             node_memory_bytes=s.node_memory_bytes(host), first_instance=first_instance,
             operator_instances=self._operator_instances, max_attempts=s.max_attempts,
             none_outputs=carries_none(self._output_type))
-
-    def _count_instances(self, colocated: bool) -> int:
-        """How many instances the user's operator has in this job (what its runtime context
-        says, ``pyflink_jobs.operator_context``): the colocated routers' (numbered first),
-        then each node's executors in plan order, then the retired nodes'."""
-        s = self.settings
-        return ((s.router_instances() if colocated else 0)
-                + sum(n.instances for n in self.nodes) + len(s.retired))
-
-    def feedback_stream(self, env, bounded: bool = False):
-        """The NodeFeedback topic as a stream. ``bounded``: the job's input is bounded, so
-        this source must end too, or the job would never finish (and a BATCH job refuses an
-        unbounded source): it reads what is in the topic when the job starts, and the
-        routers decide on their own in-flight counts and the service's model after that."""
-        from pyflink.common import ByteArraySchema, WatermarkStrategy
-        from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
-        s = self.settings
-        builder = (KafkaSource.builder().set_bootstrap_servers(s.bootstrap_servers)
-                   .set_topics(s.feedback_topic).set_group_id(s.feedback_group_id)
-                   # Node state is only worth its newest reports; the past is in broadcast state.
-                   .set_starting_offsets(KafkaOffsetsInitializer.latest())
-                   .set_value_only_deserializer(ByteArraySchema()))
-        if bounded:
-            builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
-        source = builder.build()
-        return (env.from_source(source, WatermarkStrategy.no_watermarks(),
-                                "streamplace-feedback-source")
-                .uid(f"{s.uid_prefix}-feedback-source").set_parallelism(1))
 
     def apply(self, env, stream, operator=None, output_type=None, task_type=None,
               task_size=None, name: str | None = None, flat: bool | None = None):
@@ -512,20 +491,9 @@ class StreamplaceHook:
             raise ValueError("task_type, task_size, output_type and flat need an operator: "
                              "hook.apply(env, stream, operator, output_type=...)")
         self.nodes = s.resolved_nodes()
-        self._operator_instances = self._count_instances(s.routing == "colocated") \
-            if op is not None else 0
+        self._operator_instances = s.operator_instances(self.nodes) if op is not None else 0
         if self.local:  # no TaskManagers to pin to: every operator in the default group
-            log.warning("streamplace hook: local execution (execution.target local): the "
-                        "executors of %s share this process; placement is by name only",
-                        [n.node_id for n in self.nodes])
-            if not s.dead_letter_topic:
-                # the dead-letter log writes in the Python workers' log file, which a
-                # `python job.py` user does not see: say where refused records go
-                log.warning("streamplace hook: no dead_letter_topic: records refused (e.g. "
-                            "over %d bytes) or failed by the operator are logged in PyFlink's "
-                            "Python worker log (pyflink/log/ in its installation), not here; "
-                            "set dead_letter_topic, or sink hook.dead_letters in the job",
-                            s.task_limits(user_records=op is not None).max_size)
+            _warn_local(s, self.nodes, op is not None)
         else:
             env.register_slot_sharing_group(io_slot_sharing_group(host=self._router_host()))
         single = s.routing == "rest_partitioner"
@@ -538,7 +506,7 @@ class StreamplaceHook:
         router = RouterFunction(self.router_settings(), reader, single_output=single,
                                 inline=inline, feedback=tail)
         if tail is None:   # the feedback as the router's broadcast input
-            stream = stream.connect(self.feedback_stream(env, self.bounded).broadcast(
+            stream = stream.connect(feedback_stream(env, s, self.bounded).broadcast(
                 feedback_state_descriptor()))
         routed = (stream.process(router, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
                   .name("streamplace-router").uid(f"{s.uid_prefix}-router")
@@ -567,17 +535,7 @@ class StreamplaceHook:
             result = outputs[0].union(*outputs[1:]) if len(outputs) > 1 else outputs[0]
         self.dead_letters = self._dead[0].union(*self._dead[1:]) if len(self._dead) > 1 \
             else self._dead[0]
-        if s.dead_letter_topic:
-            (self.dead_letters.sink_to(kafka_bytes_sink(
-                s.bootstrap_servers, s.dead_letter_topic,
-                f"{s.uid_prefix}-{s.dead_letter_topic}",  # one prefix per job and topic
-                s.transaction_timeout_ms))
-             .name("streamplace-dead-letter-sink").uid(f"{s.uid_prefix}-dead-letter-sink")
-             .slot_sharing_group("default"))
-        else:  # logged, and read: PyFlink fails an operator whose side output nobody reads
-            (self.dead_letters.flat_map(DeadLetterLog(), output_type=Types.PICKLED_BYTE_ARRAY())
-             .name("streamplace-dead-letter-log").uid(f"{s.uid_prefix}-dead-letter-log")
-             .slot_sharing_group("default"))
+        sink_dead_letters(self.dead_letters, s)
         return result
 
     def _inline_executor(self, op) -> InlineExecutor:
@@ -674,6 +632,59 @@ class StreamplaceHook:
             lambda pair: pair[0])
         return self._executor_chain(partitioned, op, "", "", total,
                                     group="streamplace-executors")
+
+
+def feedback_stream(env, settings: HookSettings, bounded: bool = False):
+    """The NodeFeedback topic as a stream (the routers' broadcast input). ``bounded``: the
+    job's input is bounded, so this source must end too, or the job would never finish (and a
+    BATCH job refuses an unbounded source): it reads what is in the topic when the job starts,
+    and the routers decide on their own in-flight counts and the service's model after that."""
+    from pyflink.common import ByteArraySchema, WatermarkStrategy
+    from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
+    s = settings
+    builder = (KafkaSource.builder().set_bootstrap_servers(s.bootstrap_servers)
+               .set_topics(s.feedback_topic).set_group_id(s.feedback_group_id)
+               # Node state is only worth its newest reports; the past is in broadcast state.
+               .set_starting_offsets(KafkaOffsetsInitializer.latest())
+               .set_value_only_deserializer(ByteArraySchema()))
+    if bounded:
+        builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
+    source = builder.build()
+    return (env.from_source(source, WatermarkStrategy.no_watermarks(),
+                            "streamplace-feedback-source")
+            .uid(f"{s.uid_prefix}-feedback-source").set_parallelism(1))
+
+
+def sink_dead_letters(dead_letters, settings: HookSettings) -> None:
+    """The hook's dead letters to ``dead_letter_topic`` (exactly once), else to the log."""
+    from pyflink.common import Types
+    s = settings
+    if s.dead_letter_topic:
+        (dead_letters.sink_to(kafka_bytes_sink(
+            s.bootstrap_servers, s.dead_letter_topic,
+            f"{s.uid_prefix}-{s.dead_letter_topic}",  # one prefix per job and topic
+            s.transaction_timeout_ms))
+         .name("streamplace-dead-letter-sink").uid(f"{s.uid_prefix}-dead-letter-sink")
+         .slot_sharing_group("default"))
+    else:  # logged, and read: PyFlink fails an operator whose side output nobody reads
+        (dead_letters.flat_map(DeadLetterLog(), output_type=Types.PICKLED_BYTE_ARRAY())
+         .name("streamplace-dead-letter-log").uid(f"{s.uid_prefix}-dead-letter-log")
+         .slot_sharing_group("default"))
+
+
+def _warn_local(settings: HookSettings, nodes, user_records: bool) -> None:
+    """What a job in PyFlink's local mini cluster should know (logged when it is built)."""
+    log.warning("streamplace hook: local execution (execution.target local): the executors "
+                "of %s share this process; placement is by name only",
+                [n.node_id for n in nodes])
+    if not settings.dead_letter_topic:
+        # the dead-letter log writes in the Python workers' log file, which a `python job.py`
+        # user does not see: say where refused records go
+        log.warning("streamplace hook: no dead_letter_topic: records refused (e.g. over %d "
+                    "bytes) or failed by the operator are logged in PyFlink's Python worker "
+                    "log (pyflink/log/ in its installation), not here; set dead_letter_topic, "
+                    "or sink hook.dead_letters in the job",
+                    settings.task_limits(user_records=user_records).max_size)
 
 
 class HookBuilder:

@@ -50,8 +50,8 @@ from pyflink_jobs.decision_timing import DecisionTimer
 from pyflink_jobs.in_flight import InFlightLedger
 from pyflink_jobs.keep_rule import MAX_KEPT_LINES, KeepRule
 from pyflink_jobs.routed import DecisionContext
-from pyflink_jobs.tenant_quotas import (QuotaSettings, QuotaVerdict, TenantQuotas,
-                                        event_tenant_and_priority, forwarded_event)
+from pyflink_jobs.task_event_routing import TaskEventRouting
+from pyflink_jobs.tenant_quotas import QuotaSettings, QuotaVerdict, TenantQuotas
 from workload.feedback import feedback_age_s, feedback_emitted_at_ms, node_state_from_feedback
 from workload.limits import short_repr
 from workload.model import (ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task,
@@ -123,7 +123,7 @@ class RouterSettings:
         return max(1, -(-node.instances * self.executor_capacity // self.routers))
 
 
-class Router:
+class Router(TaskEventRouting):
     """Decides a node per task; see the module docstring."""
 
     def __init__(self, settings: RouterSettings, clock=time.time):
@@ -344,27 +344,6 @@ class Router:
         self.timing.add(started, (locked, observed, decided, finished),
                         None if cpu_started is None else time.thread_time() - cpu_started)
         return decision, context, verdict
-
-    def decide_event(self, event: dict) -> Decision:
-        """:meth:`decide` for a decoded TaskEvent."""
-        return self.route_event(event)[0]
-
-    def route_event(self, event: dict) -> tuple[Decision, DecisionContext]:
-        """:meth:`route` for a decoded TaskEvent."""
-        task = Task(event["task_id"], event["app_id"], int(event["input_size"]),
-                    expected_work_ms=event.get("expected_work_ms"))
-        return self.route_task_event(task, event)[:2]
-
-    def route_task_event(self, task: Task, event: dict) -> tuple[Decision, DecisionContext, dict]:
-        """:meth:`route` for the TaskEvent ``event`` read as ``task``; also returns the event to
-        forward: ``event`` itself without quotas or when not demoted, else a copy carrying the
-        demoted ``priority`` attribute (the executor reads the priority from it alone)."""
-        if self.quotas is None:  # today's path: the task as read, the event untouched
-            return (*self.route(task), event)
-        tenant, priority, _ = event_tenant_and_priority(event)
-        decision, context, verdict = self._route(
-            dataclasses.replace(task, tenant=tenant, priority=priority))
-        return decision, context, forwarded_event(event, verdict)
 
     def latency_percentile_us(self, q: float) -> float:
         """Percentile ``q`` of the whole decision's wall time (µs; 0.0 before any)."""

@@ -80,7 +80,7 @@ def test_the_hook_counts_every_instance_of_the_operator_and_numbers_each_executo
         hook = StreamplaceHook(HookSettings(routing=routing, nodes=NODES,
                                             retired={"tm_d": "tm_a"}))
         hook.nodes = hook.settings.resolved_nodes()
-        total = hook._count_instances(routing == "colocated")
+        total = hook.settings.operator_instances(hook.nodes)
         assert total == routers + 2 + 1 + 3 + 1, routing    # + tm_d's operator on tm_a
         hook._operator_instances = total
         settings = hook.executor_settings(3, "tm_c", first_instance=routers + 3)
@@ -298,3 +298,12 @@ def test_the_final_feedback_flush_is_cut_short_when_no_broker_answers():
     back._delivered(None, object())                          # a report got through since
     back.close(timeout_s=5.0)
     assert back_producer.flushes == [5.0]
+
+
+def test_the_new_modules_examples_run():
+    import doctest
+
+    from pyflink_jobs import operator_context, task_event_routing
+    for module in (operator_context, task_event_routing):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
