@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 
 from pyflink_jobs.feedback import FeedbackPublisher, FinishedTask
-from pyflink_jobs.flink_ops import KAFKA_LOGGER, CountGauges, subtask_index
+from pyflink_jobs.flink_ops import KAFKA_LOGGER, CountGauges, hook_metrics, subtask_index
 from pyflink_jobs.routed import RoutedRecord
 from workload.limits import MEMORY_FRACTION
 from workload.task_attributes import task_slo_from_attributes
@@ -176,7 +176,7 @@ class ExecutorFeedback:
                                           s.feedback_interval_s, instance)
         self.feedback.start()
         # streamplace_misrouted: tasks the router meant for another node (must stay 0).
-        self._counts = CountGauges(runtime_context.get_metrics_group(), [
+        self._counts = CountGauges(hook_metrics(runtime_context), [
             "streamplace_tasks_ok", "streamplace_tasks_failed", "streamplace_misplaced",
             "streamplace_misrouted"])
         if self.planned_node and self.node_id != self.planned_node:

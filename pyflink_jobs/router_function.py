@@ -37,7 +37,8 @@ import uuid
 from placement.service.flink_rest import FlinkRestClient
 from interference.executor.results import exception_text
 from pyflink_jobs.feedback_tail import FeedbackTail
-from pyflink_jobs.flink_ops import CountGauges, dead_letter_raw, make_dead_letter, subtask_index
+from pyflink_jobs.flink_ops import (CountGauges, dead_letter_raw, hook_metrics, make_dead_letter,
+                                    subtask_index)
 from pyflink_jobs.light_lane import LightLane
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
 from pyflink_jobs.routed import RoutedRecord
@@ -433,7 +434,7 @@ class RouterFunction(BroadcastProcessFunction):
             if self.settings.policy == "ldwp":
                 self.refresher = start_refresher(router, client,
                                                  self.settings.refresh_interval_s)
-        group = runtime_context.get_metrics_group()
+        group = hook_metrics(runtime_context)   # none in thread mode (flink_ops)
         self._counts = CountGauges(group, [f"streamplace_routed_{n}" for n in router.node_ids] +
                                    ["streamplace_dead_letters"])
         self._own_cpu = SampledCpu()

@@ -307,3 +307,51 @@ def test_the_new_modules_examples_run():
     for module in (operator_context, task_event_routing):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+def test_thread_mode_gets_no_python_gauges():
+    """PyFlink 2.2's thread mode calls a Python gauge from the JVM after a cancelled task's
+    interpreter is gone (a TaskManager died with SIGSEGV): the hook registers none there."""
+    from pyflink_jobs.flink_ops import NoMetrics, hook_metrics
+
+    from flink_fakes import MetricsContext
+    process = MetricsContext()
+    assert hook_metrics(process) is process.metrics
+    embedded = type("StreamingRuntimeContext", (MetricsContext,), {
+        "__module__": "pyflink.fn_execution.datastream.embedded.runtime_context"})()
+    group = hook_metrics(embedded)
+    assert isinstance(group, NoMetrics)
+    group.gauge("streamplace_x", lambda: 1)      # accepted, kept nowhere
+    assert embedded.metrics.gauges == {}
+
+
+def test_a_thread_mode_router_and_executor_register_no_gauges_and_still_count(monkeypatch):
+    from pyflink_jobs.router_function import OperatorRecords, RouterFunction
+    from pyflink_jobs.router import RouterSettings
+
+    from flink_fakes import MetricsContext
+    embedded_type = type("StreamingRuntimeContext", (MetricsContext,), {
+        "__module__": "pyflink.fn_execution.datastream.embedded.runtime_context"})
+    op = as_operator(str.upper)
+    function = RouterFunction(RouterSettings(nodes=NODES[:2], policy="round_robin"),
+                              OperatorRecords(op, None), single_output=False)
+    context = embedded_type()
+    function.open(context)
+    function.close()
+    assert context.metrics.gauges == {}
+    process_context = MetricsContext()              # process mode: the router's gauges
+    function = RouterFunction(RouterSettings(nodes=NODES[:2], policy="round_robin"),
+                              OperatorRecords(op, None), single_output=False)
+    function.open(process_context)
+    function.close()
+    assert "streamplace_decision_p99_us" in process_context.metrics.gauges
+    direct = _direct(str.upper)
+    executor_context = embedded_type()
+    direct.open(executor_context)
+    try:
+        assert list(direct.process_element(_routed("a")[0], None)) == ["A"]
+        assert direct._counts.values["streamplace_tasks_ok"] == 1
+    finally:
+        direct.feedback.producer = None
+        direct.close()
+    assert executor_context.metrics.gauges == {}
