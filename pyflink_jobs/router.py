@@ -172,11 +172,11 @@ class Router(TaskEventRouting):
         policy = NumpyLDWPPolicy.from_bytes(
             data, self.cluster, costs=self.costs,
             coefficients=previous.coefficients if previous else None)
-        if policy.paper_nodes is not None and tuple(policy.paper_nodes) != self.node_ids:
-            # it would refuse every decision here, each then the fallback's, one warning each
+        try:  # else it would refuse every decision here, each the fallback's, a warning each
+            policy.check_nodes(self.node_ids)
+        except ValueError as exc:
             from placement.ldwp.modelfile import ModelFileError
-            raise ModelFileError(f"a paper-layout model for nodes {list(policy.paper_nodes)}, "
-                                 f"not this router's {list(self.node_ids)}: transfer it first")
+            raise ModelFileError(str(exc)) from None
         version = version if version is not None else policy.version
         if not _plausible_version(version):
             # a file's own metadata may say anything: a version the service never gives

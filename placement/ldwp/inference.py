@@ -521,10 +521,11 @@ class NumpyLDWPPolicy(Policy):
             hidden += bias
         return hidden
 
-    @property
-    def paper_nodes(self) -> tuple | None:
-        """The node ids, in order, a paper-layout model decides for (None: any nodes)."""
-        return self._paper_nodes
+    def check_nodes(self, ids) -> None:
+        """ValueError when this model cannot decide for nodes ``ids`` (in order): a
+        paper-layout model built for other nodes; any nodes do for the node-scoring ones."""
+        if self.kind == "paper":
+            self._check_paper_nodes(ids)
 
     def _check_paper_nodes(self, ids) -> None:
         if tuple(ids) != self._paper_nodes:
