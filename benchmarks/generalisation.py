@@ -18,7 +18,7 @@ paper cluster's tuning seeds), a rule and not a model, with its paired change ov
 - ``paper_training``: the training cluster itself (evaluation seeds only).
 
 Saturated arrivals (throughput = what the cluster does flat out), 1,500 tasks, five evaluation
-seeds (1001-1005; the model was trained on seeds 10-18 and tuned on 501-502), mean and 95%
+seeds (1001-1005; the model was trained on training seeds 11-22 and tuned on 501-506), mean and 95%
 Student-t interval. The goal (issue 14): LDWP's interval's lower end at or above MCT's mean on
 every unseen cluster, and ahead of MCT on the training one.
 

@@ -45,6 +45,11 @@ TRAINING_SEEDS = tuple(range(1, 200))  # disjoint from EVALUATION_SEEDS (1001-10
 TUNING_SEEDS = (501, 502)              # checkpoint choice; disjoint from both
 RESIDUAL_EPISODES = 10                 # saturated training episodes of the residual variant
 RESIDUAL_CHECK = 2                     # episodes between checkpoint evaluations
+#: more tuning seeds for short bursts (they vary more and cost little); disjoint as above
+SHORT_TUNING_SEEDS = (501, 502, 503, 504, 505, 506)
+#: burst length (tasks) -> tuning seeds: the shipped residual model's checkpoint must not lose
+#: to its prior on any of them (:func:`prior_ratio_check`)
+PRIOR_CHECK_BURSTS = {150: SHORT_TUNING_SEEDS, 300: SHORT_TUNING_SEEDS, 1500: TUNING_SEEDS}
 ALIBABA_RATES = (60, 120)              # as the frozen baselines
 VARIANTS = {
     # name: (network, settings overrides). The paper network keeps every paper value.
@@ -133,30 +138,72 @@ def train_variant(job: tuple) -> dict:
 
 
 def _saturated_throughput(agent, scheduler_name, seeds, tasks) -> float:
+    """Mean saturated throughput of ``agent`` (any policy; a learner is run greedy)."""
     from interference.schedulers import make_node_scheduler
     from simulator import Simulator
     from simulator.scenarios import saturated_workload
     costs, cluster = _setup()
-    training, agent.training = agent.training, False
+    training = getattr(agent, "training", None)
+    if training is not None:
+        agent.training = False
     values = [Simulator(costs).run(agent, make_node_scheduler(scheduler_name, costs, seed=s),
                                    cluster, saturated_workload(tasks, seed=s),
                                    seed=s).metrics.throughput_per_min for s in seeds]
-    agent.training = training
+    if training is not None:
+        agent.training = training
     return statistics.fmean(values)
 
 
 def _throughput_check(agent, tasks: int, first: dict | None) -> tuple[float, dict]:
-    """The residual variant's checkpoint score: mean saturated throughput on TUNING_SEEDS."""
+    """A checkpoint's score: mean saturated throughput on TUNING_SEEDS."""
     value = _saturated_throughput(agent, "heft", TUNING_SEEDS, tasks)
     return value, {"tuning_throughput_per_min": value}
 
 
-def train_residual(job: tuple, overrides: dict | None = None, check=_throughput_check) -> dict:
-    """The residual variant: starts as MCT, learns online on saturated TRAINING seeds, and
-    keeps the checkpoint with the best mean saturated throughput on TUNING_SEEDS.
+_PRIOR_THROUGHPUT: dict[tuple[int, tuple[int, ...]], float] = {}
 
+
+def prior_ratio_check(agent, tasks, first: dict | None) -> tuple[float, dict]:
+    """The shipped residual model's checkpoint score: over the bursts of
+    :data:`PRIOR_CHECK_BURSTS`, the worst ratio of its mean saturated tuning throughput to its
+    prior's (MCT's) on the same tasks. A checkpoint that loses to MCT on any burst length scores
+    below the untrained agent, which is MCT (1.0). Why: a correction learned on long bursts alone
+    overloaded the 4-GPU nodes early in every burst, which later decisions only make up for when
+    more tasks follow; on 300-task bursts it lost 19% to its prior (README, "Where the shipped
+    model loses"). ``tasks`` is ignored: the bursts are fixed here."""
+    from placement.policies import make_policy
+    ratios, value = {}, 0.0
+    for burst, seeds in PRIOR_CHECK_BURSTS.items():
+        key = (burst, tuple(seeds))
+        if key not in _PRIOR_THROUGHPUT:
+            costs, cluster = _setup()
+            _PRIOR_THROUGHPUT[key] = _saturated_throughput(make_policy("mct", cluster, costs),
+                                                           "heft", seeds, burst)
+        value = _saturated_throughput(agent, "heft", seeds, burst)
+        ratios[str(burst)] = value / _PRIOR_THROUGHPUT[key]
+    return min(ratios.values()), {"tuning_throughput_per_min": value,
+                                  "tuning_ratio_to_prior": ratios}
+
+
+def episode_lengths(tasks: int | tuple[int, ...], episodes: int) -> list[int]:
+    """Tasks in each training episode: one count for every episode, or a pattern of counts
+    repeated over the episodes ((600, 300) for 4 episodes: 600, 300, 600, 300)."""
+    pattern = (tasks,) if isinstance(tasks, int) else tuple(tasks)
+    if not pattern or any(not isinstance(n, int) or n < 1 for n in pattern):
+        raise ValueError(f"tasks per episode must be positive ints, got {tasks!r}")
+    return [pattern[e % len(pattern)] for e in range(episodes)]
+
+
+def train_residual(job: tuple, overrides: dict | None = None, check=_throughput_check,
+                   check_every: int = RESIDUAL_CHECK) -> dict:
+    """The residual variant: starts as MCT, learns online on saturated TRAINING seeds, and
+    keeps the checkpoint with the best score on the TUNING seeds (the untrained agent, which is
+    MCT, included).
+
+    ``job``'s tasks: per episode, one count or a pattern (:func:`episode_lengths`);
     ``overrides``: settings on top of the variant's; ``check(agent, tasks, first record)``:
-    (score, record) of a checkpoint, higher is better (``first``: episode 0's record)."""
+    (score, record) of a checkpoint, higher is better (``first``: episode 0's record), run
+    every ``check_every`` episodes and after the last."""
     variant, pretrained, episodes, tasks, out_dir = job[:5]
     extra = job[5] if len(job) > 5 else {}
     import copy
@@ -165,7 +212,8 @@ def train_residual(job: tuple, overrides: dict | None = None, check=_throughput_
     from simulator import Simulator
     from simulator.scenarios import saturated_workload
     costs, cluster = _setup()
-    agent = _agent("residual", cluster, costs, seed=0, exploration_steps=episodes * tasks,
+    lengths = episode_lengths(tasks, episodes)
+    agent = _agent("residual", cluster, costs, seed=0, exploration_steps=sum(lengths),
                    **(overrides or {}))
     simulator = Simulator(costs)
     learning, checks = [], []
@@ -176,12 +224,13 @@ def train_residual(job: tuple, overrides: dict | None = None, check=_throughput_
         seed = TRAINING_SEEDS[10 + episode]
         started = time.perf_counter()
         metrics = simulator.run(agent, make_node_scheduler("heft", costs, seed=seed), cluster,
-                                saturated_workload(tasks, seed=seed), seed=seed).metrics
-        learning.append({"episode": episode, "saturated": True,
+                                saturated_workload(lengths[episode], seed=seed),
+                                seed=seed).metrics
+        learning.append({"episode": episode, "saturated": True, "tasks": lengths[episode],
                          "throughput_per_min": metrics.throughput_per_min,
                          "epsilon": agent.epsilon(), "updates": agent.updates,
                          "wall_s": time.perf_counter() - started})
-        if (episode + 1) % RESIDUAL_CHECK == 0 or episode + 1 == episodes:
+        if (episode + 1) % check_every == 0 or episode + 1 == episodes:
             value, record = check(agent, tasks, first)
             checks.append({"episode": episode + 1, **record})
             if value > best[0]:
