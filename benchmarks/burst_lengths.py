@@ -124,9 +124,13 @@ def main(argv=None) -> None:
     missing = [m for m in models if not Path(m).is_file()]
     if missing:
         parser.error(f"no such model file: {', '.join(missing)}")
-    seeds, lengths = _seeds(args.seeds), [int(n) for n in args.lengths.split(",")]
-    if len(seeds) < 2 or not lengths or min(lengths) < 1:
-        parser.error("need at least 2 seeds and positive burst lengths")
+    try:
+        seeds = _seeds(args.seeds)
+        lengths = [int(n) for n in args.lengths.split(",") if n.strip()]
+    except ValueError as error:
+        parser.error(f"--seeds / --lengths: {error}")
+    if len(seeds) < 2 or not lengths or min(lengths) < 1 or max(lengths) > 100_000:
+        parser.error("need at least 2 seeds and burst lengths from 1 to 100,000 tasks")
     started = time.perf_counter()
     jobs = [(p, n, s) for p in ("mct", *models) for n in lengths for s in seeds]
     with ProcessPoolExecutor(args.workers) as pool:

@@ -169,8 +169,8 @@ def prior_ratio_check(agent, tasks, first: dict | None) -> tuple[float, dict]:
     prior's (MCT's) on the same tasks. A checkpoint that loses to MCT on any burst length scores
     below the untrained agent, which is MCT (1.0). Why: a correction learned on long bursts alone
     overloaded the 4-GPU nodes early in every burst, which later decisions only make up for when
-    more tasks follow; on 300-task bursts it lost 19% to its prior (README, "Where the shipped
-    model loses"). ``tasks`` is ignored: the bursts are fixed here."""
+    more tasks follow; on 300-task bursts it lost 19-26% to its prior (README, "Where the
+    previous shipped model lost"). ``tasks`` is ignored: the bursts are fixed here."""
     from placement.policies import make_policy
     ratios, value = {}, 0.0
     for burst, seeds in PRIOR_CHECK_BURSTS.items():

@@ -80,3 +80,17 @@ def test_the_shipped_model_is_not_behind_its_prior_on_a_short_burst_of_unused_se
               / run_one(("mct", 300, seed))["throughput_per_min"] for seed in range(4001, 4005)]
     assert sum(ratios) / len(ratios) >= 0.97
     assert min(ratios) >= 0.9
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--seeds", "a-b"], "--seeds / --lengths"),
+    (["--seeds", "3001"], "at least 2 seeds"),
+    (["--lengths", "0"], "burst lengths from 1"),
+    (["--models", "no-such.spm"], "no such model file"),
+    (["--models", "a.spm,b.spm", "--labels", "one"], "one name per --models file"),
+])
+def test_the_burst_benchmark_refuses_bad_arguments_before_running_anything(argv, says, capsys):
+    from benchmarks.burst_lengths import main
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and says in capsys.readouterr().err
