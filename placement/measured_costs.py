@@ -12,8 +12,20 @@ operator's name and the record's length in bytes), so :class:`MeasuredCosts` lea
 call, Python overhead) plus a part that grows with the input, and which one dominates differs
 per operator; the affine law covers both ends, is exact for the built-in apps' cost structure,
 and its sufficient statistics are six floats. The weights decay (``smoothing``) so the fit
-follows a node that gets slower; once the pair is trusted, a sample is clipped to within
-``outlier_ratio`` of the current estimate first, so one 100x hiccup moves it only a little.
+follows a node that gets slower.
+
+**One sample moves a fit only so far** (a freak task, a first call that loads a model, or a
+forged report on the feedback topic). Once the pair is trusted, a sample is clipped to within
+``min(outlier_ratio, 1 + max_sample_influence * w)`` of the current estimate at its size first
+(``w``: the fit's decayed weight, about its sample count early on; the band widened by the
+sample's size over the fit's mean size, so a larger record is not mistaken for an outlier
+while the slope is unknown), so a single sample moves the estimate by at most
+``max_sample_influence`` of it early and much less later. And when a pair reaches
+``min_samples``, its fit is rebuilt from those first samples, each clipped to within
+``1 + max_sample_influence * (min_samples - 1)`` of the median one (widened by their sizes'
+ratio, so a law ``a + b * size`` is never clipped): one forged first report of an hour (or a
+microsecond) leaves the trusted fit within a third of the truth with the defaults, where it
+used to leave it hundreds of times off, and a node looking that slow got no task to correct it.
 Sizes that barely vary leave the slope undetermined: the fit is then a constant (the mean).
 
 **Fallbacks**, for a pair with no samples of its own, in order:
@@ -169,7 +181,8 @@ class MeasuredCosts:
 
     def __init__(self, cluster: ClusterSpec | None = None, prior=None, *,
                  default_s: float = 0.1, min_samples: int = 3, optimism: float | None = 0.5,
-                 smoothing: float = COST_SMOOTHING, outlier_ratio: float = 10.0, max_types: int = 256,
+                 smoothing: float = COST_SMOOTHING, outlier_ratio: float = 10.0,
+                 max_sample_influence: float = 0.5, max_types: int = 256,
                  max_nodes_per_type: int = 64, max_work_s: float = 3600.0,
                  max_size: int = 10**11, min_estimate_s: float = 1e-6,
                  max_key_chars: int = 200, speed_refresh_samples: int = 32):
@@ -179,11 +192,13 @@ class MeasuredCosts:
             raise ValueError("min_samples, max_types and max_nodes_per_type must be >= 1")
         if optimism is not None and not 0.0 < optimism <= 1.0:
             raise ValueError(f"optimism must be in (0, 1] or None, got {optimism}")
-        if not (0.0 < min_estimate_s < default_s <= max_work_s and outlier_ratio > 1.0):
-            raise ValueError("need 0 < min_estimate_s < default_s <= max_work_s and "
-                             "outlier_ratio > 1")
+        if not (0.0 < min_estimate_s < default_s <= max_work_s and outlier_ratio > 1.0
+                and 0.0 < max_sample_influence <= 10.0):
+            raise ValueError("need 0 < min_estimate_s < default_s <= max_work_s, "
+                             "outlier_ratio > 1 and max_sample_influence in (0, 10]")
         self.prior, self.default_s, self.min_samples = prior, float(default_s), min_samples
         self.optimism, self.smoothing, self.outlier_ratio = optimism, smoothing, outlier_ratio
+        self.max_sample_influence = max_sample_influence
         self.max_types, self.max_nodes_per_type = max_types, max_nodes_per_type
         self.max_work_s, self.max_size = float(max_work_s), max_size
         self.min_estimate_s, self.max_key_chars = min_estimate_s, max_key_chars
@@ -191,6 +206,9 @@ class MeasuredCosts:
         self.version = 0      # accepted samples so far: caches of estimates compare it
         self.rejected = 0     # samples refused (hostile or broken)
         self._fits: OrderedDict[str, OrderedDict[str, AffineFit]] = OrderedDict()
+        # (type, node) -> its first samples, until it has min_samples (bounded: one entry per
+        # untrusted fit, removed when it is trusted or replaced)
+        self._first: dict[tuple[str, str], list[tuple[float, float]]] = {}
         self._ratios: dict[tuple[str, str], tuple[int, float, int]] = {}
         self._prior_tables: dict[str, dict] = {}
         self._lock = threading.Lock()
@@ -218,23 +236,46 @@ class MeasuredCosts:
             if fits is None:
                 fits = self._fits[type_key] = OrderedDict()
                 if len(self._fits) > self.max_types:
-                    self._fits.popitem(last=False)   # the least recently observed type
+                    gone, gone_fits = self._fits.popitem(last=False)  # least recently seen
+                    for gone_node in gone_fits:
+                        self._first.pop((gone, gone_node), None)
             else:
                 self._fits.move_to_end(type_key)
             fit = fits.get(node_key)
             if fit is None:
                 fit = fits[node_key] = AffineFit(self.smoothing)
+                self._first[(type_key, node_key)] = []
                 if len(fits) > self.max_nodes_per_type:
-                    fits.popitem(last=False)
+                    evicted, _ = fits.popitem(last=False)
+                    self._first.pop((type_key, evicted), None)
             else:
                 fits.move_to_end(node_key)
-                if fit.count >= self.min_samples:  # a trusted pair: damp a single outlier
-                    guess = max(self.min_estimate_s, fit.predict(size_f))
-                    seconds = min(guess * self.outlier_ratio,
-                                  max(guess / self.outlier_ratio, seconds))
-            fit.add(size_f, seconds)
+            if fit.count >= self.min_samples:  # a trusted pair: damp a single outlier
+                ratio = min(self.outlier_ratio, 1.0 + self.max_sample_influence * fit.weight)
+                guess = max(self.min_estimate_s, fit.predict(size_f))
+                fit.add(size_f, _clip(seconds, guess, ratio, size_f, fit.mean_x))
+            else:
+                first = self._first.setdefault((type_key, node_key), [])
+                first.append((size_f, seconds))
+                fit.add(size_f, seconds)
+                if fit.count >= self.min_samples:  # trusted from now: from robust samples
+                    fits[node_key] = self._robust_start(first)
+                    del self._first[(type_key, node_key)]
             self.version += 1
         return True
+
+    def _robust_start(self, first: list[tuple[float, float]]) -> AffineFit:
+        """A pair's fit from its first samples, each clipped to within
+        ``c = 1 + max_sample_influence * (len - 1)`` of the median-time sample, widened by the
+        size ratio: a sample ``k`` times the median's size may take up to ``c * k`` times its
+        time (and one ``k`` times smaller, down to ``1 / (c * k)``), so samples that follow any
+        law ``a + b * size`` with ``a, b >= 0`` are never clipped."""
+        median_size, median_s = sorted(first, key=lambda sample: sample[1])[len(first) // 2]
+        ratio = min(self.outlier_ratio, 1.0 + self.max_sample_influence * (len(first) - 1))
+        fit = AffineFit(self.smoothing)
+        for size, seconds in first:
+            fit.add(size, _clip(seconds, median_s, ratio, size, median_size))
+        return fit
 
     # -- estimates --------------------------------------------------------------------------
     def estimate_s(self, node: str, task_type: str, size, explore: bool = True,
@@ -416,6 +457,18 @@ class MeasuredCosts:
         value = (total / shared if shared else 0.0)
         self._ratios[(node, other)] = (self.version, value, shared)
         return value, shared
+
+
+def _clip(seconds: float, reference_s: float, ratio: float, size: float,
+          reference_size: float) -> float:
+    """``seconds`` kept within ``ratio`` of ``reference_s`` (a sample of ``reference_size``),
+    the band widened by the sizes' ratio: a task ``k`` times larger may take up to ``ratio * k``
+    times as long and one ``k`` times smaller down to ``1 / (ratio * k)``, so samples that
+    follow a law ``a + b * size`` (``a, b >= 0``) are never clipped."""
+    larger = max(size, 1.0) / max(reference_size, 1.0)
+    high = reference_s * ratio * max(1.0, larger)
+    low = reference_s / (ratio * max(1.0, 1.0 / larger))
+    return min(high, max(low, seconds))
 
 
 def _number(value, bad: float = math.nan) -> float:

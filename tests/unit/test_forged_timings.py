@@ -1,0 +1,111 @@
+"""One forged or freak work time must not decide where work goes (placement.measured_costs):
+the first samples of a (type, node) pair are judged against their median before the pair is
+trusted, and a trusted pair's estimate moves by at most half of itself per sample. Scenario
+tables of hand-written samples; the placement loop is MCT on measured costs, as in a router."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from placement.measured_costs import AffineFit, MeasuredCosts
+from placement.policies import make_policy
+from workload.model import ClusterSpec, NodeSpec, NodeState, Observation, Task
+
+NODES = ("tm_a", "tm_b", "tm_c")
+CLUSTER = ClusterSpec(tuple(NodeSpec(n, 2, 8.0) for n in NODES))
+OP = "user_op"
+TRUE_S = 0.1   # every node takes 0.1 s a record of this operator
+
+
+# (name, samples in arrival order (size, seconds), the estimate at size 1,000 must lie in)
+COLD_STARTS = [
+    ("an hour claimed first", [(1_000, 3600.0), (1_000, TRUE_S), (1_000, TRUE_S)],
+     (TRUE_S, 1.34 * TRUE_S)),
+    ("a microsecond claimed first", [(1_000, 1e-6), (1_000, TRUE_S), (1_000, TRUE_S)],
+     (0.82 * TRUE_S, TRUE_S)),
+    ("an hour claimed last", [(1_000, TRUE_S), (1_000, TRUE_S), (1_000, 3600.0)],
+     (TRUE_S, 1.34 * TRUE_S)),
+    ("a huge size claimed with its hour", [(10**9, 3600.0), (1_000, TRUE_S), (2_000, TRUE_S)],
+     (0.9 * TRUE_S, 1.1 * TRUE_S)),
+    ("no outlier", [(1_000, TRUE_S)] * 3, (TRUE_S * 0.999, TRUE_S * 1.001)),
+]
+
+
+@pytest.mark.parametrize("name, samples, bounds", COLD_STARTS, ids=[c[0] for c in COLD_STARTS])
+def test_one_bad_first_sample_leaves_the_trusted_fit_near_the_truth(name, samples, bounds):
+    costs = MeasuredCosts(CLUSTER, min_samples=3)
+    for size, seconds in samples:
+        assert costs.observe("tm_a", OP, size, seconds)
+    assert costs.samples("tm_a", OP) == 3
+    low, high = bounds
+    assert low <= costs.estimate_s("tm_a", OP, 1_000) <= high
+
+
+def test_samples_that_follow_an_affine_law_are_never_clipped_at_the_start():
+    """Sizes 1x to 300x apart, pure per-byte and fixed-plus-per-byte: the robust start keeps
+    them exactly (the same fit as AffineFit on the raw samples)."""
+    for law in (lambda s: 2e-6 * s, lambda s: 0.01 + 1e-6 * s):
+        samples = [(1_000, law(1_000)), (300_000, law(300_000)), (30_000, law(30_000))]
+        costs, fit = MeasuredCosts(CLUSTER, min_samples=3), AffineFit(costs_smoothing())
+        for size, seconds in samples:
+            costs.observe("tm_a", OP, size, seconds)
+            fit.add(size, seconds)
+        assert costs.trusted_line("tm_a", OP) == pytest.approx(fit.coefficients())
+
+
+def costs_smoothing() -> float:
+    return MeasuredCosts(CLUSTER).smoothing
+
+
+@pytest.mark.parametrize("trusted_samples, most", [(3, 1.5), (20, 1.5), (400, 1.06)])
+def test_a_forged_sample_on_a_trusted_pair_moves_it_by_at_most_half(trusted_samples, most):
+    costs = MeasuredCosts(CLUSTER, min_samples=3)
+    for _ in range(trusted_samples):
+        costs.observe("tm_a", OP, 1_000, TRUE_S)
+    costs.observe("tm_a", OP, 1_000, 3600.0)
+    assert TRUE_S < costs.estimate_s("tm_a", OP, 1_000) <= most * TRUE_S
+
+
+def test_a_node_that_really_slows_down_is_still_followed():
+    costs = MeasuredCosts(CLUSTER, min_samples=3, smoothing=0.05)
+    for _ in range(50):
+        costs.observe("tm_a", OP, 1_000, TRUE_S)
+    for _ in range(100):   # 20x slower from now on (a noisy neighbour, a throttled host)
+        costs.observe("tm_a", OP, 1_000, 20 * TRUE_S)
+    assert costs.estimate_s("tm_a", OP, 1_000) == pytest.approx(20 * TRUE_S, rel=0.02)
+
+
+def _route(costs, forged: dict | None, steps: int = 20) -> Counter:
+    """MCT on measured costs, as a router runs it: three records arrive per step, each node
+    finishes one queued record per step and reports its true time; a node's backlog is its
+    queued records at the router's (non-exploring) estimate. ``forged``: one report
+    (node -> seconds) that arrives before the first record."""
+    policy = make_policy("mct", CLUSTER, costs=costs)
+    for node, seconds in (forged or {}).items():
+        costs.observe(node, OP, 1_000, seconds)
+    chosen, queued = Counter(), Counter()
+    for step in range(steps):
+        for k in range(3):
+            states = tuple(NodeState(node, queue_depth=queued[node], backlog_s=queued[node] *
+                                     costs.estimate_s(node, OP, 1_000, explore=False))
+                           for node in NODES)
+            task = Task(f"t{step}-{k}", OP, 1_000)
+            node = policy.decide(Observation(task, states, float(step))).node
+            chosen[node] += 1
+            queued[node] += 1
+        for node in NODES:
+            if queued[node]:
+                queued[node] -= 1
+                costs.observe(node, OP, 1_000, TRUE_S)
+    return chosen
+
+
+@pytest.mark.parametrize("forged", [{"tm_a": 3600.0}, {"tm_b": 1e-6}])
+def test_one_forged_report_before_the_first_record_does_not_decide_where_work_goes(forged):
+    honest = _route(MeasuredCosts(CLUSTER, min_samples=3), None)
+    attacked = _route(MeasuredCosts(CLUSTER, min_samples=3), forged)
+    node = next(iter(forged))
+    assert min(honest.values()) >= 15, honest               # the honest run spreads the work
+    assert abs(attacked[node] - honest[node]) <= 8, (honest, attacked)
