@@ -82,7 +82,7 @@ from collections.abc import Iterable
 from workload.limits import finite_real
 from workload.model import ClusterSpec, NodeSpec, Task
 
-__all__ = ["MeasuredCosts", "AffineFit", "COST_SMOOTHING"]
+__all__ = ["MeasuredCosts", "AffineFit", "PairFits", "COST_SMOOTHING"]
 
 #: Default weight decay per sample of a (type, node) fit: about the last 200 tasks count. It was
 #: 0.05 (about 20) until 2026-12-03: on a CPU-quota-throttled host one task in a few waits out a
@@ -168,6 +168,66 @@ class AffineFit:
         return min(((my, 0.0), (0.0, b0)), key=lambda c: self._sse(*c))
 
 
+class PairFits:
+    """The (task type, node) fits, bounded (least recently observed types and nodes evicted),
+    each damped against single samples (the module docstring: a pair's first ``min_samples``
+    samples are clipped around their median when it becomes trusted, later ones around its
+    estimate). Not thread-safe: :class:`MeasuredCosts` holds its lock around every call."""
+
+    def __init__(self, smoothing: float, min_samples: int, outlier_ratio: float,
+                 max_sample_influence: float, max_types: int, max_nodes_per_type: int,
+                 min_estimate_s: float):
+        self.smoothing, self.min_samples, self.outlier_ratio = smoothing, min_samples, \
+            outlier_ratio
+        self.max_sample_influence, self.min_estimate_s = max_sample_influence, min_estimate_s
+        self.max_types, self.max_nodes_per_type = max_types, max_nodes_per_type
+        self.fits: OrderedDict[str, OrderedDict[str, AffineFit]] = OrderedDict()
+        # (type, node) -> its first samples until it is trusted (one entry per untrusted fit)
+        self._first: dict[tuple[str, str], list[tuple[float, float]]] = {}
+
+    def add(self, type_key: str, node_key: str, size: float, seconds: float) -> None:
+        """One accepted sample (already checked to be plausible) of (type, node)."""
+        fits = self.fits.get(type_key)
+        if fits is None:
+            fits = self.fits[type_key] = OrderedDict()
+            if len(self.fits) > self.max_types:
+                gone, gone_fits = self.fits.popitem(last=False)  # least recently observed
+                for gone_node in gone_fits:
+                    self._first.pop((gone, gone_node), None)
+        else:
+            self.fits.move_to_end(type_key)
+        fit = fits.get(node_key)
+        if fit is None:
+            fit = fits[node_key] = AffineFit(self.smoothing)
+            self._first[(type_key, node_key)] = []
+            if len(fits) > self.max_nodes_per_type:
+                evicted, _ = fits.popitem(last=False)
+                self._first.pop((type_key, evicted), None)
+        else:
+            fits.move_to_end(node_key)
+        if fit.count >= self.min_samples:  # a trusted pair: damp a single outlier
+            ratio = min(self.outlier_ratio, 1.0 + self.max_sample_influence * fit.weight)
+            guess = max(self.min_estimate_s, fit.predict(size))
+            fit.add(size, _clip(seconds, guess, ratio, size, fit.mean_x))
+            return
+        first = self._first.setdefault((type_key, node_key), [])
+        first.append((size, seconds))
+        fit.add(size, seconds)
+        if fit.count >= self.min_samples:  # trusted from now on: built from robust samples
+            fits[node_key] = self._robust_start(first)
+            del self._first[(type_key, node_key)]
+
+    def _robust_start(self, first: list[tuple[float, float]]) -> AffineFit:
+        """A pair's fit from its first samples, each clipped (:func:`_clip`) to within
+        ``1 + max_sample_influence * (len - 1)`` of the median-time sample."""
+        median_size, median_s = sorted(first, key=lambda sample: sample[1])[len(first) // 2]
+        ratio = min(self.outlier_ratio, 1.0 + self.max_sample_influence * (len(first) - 1))
+        fit = AffineFit(self.smoothing)
+        for size, seconds in first:
+            fit.add(size, _clip(seconds, median_s, ratio, size, median_size))
+        return fit
+
+
 class MeasuredCosts:
     """Per (task type, node) work-time fits with fallbacks and exploration (module docstring).
 
@@ -197,7 +257,7 @@ class MeasuredCosts:
             raise ValueError("need 0 < min_estimate_s < default_s <= max_work_s, "
                              "outlier_ratio > 1 and max_sample_influence in (0, 10]")
         self.prior, self.default_s, self.min_samples = prior, float(default_s), min_samples
-        self.optimism, self.smoothing, self.outlier_ratio = optimism, smoothing, outlier_ratio
+        self.optimism, self.outlier_ratio = optimism, outlier_ratio
         self.max_sample_influence = max_sample_influence
         self.max_types, self.max_nodes_per_type = max_types, max_nodes_per_type
         self.max_work_s, self.max_size = float(max_work_s), max_size
@@ -205,14 +265,22 @@ class MeasuredCosts:
         self.speed_refresh_samples = speed_refresh_samples
         self.version = 0      # accepted samples so far: caches of estimates compare it
         self.rejected = 0     # samples refused (hostile or broken)
-        self._fits: OrderedDict[str, OrderedDict[str, AffineFit]] = OrderedDict()
-        # (type, node) -> its first samples, until it has min_samples (bounded: one entry per
-        # untrusted fit, removed when it is trusted or replaced)
-        self._first: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        self._table = PairFits(smoothing, min_samples, outlier_ratio, max_sample_influence,
+                               max_types, max_nodes_per_type, min_estimate_s)
+        self._fits = self._table.fits   # type -> node -> fit (the table's own, not a copy)
         self._ratios: dict[tuple[str, str], tuple[int, float, int]] = {}
         self._prior_tables: dict[str, dict] = {}
         self._lock = threading.Lock()
         self.set_cluster(cluster)
+
+    @property
+    def smoothing(self) -> float:
+        """Weight decay per sample of the fits created from now on (existing fits keep theirs)."""
+        return self._table.smoothing
+
+    @smoothing.setter
+    def smoothing(self, value: float) -> None:
+        self._table.smoothing = value
 
     def set_cluster(self, cluster: ClusterSpec | None) -> None:
         """Adopt new node specs (nodes joined or left); what was learned stays. Without specs
@@ -232,50 +300,9 @@ class MeasuredCosts:
             self.rejected += 1
             return False
         with self._lock:
-            fits = self._fits.get(type_key)
-            if fits is None:
-                fits = self._fits[type_key] = OrderedDict()
-                if len(self._fits) > self.max_types:
-                    gone, gone_fits = self._fits.popitem(last=False)  # least recently seen
-                    for gone_node in gone_fits:
-                        self._first.pop((gone, gone_node), None)
-            else:
-                self._fits.move_to_end(type_key)
-            fit = fits.get(node_key)
-            if fit is None:
-                fit = fits[node_key] = AffineFit(self.smoothing)
-                self._first[(type_key, node_key)] = []
-                if len(fits) > self.max_nodes_per_type:
-                    evicted, _ = fits.popitem(last=False)
-                    self._first.pop((type_key, evicted), None)
-            else:
-                fits.move_to_end(node_key)
-            if fit.count >= self.min_samples:  # a trusted pair: damp a single outlier
-                ratio = min(self.outlier_ratio, 1.0 + self.max_sample_influence * fit.weight)
-                guess = max(self.min_estimate_s, fit.predict(size_f))
-                fit.add(size_f, _clip(seconds, guess, ratio, size_f, fit.mean_x))
-            else:
-                first = self._first.setdefault((type_key, node_key), [])
-                first.append((size_f, seconds))
-                fit.add(size_f, seconds)
-                if fit.count >= self.min_samples:  # trusted from now: from robust samples
-                    fits[node_key] = self._robust_start(first)
-                    del self._first[(type_key, node_key)]
+            self._table.add(type_key, node_key, size_f, seconds)
             self.version += 1
         return True
-
-    def _robust_start(self, first: list[tuple[float, float]]) -> AffineFit:
-        """A pair's fit from its first samples, each clipped to within
-        ``c = 1 + max_sample_influence * (len - 1)`` of the median-time sample, widened by the
-        size ratio: a sample ``k`` times the median's size may take up to ``c * k`` times its
-        time (and one ``k`` times smaller, down to ``1 / (c * k)``), so samples that follow any
-        law ``a + b * size`` with ``a, b >= 0`` are never clipped."""
-        median_size, median_s = sorted(first, key=lambda sample: sample[1])[len(first) // 2]
-        ratio = min(self.outlier_ratio, 1.0 + self.max_sample_influence * (len(first) - 1))
-        fit = AffineFit(self.smoothing)
-        for size, seconds in first:
-            fit.add(size, _clip(seconds, median_s, ratio, size, median_size))
-        return fit
 
     # -- estimates --------------------------------------------------------------------------
     def estimate_s(self, node: str, task_type: str, size, explore: bool = True,
