@@ -2,6 +2,7 @@
 
     python -m benchmarks.burst_lengths                              # the shipped residual model
     python -m benchmarks.burst_lengths --models A.spm,B.spm --seeds 3001-3010
+    python -m benchmarks.burst_lengths --cluster paper_x2 --name burst_lengths-paper_x2
 
 The simulated paper cluster (11 P4/K80 nodes, HEFT on every node, as
 ``benchmarks.paper_setting``), saturated arrivals: a burst of N tasks arrives within a few
@@ -10,7 +11,9 @@ cluster policy decides each task when it arrives and never moves it, so the leng
 changes what a good decision is: a node loaded early is only made up for by later tasks.
 Per burst length and model: its throughput over MCT's on the same tasks, per seed, with the
 mean and a 95% Student-t interval over the seeds. The default seeds (3001-3010) were never used
-to train, tune or choose a model.
+to train, tune or choose a model. ``--cluster`` runs the same on clusters of the paper's node
+types at other sizes (:data:`CLUSTERS`): the model learned its correction per node type, so
+these test whether it carries to more or fewer nodes of those types.
 
 Writes benchmarks/results/burst_lengths.json and a PNG beside it.
 """
@@ -31,27 +34,49 @@ from benchmarks.baselines import confidence_interval
 LENGTHS = (150, 300, 600, 1000, 1500)
 #: seeds never used to train, tune or choose a shipped model
 SEEDS = tuple(range(3001, 3011))
+#: name -> (the paper cluster's nodes repeated this many times, or None, then the first this many)
+CLUSTERS = {"paper": (1, None), "paper_x2": (2, None), "paper_x6": (6, None),
+            "paper_first5": (1, 5)}
 
-__all__ = ["LENGTHS", "SEEDS", "run_one", "changes", "main"]
+__all__ = ["LENGTHS", "SEEDS", "CLUSTERS", "make_cluster", "run_one", "changes", "main"]
+
+
+def make_cluster(name: str):
+    """The paper cluster (11 P4/K80 nodes), repeated or cut as :data:`CLUSTERS` says."""
+    import dataclasses
+
+    from simulator.scenarios import paper_cluster
+    from workload.model import ClusterSpec
+    if name not in CLUSTERS:
+        raise ValueError(f"unknown cluster {name!r}; known: {', '.join(CLUSTERS)}")
+    copies, first = CLUSTERS[name]
+    base = paper_cluster()
+    if copies == 1 and first is None:
+        return base
+    nodes = tuple(dataclasses.replace(node, node_id=f"{node.node_id}-{copy}")
+                  for copy in range(copies) for node in base.nodes)
+    return ClusterSpec(nodes[:first] if first else nodes, name=name)
 
 
 def run_one(job: tuple) -> dict:
-    """One (policy, burst length, seed) run; ``policy`` is "mct" or a model file's path."""
-    policy_name, tasks, seed = job
+    """One (policy, burst length, seed[, cluster]) run; ``policy`` is "mct" or a model file's
+    path; the cluster is "paper" unless named."""
+    policy_name, tasks, seed = job[:3]
+    cluster_name = job[3] if len(job) > 3 else "paper"
     import torch
     torch.set_num_threads(1)
     from interference.schedulers import make_node_scheduler
     from placement.ldwp.agent import LDWPPolicy
     from placement.policies import make_policy
     from simulator import Simulator
-    from simulator.scenarios import paper_cluster, paper_costs, saturated_workload
-    costs, cluster = paper_costs(), paper_cluster()
+    from simulator.scenarios import paper_costs, saturated_workload
+    costs, cluster = paper_costs(), make_cluster(cluster_name)
     policy = (make_policy("mct", cluster, costs) if policy_name == "mct"
               else LDWPPolicy.from_file(policy_name, cluster, costs))
     metrics = Simulator(costs).run(policy, make_node_scheduler("heft", costs, seed=seed),
                                    cluster, saturated_workload(tasks, seed=seed),
                                    seed=seed).metrics
-    return {"policy": policy_name, "tasks": tasks, "seed": seed,
+    return {"policy": policy_name, "cluster": cluster_name, "tasks": tasks, "seed": seed,
             "throughput_per_min": metrics.throughput_per_min}
 
 
@@ -65,7 +90,7 @@ def changes(runs: list[dict], policy: str, tasks: int) -> dict:
     return {"mean": mean, "ci95": [low, high], "worst": min(values), "per_seed": values}
 
 
-def plot(summary: list[dict], path: Path) -> None:
+def plot(summary: list[dict], path: Path, cluster: str = "paper") -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -85,7 +110,7 @@ def plot(summary: list[dict], path: Path) -> None:
                   [str(n) for n in sorted({r["tasks"] for r in summary})])
     ax.set_xlabel("tasks in the saturated burst")
     ax.set_ylabel("throughput over MCT's (%)")
-    ax.set_title("LDWP over its prior (MCT), paper cluster + HEFT, 95% CI over seeds",
+    ax.set_title(f"LDWP over its prior (MCT), {cluster} cluster + HEFT, 95% CI over seeds",
                  fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -112,6 +137,8 @@ def main(argv=None) -> None:
                         help="seeds, 'first-last' or comma-separated")
     parser.add_argument("--lengths", default=",".join(str(n) for n in LENGTHS),
                         help="tasks per burst, comma-separated")
+    parser.add_argument("--cluster", default="paper", choices=sorted(CLUSTERS),
+                        help="the paper cluster or its node types at another size")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--name", default="burst_lengths", help="result file's name")
     args = parser.parse_args(argv)
@@ -132,7 +159,7 @@ def main(argv=None) -> None:
     if len(seeds) < 2 or not lengths or min(lengths) < 1 or max(lengths) > 100_000:
         parser.error("need at least 2 seeds and burst lengths from 1 to 100,000 tasks")
     started = time.perf_counter()
-    jobs = [(p, n, s) for p in ("mct", *models) for n in lengths for s in seeds]
+    jobs = [(p, n, s, args.cluster) for p in ("mct", *models) for n in lengths for s in seeds]
     with ProcessPoolExecutor(args.workers) as pool:
         runs = list(tqdm(pool.map(run_one, jobs), total=len(jobs), desc="burst runs",
                          unit="run", disable=None))
@@ -147,10 +174,12 @@ def main(argv=None) -> None:
                      "sha256": hashlib.sha256(Path(m).read_bytes()).hexdigest()}
              for m, label in zip(models, labels)}
     path = write_result(args.name, {"models": files, "seeds": list(seeds),
+                                    "cluster": args.cluster,
+                                    "nodes": len(make_cluster(args.cluster).nodes),
                                     "lengths": lengths, "node_scheduler": "heft",
                                     "summary": summary, "runs": runs,
                                     "wall_s": time.perf_counter() - started})
-    plot(summary, RESULTS / f"{args.name}.png")
+    plot(summary, RESULTS / f"{args.name}.png", args.cluster)
     print(f"wrote {path}")
     for row in summary:
         c = row["change"]

@@ -94,3 +94,17 @@ def test_the_burst_benchmark_refuses_bad_arguments_before_running_anything(argv,
     with pytest.raises(SystemExit) as stop:
         main(argv)
     assert stop.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_the_burst_clusters_are_the_paper_node_types_at_other_sizes():
+    from benchmarks.burst_lengths import make_cluster
+    paper = make_cluster("paper")
+    assert len(paper.nodes) == 11
+    double = make_cluster("paper_x2")
+    assert len(double.nodes) == 22 and len({n.node_id for n in double.nodes}) == 22
+    assert [n.gpus for n in double.nodes[11:]] == [n.gpus for n in paper.nodes]
+    assert [n.node_id for n in make_cluster("paper_first5").nodes] == \
+        [f"{n.node_id}-0" for n in paper.nodes[:5]]
+    assert len(make_cluster("paper_x6").nodes) == 66
+    with pytest.raises(ValueError, match="unknown cluster"):
+        make_cluster("paper_x3")
