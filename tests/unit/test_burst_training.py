@@ -108,3 +108,20 @@ def test_the_burst_clusters_are_the_paper_node_types_at_other_sizes():
     assert len(make_cluster("paper_x6").nodes) == 66
     with pytest.raises(ValueError, match="unknown cluster"):
         make_cluster("paper_x3")
+
+
+@pytest.mark.parametrize("worst, qualifies", [(0.96, True), (0.94, False)])
+def test_an_energy_checkpoint_on_short_bursts_must_keep_the_floor_on_every_burst(
+        monkeypatch, worst, qualifies):
+    from benchmarks import energy_ldwp
+    monkeypatch.setattr(energy_ldwp, "_tuning_run", lambda agent, rate, seed, tasks: (
+        70.0 if rate is None else 29.0, 3000.0 if rate else 2500.0))
+    monkeypatch.setattr(ldwp_bench, "prior_ratio_check", lambda agent, tasks, first: (
+        worst, {"tuning_ratio_to_prior": {"150": worst, "300": 1.0, "1500": 1.1}}))
+
+    class Agent:
+        training = True
+    score, record = energy_ldwp.energy_check(Agent(), (600, 300, 150), None)
+    assert record["meets_throughput_floor"] is qualifies
+    assert record["tuning_ratio_to_prior"]["150"] == worst
+    assert score == (-3000.0 if qualifies else float("-inf"))

@@ -277,6 +277,7 @@ def _observations(n: int):
 
 def test_the_shipped_energy_model_loads_names_its_seeds_and_decides_deterministically():
     from benchmarks.baselines import EVALUATION_SEEDS
+    from benchmarks.ship_models import episodes_of
     from benchmarks.energy_ldwp import ENERGY_SCALE_J, ENERGY_WEIGHT
     from benchmarks.ldwp import TUNING_SEEDS
     from placement.ldwp.modelfile import load_model
@@ -287,7 +288,8 @@ def test_the_shipped_energy_model_loads_names_its_seeds_and_decides_deterministi
     assert meta["command"] == "python -m benchmarks.ship_models --models energy"
     assert meta["settings"]["energy_weight"] == ENERGY_WEIGHT > 0
     assert meta["settings"]["energy_scale_j"] == ENERGY_SCALE_J
-    assert meta["training_seeds"] == [10, 18] and meta["tuning_seeds"] == list(TUNING_SEEDS)
+    assert meta["training_seeds"] == [10, 10 + episodes_of("energy")]
+    assert meta["tuning_seeds"] == list(TUNING_SEEDS)
     assert not set(meta["tuning_seeds"]) & set(EVALUATION_SEEDS)
     first, second = (LDWPPolicy.from_file(path, paper_cluster(), paper_costs())
                      for _ in range(2))
