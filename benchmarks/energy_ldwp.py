@@ -97,23 +97,26 @@ def energy_check(agent, tasks, first: dict | None) -> tuple[float, dict]:
     at TUNING_RATE, or -inf when its saturated throughput is under THROUGHPUT_FLOOR x episode
     0's (``first``; None: this is episode 0) or, with ``tasks`` a pattern (short bursts), under
     THROUGHPUT_FLOOR x MCT's on any burst length (``benchmarks.ldwp.prior_ratio_check``)."""
-    from benchmarks.ldwp import TUNING_SEEDS, prior_ratio_check
+    from benchmarks.ldwp import PRIOR_CHECK_BURSTS, TUNING_SEEDS, prior_ratio_check
     bursts = not isinstance(tasks, int)
     measured = ENERGY_CHECK_TASKS if bursts else tasks
     training, agent.training = agent.training, False
-    saturated = [_tuning_run(agent, None, s, measured) for s in TUNING_SEEDS]
     paced = [_tuning_run(agent, TUNING_RATE, s, measured) for s in TUNING_SEEDS]
-    agent.training = training
-    record = {"tuning_throughput_per_min": statistics.fmean(t for t, _ in saturated),
-              "tuning_saturated_energy_per_task_j": statistics.fmean(e for _, e in saturated),
-              f"tuning_{TUNING_RATE}_energy_per_task_j": statistics.fmean(e for _, e in paced)}
-    if bursts:
+    record = {f"tuning_{TUNING_RATE}_energy_per_task_j": statistics.fmean(e for _, e in paced)}
+    if bursts:  # its saturated runs include the measured length on the tuning seeds
+        if PRIOR_CHECK_BURSTS.get(measured) != TUNING_SEEDS:
+            raise ValueError(f"ENERGY_CHECK_TASKS ({measured}) must be a burst of "
+                             "PRIOR_CHECK_BURSTS on TUNING_SEEDS")
         worst, ratios = prior_ratio_check(agent, tasks, first)
-        record["tuning_ratio_to_prior"] = ratios["tuning_ratio_to_prior"]
+        record.update(ratios)
         record["meets_throughput_floor"] = worst >= THROUGHPUT_FLOOR
     else:
+        saturated = [_tuning_run(agent, None, s, measured) for s in TUNING_SEEDS]
+        record["tuning_throughput_per_min"] = statistics.fmean(t for t, _ in saturated)
+        record["tuning_saturated_energy_per_task_j"] = statistics.fmean(e for _, e in saturated)
         floor = THROUGHPUT_FLOOR * (first or record)["tuning_throughput_per_min"]
         record["meets_throughput_floor"] = record["tuning_throughput_per_min"] >= floor
+    agent.training = training
     score = (-record[f"tuning_{TUNING_RATE}_energy_per_task_j"]
              if record["meets_throughput_floor"] else float("-inf"))
     return score, record
@@ -130,9 +133,11 @@ def train_energy(job: tuple, check_every: int | None = None) -> dict:
     return {**trained, "energy_weight": weight}
 
 
-def sweep(episodes: int, tasks: int, workers: int, keep: Path | None = None) -> Path:
-    """Train every lambda of ENERGY_SWEEP; pick the one whose chosen checkpoint has the lowest
-    tuning energy at TUNING_RATE (all chosen checkpoints meet the floor by construction).
+def sweep(episodes: int, tasks, workers: int, keep: Path | None = None) -> Path:
+    """Train every lambda of ENERGY_SWEEP as the shipped file is trained (``tasks`` per episode:
+    a count or a pattern of short bursts; a checkpoint after every episode); pick the one whose
+    chosen checkpoint has the lowest tuning energy at TUNING_RATE (all chosen checkpoints meet
+    the floor by construction).
     ``keep``: a folder for each lambda's model file (``energy_w<lambda>.spm``, with the header
     ``ship_models --models energy`` writes, so the chosen one can be shipped as it is)."""
     from benchmarks.ldwp import TUNING_SEEDS
@@ -144,7 +149,7 @@ def sweep(episodes: int, tasks: int, workers: int, keep: Path | None = None) -> 
         for job in jobs:
             Path(job[4]).mkdir()
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            trained = list(pool.map(train_energy, jobs))
+            trained = list(pool.map(_train_every_episode, jobs))
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
             for t in trained:
@@ -163,6 +168,11 @@ def sweep(episodes: int, tasks: int, workers: int, keep: Path | None = None) -> 
         "tuning_rate": TUNING_RATE, "rule": energy_check.__doc__.split("\n")[0],
         "chosen_energy_weight": best["energy_weight"], "rows": rows,
         "wall_s": time.perf_counter() - started})
+
+
+def _train_every_episode(job: tuple) -> dict:
+    """:func:`train_energy` with a checkpoint after every episode, as ``ship_models``."""
+    return train_energy(job, check_every=1)
 
 
 def compare(tasks: int, seeds, workers: int, only: list[str] | None = None
@@ -264,13 +274,16 @@ def _print(rows: list[dict]) -> None:
 
 def main(argv=None) -> None:
     from benchmarks.baselines import EVALUATION_SEEDS
-    from benchmarks.ship_models import EPISODES, TASKS
+    from benchmarks.ship_models import TASKS, episodes_of, tasks_of
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sweep", action="store_true",
                         help="train every lambda of ENERGY_SWEEP on the tuning seeds instead")
-    parser.add_argument("--episodes", type=int, default=EPISODES,
-                        help="training episodes per lambda (--sweep)")
-    parser.add_argument("--tasks", type=int, default=TASKS, help="tasks per run")
+    parser.add_argument("--episodes", type=int, default=None,
+                        help="training episodes per lambda (--sweep; default: the shipped "
+                             "file's)")
+    parser.add_argument("--tasks", type=int, default=None,
+                        help=f"tasks per run (default {TASKS}); with --sweep, per training "
+                             "episode (default: the shipped file's short bursts)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", default="",
                         help="comma-separated labels: run just these, keep the others' runs "
@@ -279,13 +292,15 @@ def main(argv=None) -> None:
                         help="--sweep: keep each lambda's model file in this folder")
     args = parser.parse_args(argv)
     if args.sweep:
-        print(f"wrote {sweep(args.episodes, args.tasks, args.workers, args.keep)}")
+        path = sweep(args.episodes or episodes_of("energy"), args.tasks or tasks_of("energy"),
+                     args.workers, args.keep)
+        print(f"wrote {path}")
         return
     only = [label.strip() for label in args.only.split(",") if label.strip()]
     unknown = sorted(set(only) - {s[0] for s in SYSTEMS})
     if unknown:
         raise SystemExit(f"unknown systems {unknown}; known: {[s[0] for s in SYSTEMS]}")
-    path, rows = compare(args.tasks, EVALUATION_SEEDS, args.workers, only)
+    path, rows = compare(args.tasks or TASKS, EVALUATION_SEEDS, args.workers, only)
     print(f"wrote {path}")
     _print(rows)
     import json

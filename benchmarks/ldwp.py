@@ -51,6 +51,9 @@ SHORT_TUNING_SEEDS = (501, 502, 503, 504, 505, 506)
 #: to its prior on any of them (:func:`prior_ratio_check`)
 PRIOR_CHECK_BURSTS = {150: SHORT_TUNING_SEEDS, 300: SHORT_TUNING_SEEDS, 1500: TUNING_SEEDS}
 ALIBABA_RATES = (60, 120)              # as the frozen baselines
+#: tasks per MCT demonstration workload when the episodes are a pattern of short bursts (the
+#: imitation wants many decisions; a fixed episode length uses its own)
+DEMONSTRATION_TASKS = 1500
 VARIANTS = {
     # name: (network, settings overrides). The paper network keeps every paper value.
     "paper": ("paper", {}),
@@ -89,10 +92,14 @@ def _agent(variant: str, cluster, costs, seed: int = 0, **overrides):
                                                    **{**settings, **overrides}))
 
 
-def train_variant(job: tuple) -> dict:
+def train_variant(job: tuple, check=None, check_every: int = 1) -> dict:
     """Pre-train (or not) and train one variant online; save it; return its curves.
 
-    ``job``: (variant, pretrained, episodes, tasks, out_dir[, extra metadata for the file])."""
+    ``job``: (variant, pretrained, episodes, tasks, out_dir[, extra metadata for the file]).
+    Without ``check`` the episodes alternate saturated and 60 tasks/min and the last weights
+    are saved; with ``check`` (as :func:`train_residual`'s) every episode is a saturated burst
+    of :func:`episode_lengths` and the best-scoring checkpoint is saved, the pre-trained agent
+    (episode 0) included."""
     variant, pretrained, episodes, tasks, out_dir = job[:5]
     extra = job[5] if len(job) > 5 else {}
     if variant == "residual":
@@ -103,38 +110,80 @@ def train_variant(job: tuple) -> dict:
     from interference.schedulers import make_node_scheduler
     from placement.ldwp.pretrain import collect_demonstrations, demonstrations_hash, pretrain
     from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.scenarios import paper_workload, saturated_workload
     costs, cluster = _setup()
-    agent = _agent(variant, cluster, costs, seed=0, exploration_steps=episodes * tasks // 2,
+    lengths = episode_lengths(tasks, episodes)
+    demonstration_tasks = tasks if isinstance(tasks, int) else DEMONSTRATION_TASKS
+    agent = _agent(variant, cluster, costs, seed=0, exploration_steps=sum(lengths) // 2,
                    start_e=0.3 if not pretrained else 0.1)
     curve_pre, data_hash = [], "none"
     scheduler = make_node_scheduler("heft", costs)
     if pretrained:
-        workloads = [(paper_workload(rate, tasks, seed=s), s)
+        workloads = [(paper_workload_of(rate, demonstration_tasks, s), s)
                      for rate, s in ((40, 1), (60, 2), (80, 3))]
-        workloads.append((saturated_workload(tasks, seed=4), 4))
+        workloads.append((paper_workload_of(None, demonstration_tasks, 4), 4))
         states, actions = collect_demonstrations(agent, make_policy("mct", cluster, costs),
                                                  scheduler, cluster, workloads, costs,
                                                  progress=False)
         curve_pre = pretrain(agent, states, actions, progress=False)
         data_hash = demonstrations_hash(states, actions)
+    plan = [(TRAINING_SEEDS[10 + e], lengths[e],
+             None if check is not None or e % 2 == 0 else 60) for e in range(episodes)]
+    learning, checks, chosen = _learn_online(agent, (costs, cluster), plan,
+                                             lambda seed: scheduler, tasks, check, check_every)
+    path = Path(out_dir) / f"{variant}-{'pre' if pretrained else 'scratch'}.spm"
+    if check is not None:
+        extra = {**extra, "checkpoint_episode": chosen, "tuning_seeds": list(TUNING_SEEDS)}
+    agent.save(path, pretraining_data=data_hash, training_seeds=[10, 10 + episodes], **extra)
+    trained = {"variant": variant, "pretrained": pretrained, "pretraining_loss": curve_pre,
+               "learning": learning, "model": str(path)}
+    if check is not None:
+        trained.update(checkpoints=checks, chosen_episode=chosen)
+    return trained
+
+
+def paper_workload_of(rate, tasks: int, seed: int):
+    """The paper's task mix: saturated (``rate`` None) or Poisson at ``rate`` tasks/min."""
+    from simulator.scenarios import paper_workload, saturated_workload
+    return (saturated_workload(tasks, seed=seed) if rate is None
+            else paper_workload(rate, tasks, seed=seed))
+
+
+def _learn_online(agent, setup, plan, scheduler_for, tasks, check=None,
+                  check_every: int = 1) -> tuple[list, list, int | None]:
+    """Online episodes on ``setup`` (costs, cluster), one per (seed, tasks, rate or None for
+    saturated) of ``plan``, with ``scheduler_for(seed)`` on the nodes. With ``check(agent, tasks, first record)`` -> (score,
+    record), higher is better: the agent is scored before the first episode, after every
+    ``check_every`` and after the last, and ends on the best-scoring weights (ties: the
+    earlier). Returns (learning curve, checkpoint records, chosen episode or None)."""
+    import copy
+
+    from simulator import Simulator
+    costs, cluster = setup
     simulator = Simulator(costs)
-    learning = []
-    for episode in range(episodes):
-        seed = TRAINING_SEEDS[10 + episode]
-        workload = (saturated_workload(tasks, seed=seed) if episode % 2 == 0
-                    else paper_workload(60, tasks, seed=seed))
+    learning, checks, best, first = [], [], None, None
+    if check is not None:
+        score, first = check(agent, tasks, None)
+        best = (score, 0, copy.deepcopy(agent.q_network.state_dict()))
+        checks.append({"episode": 0, **first})
+    for episode, (seed, count, rate) in enumerate(plan):
         started = time.perf_counter()
-        metrics = simulator.run(agent, scheduler, cluster, workload, seed=seed).metrics
-        learning.append({"episode": episode, "saturated": episode % 2 == 0,
+        metrics = simulator.run(agent, scheduler_for(seed), cluster,
+                                paper_workload_of(rate, count, seed), seed=seed).metrics
+        learning.append({"episode": episode, "saturated": rate is None, "tasks": count,
                          "throughput_per_min": metrics.throughput_per_min,
                          "epsilon": agent.epsilon(), "updates": agent.updates,
                          "wall_s": time.perf_counter() - started})
-    path = Path(out_dir) / f"{variant}-{'pre' if pretrained else 'scratch'}.spm"
-    agent.save(path, pretraining_data=data_hash, training_seeds=[10, 10 + episodes], **extra)
-    return {"variant": variant, "pretrained": pretrained, "pretraining_loss": curve_pre,
-            "learning": learning, "model": str(path)}
+        if check is not None and ((episode + 1) % check_every == 0
+                                  or episode + 1 == len(plan)):
+            value, record = check(agent, tasks, first)
+            checks.append({"episode": episode + 1, **record})
+            if value > best[0]:
+                best = (value, episode + 1, copy.deepcopy(agent.q_network.state_dict()))
+    if best is None:
+        return learning, checks, None
+    agent.q_network.load_state_dict(best[2])
+    agent._numpy_layers = None
+    return learning, checks, best[1]
 
 
 def _saturated_throughput(agent, scheduler_name, seeds, tasks) -> float:
@@ -172,16 +221,17 @@ def prior_ratio_check(agent, tasks, first: dict | None) -> tuple[float, dict]:
     more tasks follow; on 300-task bursts it lost 19-26% to its prior (README, "Where the
     previous shipped model lost"). ``tasks`` is ignored: the bursts are fixed here."""
     from placement.policies import make_policy
-    ratios, value = {}, 0.0
+    ratios, throughput = {}, {}
     for burst, seeds in PRIOR_CHECK_BURSTS.items():
         key = (burst, tuple(seeds))
         if key not in _PRIOR_THROUGHPUT:
             costs, cluster = _setup()
             _PRIOR_THROUGHPUT[key] = _saturated_throughput(make_policy("mct", cluster, costs),
                                                            "heft", seeds, burst)
-        value = _saturated_throughput(agent, "heft", seeds, burst)
-        ratios[str(burst)] = value / _PRIOR_THROUGHPUT[key]
-    return min(ratios.values()), {"tuning_throughput_per_min": value,
+        throughput[burst] = _saturated_throughput(agent, "heft", seeds, burst)
+        ratios[str(burst)] = throughput[burst] / _PRIOR_THROUGHPUT[key]
+    # the record's throughput is the longest burst's, as the other checks' (full-length runs)
+    return min(ratios.values()), {"tuning_throughput_per_min": throughput[max(throughput)],
                                   "tuning_ratio_to_prior": ratios}
 
 
@@ -206,42 +256,20 @@ def train_residual(job: tuple, overrides: dict | None = None, check=_throughput_
     every ``check_every`` episodes and after the last."""
     variant, pretrained, episodes, tasks, out_dir = job[:5]
     extra = job[5] if len(job) > 5 else {}
-    import copy
-
     from interference.schedulers import make_node_scheduler
-    from simulator import Simulator
-    from simulator.scenarios import saturated_workload
     costs, cluster = _setup()
     lengths = episode_lengths(tasks, episodes)
     agent = _agent("residual", cluster, costs, seed=0, exploration_steps=sum(lengths),
                    **(overrides or {}))
-    simulator = Simulator(costs)
-    learning, checks = [], []
-    score, first = check(agent, tasks, None)
-    best = (score, 0, copy.deepcopy(agent.q_network.state_dict()))
-    checks.append({"episode": 0, **first})
-    for episode in range(episodes):
-        seed = TRAINING_SEEDS[10 + episode]
-        started = time.perf_counter()
-        metrics = simulator.run(agent, make_node_scheduler("heft", costs, seed=seed), cluster,
-                                saturated_workload(lengths[episode], seed=seed),
-                                seed=seed).metrics
-        learning.append({"episode": episode, "saturated": True, "tasks": lengths[episode],
-                         "throughput_per_min": metrics.throughput_per_min,
-                         "epsilon": agent.epsilon(), "updates": agent.updates,
-                         "wall_s": time.perf_counter() - started})
-        if (episode + 1) % check_every == 0 or episode + 1 == episodes:
-            value, record = check(agent, tasks, first)
-            checks.append({"episode": episode + 1, **record})
-            if value > best[0]:
-                best = (value, episode + 1, copy.deepcopy(agent.q_network.state_dict()))
-    agent.q_network.load_state_dict(best[2])
-    agent._numpy_layers = None
+    plan = [(TRAINING_SEEDS[10 + e], lengths[e], None) for e in range(episodes)]
+    learning, checks, chosen = _learn_online(
+        agent, (costs, cluster), plan, lambda seed: make_node_scheduler("heft", costs, seed=seed),
+        tasks, check, check_every)
     path = Path(out_dir) / f"{variant}-pre.spm"
     agent.save(path, pretraining_data="none (prior: MCT)", training_seeds=[10, 10 + episodes],
-               checkpoint_episode=best[1], tuning_seeds=list(TUNING_SEEDS), **extra)
+               checkpoint_episode=chosen, tuning_seeds=list(TUNING_SEEDS), **extra)
     return {"variant": variant, "pretrained": True, "pretraining_loss": [],
-            "learning": learning, "checkpoints": checks, "chosen_episode": best[1],
+            "learning": learning, "checkpoints": checks, "chosen_episode": chosen,
             "model": str(path)}
 
 

@@ -228,6 +228,20 @@ class PairFits:
         return fit
 
 
+class _TableSetting:
+    """A MeasuredCosts setting that lives on its PairFits table (one copy, so setting it on
+    MeasuredCosts changes what the table does)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, costs, owner=None):
+        return self if costs is None else getattr(costs._table, self.name)
+
+    def __set__(self, costs, value) -> None:
+        setattr(costs._table, self.name, value)
+
+
 class MeasuredCosts:
     """Per (task type, node) work-time fits with fallbacks and exploration (module docstring).
 
@@ -256,12 +270,9 @@ class MeasuredCosts:
                 and 0.0 < max_sample_influence <= 10.0):
             raise ValueError("need 0 < min_estimate_s < default_s <= max_work_s, "
                              "outlier_ratio > 1 and max_sample_influence in (0, 10]")
-        self.prior, self.default_s, self.min_samples = prior, float(default_s), min_samples
-        self.optimism, self.outlier_ratio = optimism, outlier_ratio
-        self.max_sample_influence = max_sample_influence
-        self.max_types, self.max_nodes_per_type = max_types, max_nodes_per_type
+        self.prior, self.default_s, self.optimism = prior, float(default_s), optimism
         self.max_work_s, self.max_size = float(max_work_s), max_size
-        self.min_estimate_s, self.max_key_chars = min_estimate_s, max_key_chars
+        self.max_key_chars = max_key_chars
         self.speed_refresh_samples = speed_refresh_samples
         self.version = 0      # accepted samples so far: caches of estimates compare it
         self.rejected = 0     # samples refused (hostile or broken)
@@ -273,14 +284,15 @@ class MeasuredCosts:
         self._lock = threading.Lock()
         self.set_cluster(cluster)
 
-    @property
-    def smoothing(self) -> float:
-        """Weight decay per sample of the fits created from now on (existing fits keep theirs)."""
-        return self._table.smoothing
-
-    @smoothing.setter
-    def smoothing(self, value: float) -> None:
-        self._table.smoothing = value
+    # The fit table's settings, kept in one place: set on MeasuredCosts, they apply to the table
+    # (``smoothing`` to the fits created from then on; existing fits keep their decay).
+    smoothing = _TableSetting("smoothing")
+    min_samples = _TableSetting("min_samples")
+    outlier_ratio = _TableSetting("outlier_ratio")
+    max_sample_influence = _TableSetting("max_sample_influence")
+    max_types = _TableSetting("max_types")
+    max_nodes_per_type = _TableSetting("max_nodes_per_type")
+    min_estimate_s = _TableSetting("min_estimate_s")
 
     def set_cluster(self, cluster: ClusterSpec | None) -> None:
         """Adopt new node specs (nodes joined or left); what was learned stays. Without specs

@@ -125,3 +125,38 @@ def test_an_energy_checkpoint_on_short_bursts_must_keep_the_floor_on_every_burst
     assert record["meets_throughput_floor"] is qualifies
     assert record["tuning_ratio_to_prior"]["150"] == worst
     assert score == (-3000.0 if qualifies else float("-inf"))
+    assert Agent.training is True   # judged greedy, handed back as it was
+
+
+def test_a_network_trained_with_checkpoints_keeps_the_best_one_the_pretrained_included(
+        monkeypatch, tmp_path):
+    """train_variant with a check (the size-agnostic file's recipe): saturated bursts of the
+    pattern only, a score before the first episode and after each, and the file holds the
+    best-scoring weights (here episode 1's) and says which."""
+    import copy
+
+    from placement.ldwp.modelfile import load_model
+    monkeypatch.setattr(ldwp_bench, "DEMONSTRATION_TASKS", 40)
+    network, settings = ldwp_bench.VARIANTS["node_scoring"]
+    monkeypatch.setitem(ldwp_bench.VARIANTS, "node_scoring",
+                        (network, {**settings, "learning_starts": 10}))   # learns in 30 tasks
+    scores, seen = iter([0.5, 0.9, 0.7, 0.6]), []
+
+    def scripted_check(agent, tasks, first):
+        seen.append(copy.deepcopy(agent.q_network.state_dict()))
+        return next(scores), {"tuning_throughput_per_min": 1.0}
+
+    trained = ldwp_bench.train_variant(("node_scoring", True, 3, (30, 20), str(tmp_path)),
+                                       check=scripted_check)
+    assert [e["tasks"] for e in trained["learning"]] == [30, 20, 30]
+    assert all(e["saturated"] for e in trained["learning"])
+    assert trained["chosen_episode"] == 1 and len(trained["checkpoints"]) == 4
+    _, meta = load_model(trained["model"])
+    assert meta["checkpoint_episode"] == 1
+    import torch
+
+    from placement.ldwp.agent import LDWPPolicy
+    costs, cluster = ldwp_bench._setup()
+    weights = LDWPPolicy.from_file(trained["model"], cluster, costs).q_network.state_dict()
+    assert all(torch.equal(weights[k], seen[1][k]) for k in weights)
+    assert not all(torch.equal(weights[k], seen[2][k]) for k in weights)  # it kept learning

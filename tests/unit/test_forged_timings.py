@@ -109,3 +109,25 @@ def test_one_forged_report_before_the_first_record_does_not_decide_where_work_go
     node = next(iter(forged))
     assert min(honest.values()) >= 15, honest               # the honest run spreads the work
     assert abs(attacked[node] - honest[node]) <= 8, (honest, attacked)
+
+
+def test_the_fit_settings_set_on_measured_costs_are_the_ones_the_table_uses():
+    """One copy of each setting: raising ``max_sample_influence`` and ``outlier_ratio`` on a
+    MeasuredCosts lets a trusted pair follow a slower node at once (with the defaults it moves
+    by at most half of itself per sample); lowering ``min_samples`` trusts a pair sooner."""
+    def after_a_slowdown(**settings) -> float:
+        costs = MeasuredCosts(CLUSTER, min_samples=3)
+        for name, value in settings.items():
+            setattr(costs, name, value)
+        for _ in range(3):
+            costs.observe("tm_a", OP, 1_000, TRUE_S)
+        costs.observe("tm_a", OP, 1_000, 10 * TRUE_S)
+        return costs.estimate_s("tm_a", OP, 1_000)
+
+    damped = after_a_slowdown()
+    followed = after_a_slowdown(max_sample_influence=10.0, outlier_ratio=100.0)
+    assert damped < 2 * TRUE_S < followed
+    costs = MeasuredCosts(CLUSTER, min_samples=3)
+    costs.min_samples = 1
+    costs.observe("tm_a", OP, 1_000, TRUE_S)
+    assert costs.min_samples == 1 and costs.trusted_line("tm_a", OP) is not None

@@ -106,10 +106,35 @@ def test_every_shipped_ldwp_model_loads_and_names_how_to_rebuild_it(name):
     assert meta["shipped_as"] == name and len(meta["training_data_sha256"]) == 64
     assert meta["training_seeds"] == [10, 10 + episodes_of(name)]
     if name in SHORT_BURSTS:  # rebuilt 2026-12-05: says what it learned from, as computed today
-        # (the others' recorded hashes no longer equal today's computation, not traced:
-        # README, "Trained models that ship")
-        assert meta["training_data_sha256"] == ship_metadata(name)["training_data_sha256"]
+        # (the paper file's recorded hash no longer equals today's computation: its inputs'
+        # reprs changed since, README, "Trained models that ship"). Trained on the real Gavel
+        # table: where the data
+        # folder is missing the simulator runs on a generated table, which the hash tells apart.
+        from workload.traces.gavel import load_or_generate_colocation
+        real_table = not load_or_generate_colocation().source.startswith("generated")
+        computed = ship_metadata(name)["training_data_sha256"]
+        assert (meta["training_data_sha256"] == computed) == real_table
         assert meta["episode_tasks"] == [600, 300, 150]
     assert path.stat().st_size < 512 * 1024   # small enough to ship in the wheel
     agent = LDWPPolicy.from_file(path, paper_cluster(), paper_costs())
     assert agent.settings.network == ("paper" if name == "paper" else "node_scoring")
+
+
+def test_the_training_data_hash_names_the_data_not_the_folder_it_was_read_from(monkeypatch):
+    """CI's checkout reads the same Gavel file from another folder: the same hash (the run of
+    2026-12-05 failed on this when the table's ``source`` path went into the hash)."""
+    import dataclasses
+
+    import workload.traces.gavel as gavel
+    from benchmarks.ship_models import training_data_hash
+    table = gavel.load_or_generate_colocation()
+    hashes = []
+    for source in ("/work/shared/data/gavel/simulation_throughputs.json",
+                   "/check/elsewhere/simulation_throughputs.json"):
+        monkeypatch.setattr(gavel, "load_or_generate_colocation",
+                            lambda source=source: dataclasses.replace(table, source=source))
+        hashes.append(training_data_hash("node_scoring", 1, 10))
+    scaled = dataclasses.replace(table, isolated={gpu: {job: 2 * value for job, value in jobs.items()}
+                                                  for gpu, jobs in table.isolated.items()})
+    monkeypatch.setattr(gavel, "load_or_generate_colocation", lambda: scaled)
+    assert hashes[0] == hashes[1] != training_data_hash("node_scoring", 1, 10)
