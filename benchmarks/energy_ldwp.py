@@ -18,7 +18,7 @@ are chosen on TUNING_SEEDS only (never ``benchmarks.baselines.EVALUATION_SEEDS``
   the energy is measured on :data:`ENERGY_CHECK_TASKS` tasks: trained on 1,500-task bursts
   alone, the file made 36% less than MCT on 300-task bursts.
 
-    python -m benchmarks.energy_ldwp --sweep   # train each lambda of ENERGY_SWEEP (26 min)
+    python -m benchmarks.energy_ldwp --sweep   # train each lambda of ENERGY_SWEEP (12 min)
     python -m benchmarks.ship_models --models energy   # ship lambda = ENERGY_WEIGHT
     python -m benchmarks.energy_ldwp           # the comparison (~25 min, loaded 2 cores)
 

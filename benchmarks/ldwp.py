@@ -151,10 +151,11 @@ def paper_workload_of(rate, tasks: int, seed: int):
 def _learn_online(agent, setup, plan, scheduler_for, tasks, check=None,
                   check_every: int = 1) -> tuple[list, list, int | None]:
     """Online episodes on ``setup`` (costs, cluster), one per (seed, tasks, rate or None for
-    saturated) of ``plan``, with ``scheduler_for(seed)`` on the nodes. With ``check(agent, tasks, first record)`` -> (score,
-    record), higher is better: the agent is scored before the first episode, after every
-    ``check_every`` and after the last, and ends on the best-scoring weights (ties: the
-    earlier). Returns (learning curve, checkpoint records, chosen episode or None)."""
+    saturated) of ``plan``, with ``scheduler_for(seed)`` on the nodes. With ``check(agent,
+    tasks, first record)`` -> (score, record), higher is better: the agent is scored before the
+    first episode, after every ``check_every`` and after the last, and ends on the
+    best-scoring weights (ties: the earlier). Returns (learning curve, checkpoint records,
+    chosen episode or None)."""
     import copy
 
     from simulator import Simulator

@@ -146,8 +146,8 @@ def ship_metadata(name: str, episodes: int | None = None) -> dict:
         extra["energy_weight_chosen_by"] = (
             f"python -m benchmarks.energy_ldwp --sweep: lambda in {list(ENERGY_SWEEP)} with the "
             f"lowest tuning energy per task at {TUNING_RATE}/min, saturated tuning throughput "
-            f">= {THROUGHPUT_FLOOR} x MCT's (swept on 1,500-task episodes, before the file was "
-            "trained on short bursts)")
+            f">= {THROUGHPUT_FLOOR} x MCT's on every burst length, each lambda trained as this "
+            "file is (on 1,500-task episodes it chose the same lambda)")
         extra["checkpoint_rule"] = (
             f"lowest tuning energy per task at {TUNING_RATE}/min among checkpoints whose worst "
             f"ratio to MCT's saturated tuning throughput over bursts of "

@@ -19,6 +19,10 @@ Example::
     ('tm_a', 10.0, 0.5)
     >>> ledger.count["tm_a"]
     0
+    >>> ledger.add("t2", "tm_b", now=11.0, work_s=0.5).queue
+    0
+    >>> ledger.complete("t2", now=11.5, node="tm_a") is None   # tm_a cannot retire tm_b's task
+    True
 """
 
 from __future__ import annotations
@@ -59,13 +63,16 @@ class InFlightLedger:
         self.backlog_s[node] += work_s
         return context
 
-    def complete(self, task_id: str, now: float) -> tuple | None:
+    def complete(self, task_id: str, now: float, node: str | None = None) -> tuple | None:
         """``task_id`` finished (reported by its node, or run by the router): no longer in
         flight. Returns its entry, or None when it was not in flight (a duplicate report, a
-        task forgotten after the timeout)."""
-        entry = self.entries.pop(task_id, None)
-        if entry is not None:
-            self._retire(entry, completed_after_s=now - entry[1])
+        task forgotten after the timeout) or, with ``node`` (the reporting node), when it is in
+        flight on another node: a report retires only the reporter's own tasks."""
+        entry = self.entries.get(task_id)
+        if entry is None or (node is not None and entry[0] != node):
+            return None
+        del self.entries[task_id]
+        self._retire(entry, completed_after_s=now - entry[1])
         return entry
 
     def forget(self, task_id: str) -> None:

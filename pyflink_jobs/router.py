@@ -207,7 +207,11 @@ class Router(TaskEventRouting):
     # -- node view --------------------------------------------------------------------------
     def on_feedback(self, feedback: dict) -> None:
         """A NodeFeedback record (decoded): refresh the node's numbers, retire completed tasks.
-        Duplicates are harmless: a task id already retired is ignored."""
+        Duplicates are harmless: a task id already retired is ignored. A report retires only
+        tasks in flight on the reporting node: one naming another node's task (a forged or
+        confused report) leaves that task counted where it is. Its timings teach the reporting
+        node's work times whoever routed the task (other routers' tasks too: the robust fits of
+        ``placement.measured_costs`` bound what one sample can move)."""
         node_id = feedback.get("node_id") if isinstance(feedback, dict) else None
         self.feedback_records += 1
         if not isinstance(node_id, str) or node_id not in self._nodes:
@@ -218,7 +222,7 @@ class Router(TaskEventRouting):
         timings = _task_timings(feedback.get("completed"))
         with self._lock:
             for timing in timings:
-                entry = self.ledger.complete(timing["task_id"], self.clock())
+                entry = self.ledger.complete(timing["task_id"], self.clock(), node=node_id)
                 if entry is not None and observe is not None:  # rules that learn from
                     # outcomes (e.g. liquid)
                     observe(timing["task_id"], max(0.0, self.clock() - entry[1]), entry[0])

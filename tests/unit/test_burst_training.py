@@ -160,3 +160,20 @@ def test_a_network_trained_with_checkpoints_keeps_the_best_one_the_pretrained_in
     weights = LDWPPolicy.from_file(trained["model"], cluster, costs).q_network.state_dict()
     assert all(torch.equal(weights[k], seen[1][k]) for k in weights)
     assert not all(torch.equal(weights[k], seen[2][k]) for k in weights)  # it kept learning
+
+
+def test_the_energy_sweep_trains_each_lambda_as_the_shipped_file_is_trained(monkeypatch, tmp_path):
+    """``--sweep`` without --episodes/--tasks: the shipped file's episodes and short bursts, and
+    a checkpoint after every episode (as ``ship_models``), so its chosen lambda's file can ship."""
+    from benchmarks import energy_ldwp
+    from benchmarks.ship_models import episodes_of, tasks_of
+    asked = {}
+    monkeypatch.setattr(energy_ldwp, "sweep", lambda episodes, tasks, workers, keep: asked.update(
+        episodes=episodes, tasks=tasks) or tmp_path / "sweep.json")
+    energy_ldwp.main(["--sweep"])
+    assert asked == {"episodes": episodes_of("energy"), "tasks": tasks_of("energy")}
+    calls = []
+    monkeypatch.setattr(energy_ldwp, "train_energy",
+                        lambda job, check_every=None: calls.append(check_every) or {})
+    energy_ldwp._train_every_episode(("residual_energy",))
+    assert calls == [1]

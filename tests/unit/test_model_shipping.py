@@ -134,7 +134,8 @@ def test_the_training_data_hash_names_the_data_not_the_folder_it_was_read_from(m
         monkeypatch.setattr(gavel, "load_or_generate_colocation",
                             lambda source=source: dataclasses.replace(table, source=source))
         hashes.append(training_data_hash("node_scoring", 1, 10))
-    scaled = dataclasses.replace(table, isolated={gpu: {job: 2 * value for job, value in jobs.items()}
-                                                  for gpu, jobs in table.isolated.items()})
+    doubled = {gpu: {job: 2 * value for job, value in jobs.items()}
+               for gpu, jobs in table.isolated.items()}
+    scaled = dataclasses.replace(table, isolated=doubled)
     monkeypatch.setattr(gavel, "load_or_generate_colocation", lambda: scaled)
     assert hashes[0] == hashes[1] != training_data_hash("node_scoring", 1, 10)

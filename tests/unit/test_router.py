@@ -79,6 +79,19 @@ def test_feedback_retires_completed_tasks_once_and_duplicates_are_harmless():
     assert router.decide_event(event(7)).node == "tm_a"
 
 
+def test_a_report_retires_only_the_reporting_nodes_own_tasks():
+    """A forged (or confused) report from tm_a naming tm_b's and tm_c's tasks must not empty
+    their queues in the router's view: least-outstanding would then pile work on them."""
+    router = make_router()
+    nodes = [router.decide_event(event(i)).node for i in range(6)]
+    assert nodes == ["tm_a", "tm_b", "tm_c", "tm_a", "tm_b", "tm_c"]
+    router.on_feedback(feedback("tm_a", completed=["t1", "t2", "t4", "t5", "t0"]))
+    assert router.in_flight() == {"tm_a": 1, "tm_b": 2, "tm_c": 2}   # only t0 retired
+    assert router.decide_event(event(7)).node == "tm_a"
+    router.on_feedback(feedback("tm_b", completed=["t1"]))           # its own: retired
+    assert router.in_flight() == {"tm_a": 2, "tm_b": 1, "tm_c": 2}
+
+
 def test_full_nodes_are_avoided_until_every_queue_is_full():
     router = make_router(policy="round_robin", executor_capacity=1)
     # capacity 1 x 1 instance: after three tasks every node is full; round-robin would go on

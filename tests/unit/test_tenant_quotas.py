@@ -218,12 +218,15 @@ def router_task(event):
 
 def test_feedback_completions_free_the_share_and_are_reported_per_tenant():
     router = quota_router()
+    node_of = {}
     for i, tenant in enumerate("baaaa"):
-        router.route_event(task_event(i, tenant))
+        decision, _ = router.route_event(task_event(i, tenant))
+        node_of[f"t{i}"] = decision.node
     assert router.stats()["tenants"]["a"]["demoted"] == 1
     router.clock.now += 0.25
-    router.on_feedback(feedback("tm_a", ["t1", "t2", "t3"]))
-    router.on_feedback(feedback("tm_a", ["t1"]))  # a duplicate report: counted once
+    for node in ("tm_a", "tm_b"):  # each node reports its own tasks
+        router.on_feedback(feedback(node, [t for t in ("t1", "t2", "t3") if node_of[t] == node]))
+    router.on_feedback(feedback(node_of["t1"], ["t1"]))  # a duplicate report: counted once
     a = router.stats()["tenants"]["a"]
     assert (a["in_flight"], a["completed"]) == (1, 3)
     assert a["mean_latency_ms"] == pytest.approx(250.0)
