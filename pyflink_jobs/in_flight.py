@@ -75,6 +75,11 @@ class InFlightLedger:
         self._retire(entry, completed_after_s=now - entry[1])
         return entry
 
+    def node_of(self, task_id: str) -> str | None:
+        """The node ``task_id`` is in flight on, or None when it is not in flight."""
+        entry = self.entries.get(task_id)
+        return None if entry is None else entry[0]
+
     def forget(self, task_id: str) -> None:
         """Retire ``task_id`` without it having completed (a replayed record about to be
         counted again); nothing when it is not in flight."""

@@ -209,9 +209,10 @@ class Router(TaskEventRouting):
         """A NodeFeedback record (decoded): refresh the node's numbers, retire completed tasks.
         Duplicates are harmless: a task id already retired is ignored. A report retires only
         tasks in flight on the reporting node: one naming another node's task (a forged or
-        confused report) leaves that task counted where it is. Its timings teach the reporting
-        node's work times whoever routed the task (other routers' tasks too: the robust fits of
-        ``placement.measured_costs`` bound what one sample can move)."""
+        confused report) leaves that task counted where it is, and its timing teaches nothing.
+        The other timings teach the reporting node's work times whoever routed the task (other
+        routers' tasks too: the robust fits of ``placement.measured_costs`` bound what one
+        sample can move)."""
         node_id = feedback.get("node_id") if isinstance(feedback, dict) else None
         self.feedback_records += 1
         if not isinstance(node_id, str) or node_id not in self._nodes:
@@ -221,6 +222,10 @@ class Router(TaskEventRouting):
         observe = getattr(self.fixed_policy, "observe_completion", None)
         timings = _task_timings(feedback.get("completed"))
         with self._lock:
+            # a task this router has in flight on another node did not run here: its timing
+            # is no sample of this node (a forged or confused report)
+            timings = [t for t in timings
+                       if self.ledger.node_of(t["task_id"]) in (None, node_id)]
             for timing in timings:
                 entry = self.ledger.complete(timing["task_id"], self.clock(), node=node_id)
                 if entry is not None and observe is not None:  # rules that learn from

@@ -87,6 +87,9 @@ def test_a_report_retires_only_the_reporting_nodes_own_tasks():
     assert nodes == ["tm_a", "tm_b", "tm_c", "tm_a", "tm_b", "tm_c"]
     router.on_feedback(feedback("tm_a", completed=["t1", "t2", "t4", "t5", "t0"]))
     assert router.in_flight() == {"tm_a": 1, "tm_b": 2, "tm_c": 2}   # only t0 retired
+    assert router.speeds.samples("tm_a") == 1          # and only t0's timing was learned
+    router.on_feedback(feedback("tm_a", completed=["elsewhere-1"]))  # not this router's task:
+    assert router.speeds.samples("tm_a") == 2          # a sample of tm_a, as before
     assert router.decide_event(event(7)).node == "tm_a"
     router.on_feedback(feedback("tm_b", completed=["t1"]))           # its own: retired
     assert router.in_flight() == {"tm_a": 2, "tm_b": 1, "tm_c": 2}
