@@ -65,17 +65,14 @@ def run_one(job: tuple) -> dict:
     cluster_name = job[3] if len(job) > 3 else "paper"
     import torch
     torch.set_num_threads(1)
-    from interference.schedulers import make_node_scheduler
+    from benchmarks.ldwp import simulate
     from placement.ldwp.agent import LDWPPolicy
     from placement.policies import make_policy
-    from simulator import Simulator
-    from simulator.scenarios import paper_costs, saturated_workload
+    from simulator.scenarios import paper_costs
     costs, cluster = paper_costs(), make_cluster(cluster_name)
     policy = (make_policy("mct", cluster, costs) if policy_name == "mct"
               else LDWPPolicy.from_file(policy_name, cluster, costs))
-    metrics = Simulator(costs).run(policy, make_node_scheduler("heft", costs, seed=seed),
-                                   cluster, saturated_workload(tasks, seed=seed),
-                                   seed=seed).metrics
+    metrics = simulate(policy, costs, cluster, tasks, seed).metrics
     return {"policy": policy_name, "cluster": cluster_name, "tasks": tasks, "seed": seed,
             "throughput_per_min": metrics.throughput_per_min}
 

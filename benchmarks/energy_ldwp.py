@@ -78,16 +78,10 @@ def energy_overrides(weight: float) -> dict:
 
 def _tuning_run(agent, rate, seed: int, tasks: int) -> tuple[float, float]:
     """(throughput, energy per completed task) of one greedy run on a tuning seed."""
-    from interference.schedulers import make_node_scheduler
-    from simulator import SimulationConfig, Simulator
+    from benchmarks.ldwp import _setup, simulate
     from simulator.energy import PowerModel, energy_report
-    from simulator.scenarios import paper_workload, saturated_workload
-    from benchmarks.ldwp import _setup
     costs, cluster = _setup()
-    workload = (saturated_workload(tasks, seed=seed) if rate is None
-                else paper_workload(rate, tasks, seed=seed))
-    result = Simulator(costs, SimulationConfig(record_events=True)).run(
-        agent, make_node_scheduler("heft", costs, seed=seed), cluster, workload, seed=seed)
+    result = simulate(agent, costs, cluster, tasks, seed, rate=rate, record_events=True)
     report = energy_report(result, cluster, PowerModel.from_calibration(costs.calibration))
     return result.metrics.throughput_per_min, report.joules_per_completed_task or 0.0
 

@@ -148,6 +148,21 @@ def paper_workload_of(rate, tasks: int, seed: int):
             else paper_workload(rate, tasks, seed=seed))
 
 
+def simulate(policy, costs, cluster, tasks: int, seed: int, rate=None, scheduler: str = "heft",
+             record_events: bool = False):
+    """One simulator run of the paper's task mix (saturated, or ``rate`` tasks/min) with
+    ``scheduler`` on every node, ``seed`` for the tasks, the node scheduler and the run; the
+    checkpoint checks and the burst benchmark all measure with it. Returns the
+    SimulationResult (``record_events``: ask for the event log the energy report reads, which
+    the default configuration keeps today too)."""
+    from interference.schedulers import make_node_scheduler
+    from simulator import SimulationConfig, Simulator
+    config = SimulationConfig(record_events=True) if record_events else None   # the default
+    return Simulator(costs, config).run(
+        policy, make_node_scheduler(scheduler, costs, seed=seed), cluster,
+        paper_workload_of(rate, tasks, seed), seed=seed)
+
+
 def _learn_online(agent, setup, plan, scheduler_for, tasks, check=None,
                   check_every: int = 1) -> tuple[list, list, int | None]:
     """Online episodes on ``setup`` (costs, cluster), one per (seed, tasks, rate or None for
@@ -189,16 +204,12 @@ def _learn_online(agent, setup, plan, scheduler_for, tasks, check=None,
 
 def _saturated_throughput(agent, scheduler_name, seeds, tasks) -> float:
     """Mean saturated throughput of ``agent`` (any policy; a learner is run greedy)."""
-    from interference.schedulers import make_node_scheduler
-    from simulator import Simulator
-    from simulator.scenarios import saturated_workload
     costs, cluster = _setup()
     training = getattr(agent, "training", None)
     if training is not None:
         agent.training = False
-    values = [Simulator(costs).run(agent, make_node_scheduler(scheduler_name, costs, seed=s),
-                                   cluster, saturated_workload(tasks, seed=s),
-                                   seed=s).metrics.throughput_per_min for s in seeds]
+    values = [simulate(agent, costs, cluster, tasks, s, scheduler=scheduler_name)
+              .metrics.throughput_per_min for s in seeds]
     if training is not None:
         agent.training = training
     return statistics.fmean(values)
