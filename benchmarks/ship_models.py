@@ -192,8 +192,9 @@ def ship(name: str, episodes: int | None = None, out: Path | None = None) -> dic
 NCF_SEED = 0
 
 
-def ship_ncf() -> list[dict]:
-    """Fit and write every shipped interference model (``interference.ncf.shipped``)."""
+def ship_ncf(folder: Path | None = None) -> list[dict]:
+    """Fit and write every shipped interference model (``interference.ncf.shipped``) into
+    ``folder`` (default: their place in the package)."""
     import numpy as np
     import torch
 
@@ -207,7 +208,7 @@ def ship_ncf() -> list[dict]:
     source = str(getattr(table, "source", "gavel"))
     # the file's name, not this machine's path to it (the generator's note is kept whole)
     source = source if source.startswith("generated") else "/".join(Path(source).parts[-2:])
-    folder = MODELS.parent.parent / "interference" / "models"
+    folder = folder or MODELS.parent.parent / "interference" / "models"
     folder.mkdir(parents=True, exist_ok=True)
     reports = []
     for gpu in SHIPPED_GPU_TYPES:

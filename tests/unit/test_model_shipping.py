@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks.generalisation import make_cluster, verdicts
@@ -105,15 +107,14 @@ def test_every_shipped_ldwp_model_loads_and_names_how_to_rebuild_it(name):
     assert meta["command"] == f"python -m benchmarks.ship_models --models {name}"
     assert meta["shipped_as"] == name and len(meta["training_data_sha256"]) == 64
     assert meta["training_seeds"] == [10, 10 + episodes_of(name)]
-    if name in SHORT_BURSTS:  # rebuilt 2026-12-05: says what it learned from, as computed today
-        # (the paper file's recorded hash no longer equals today's computation: its inputs'
-        # reprs changed since, README, "Trained models that ship"). Trained on the real Gavel
-        # table: where the data
-        # folder is missing the simulator runs on a generated table, which the hash tells apart.
-        from workload.traces.gavel import load_or_generate_colocation
-        real_table = not load_or_generate_colocation().source.startswith("generated")
-        computed = ship_metadata(name)["training_data_sha256"]
-        assert (meta["training_data_sha256"] == computed) == real_table
+    # Every file says what it learned from, as computed today (all rebuilt 2026-12-05). They
+    # were trained on the real Gavel table: where the data folder is missing the simulator runs
+    # on a generated table, which the hash tells apart.
+    from workload.traces.gavel import load_or_generate_colocation
+    real_table = not load_or_generate_colocation().source.startswith("generated")
+    computed = ship_metadata(name)["training_data_sha256"]
+    assert (meta["training_data_sha256"] == computed) == real_table
+    if name in SHORT_BURSTS:
         assert meta["episode_tasks"] == [600, 300, 150]
     assert path.stat().st_size < 512 * 1024   # small enough to ship in the wheel
     agent = LDWPPolicy.from_file(path, paper_cluster(), paper_costs())
@@ -139,3 +140,25 @@ def test_the_training_data_hash_names_the_data_not_the_folder_it_was_read_from(m
     scaled = dataclasses.replace(table, isolated=doubled)
     monkeypatch.setattr(gavel, "load_or_generate_colocation", lambda: scaled)
     assert hashes[0] == hashes[1] != training_data_hash("node_scoring", 1, 10)
+
+
+def test_the_shipped_interference_models_are_what_their_command_builds_today(tmp_path):
+    """Bit for bit (seconds to rebuild): the files of 2026-12-02 had drifted from what the code
+    built, unnoticed, until 2026-12-05. With the real Gavel table only (without it the
+    generated table gives other files, which their recorded data hash tells apart)."""
+    import torch
+
+    from benchmarks.ship_models import ship_ncf
+    from interference.ncf.shipped import shipped_ncf_model
+    from workload.traces.gavel import load_or_generate_colocation
+    threads = torch.get_num_threads()
+    try:
+        reports = ship_ncf(tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+    real_table = not load_or_generate_colocation().source.startswith("generated")
+    assert len(reports) == 6
+    for report in reports:
+        model, gpu = report["name"].rsplit("_", 1)
+        same = Path(report["file"]).read_bytes() == shipped_ncf_model(model, gpu).read_bytes()
+        assert same == real_table, report["name"]
