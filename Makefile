@@ -12,10 +12,10 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 QUICK ?=
 
-.PHONY: install jars compose-cli demo test faults models unit integration up down clean lock help
+.PHONY: install jars compose-cli demo test faults models models-check unit integration up down clean lock help
 
 help:
-	@echo "make demo | make test | make faults | make models | make install | make jars | make up | make down | make clean"
+	@echo "make demo | make test | make faults | make models | make models-check | make install | make jars | make up | make down | make clean"
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ faults: jars
 # command, seeds and training-data hash recorded in each; about 40 minutes on 2 cores.
 models: install
 	OMP_NUM_THREADS=1 $(PY) -m benchmarks.ship_models
+
+# rebuild every shipped model into a temporary folder and compare byte for byte (~20 min)
+models-check: install
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks.ship_models --check
 
 up: jars
 	$(SP) up

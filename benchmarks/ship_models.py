@@ -3,6 +3,8 @@
     python -m benchmarks.ship_models                       # every shipped model (~50 min, 2 cores)
     python -m benchmarks.ship_models --models residual     # one of them
     make models                                            # the same as the first line
+    python -m benchmarks.ship_models --check --models ncf  # rebuild, compare byte for byte
+    make models-check                                      # all of them (~20 min)
 
 Each model is trained by the same code as ``benchmarks/ldwp.py`` on the paper cluster with
 TRAINING seeds only (checkpoints, where chosen, on the TUNING seeds; never the evaluation
@@ -233,6 +235,32 @@ def ship_ncf(folder: Path | None = None) -> list[dict]:
     return reports
 
 
+def check(names: list[str], episodes: int | None = None) -> list[str]:
+    """Rebuild the shipped models ``names`` (``ncf``: all six interference files) into a
+    temporary folder and return the shipped files whose bytes differ from the rebuild (nothing
+    shipped is written). The LDWP files take minutes each; ``ncf`` seconds."""
+    import torch
+
+    from interference.ncf.shipped import shipped_ncf_model
+    differ, threads = [], torch.get_num_threads()   # the builds use one thread: given back
+    try:
+        with tempfile.TemporaryDirectory(prefix="ship-check-") as tmp:
+            if "ncf" in names:
+                for report in ship_ncf(Path(tmp)):
+                    model, gpu = report["name"].rsplit("_", 1)
+                    shipped = shipped_ncf_model(model, gpu)
+                    if Path(report["file"]).read_bytes() != shipped.read_bytes():
+                        differ.append(str(shipped))
+            for name in (n for n in names if n != "ncf"):
+                shipped = MODELS / SHIPPED_MODELS[name]
+                rebuilt = ship(name, episodes, Path(tmp) / shipped.name)
+                if Path(rebuilt["file"]).read_bytes() != shipped.read_bytes():
+                    differ.append(str(shipped))
+    finally:
+        torch.set_num_threads(threads)
+    return differ
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join((*TRAINED_AS, "ncf")),
@@ -241,13 +269,24 @@ def main(argv=None) -> None:
                         help="training episodes (default: each model's own)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output file (only with a single --models name)")
+    parser.add_argument("--check", action="store_true",
+                        help="rebuild into a temporary folder and compare byte for byte with "
+                             "the shipped files; exit 1 naming those that differ")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in TRAINED_AS and n != "ncf"]
     if unknown or not names:
         parser.error(f"unknown model(s) {unknown}; shipped: {', '.join(TRAINED_AS)}, ncf")
-    if args.out and (len(names) != 1 or names == ["ncf"]):
-        parser.error("--out needs exactly one --models name (not ncf)")
+    if args.out and (len(names) != 1 or names == ["ncf"] or args.check):
+        parser.error("--out needs exactly one --models name (not ncf), and no --check")
+    if args.check:
+        differ = check(names, args.episodes)
+        for path in differ:
+            print(f"differs from its rebuild: {path}")
+        if differ:
+            raise SystemExit(1)
+        print(f"every checked file ({', '.join(names)}) is what its command builds today")
+        return
     if "ncf" in names:
         for report in ship_ncf():
             print(f"wrote {report['file']} ({report['bytes']} bytes, sha256 "

@@ -162,3 +162,32 @@ def test_the_shipped_interference_models_are_what_their_command_builds_today(tmp
         model, gpu = report["name"].rsplit("_", 1)
         same = Path(report["file"]).read_bytes() == shipped_ncf_model(model, gpu).read_bytes()
         assert same == real_table, report["name"]
+
+
+def test_the_check_command_names_a_shipped_file_that_is_not_what_its_command_builds(
+        monkeypatch, tmp_path, capsys):
+    """``ship_models --check --models ncf``: passes on the shipped files, and names a file
+    with one byte changed (exit 1). With the real Gavel table only (see above)."""
+    import shutil
+
+    import interference.ncf.shipped as shipped
+    from benchmarks.ship_models import main
+    from workload.traces.gavel import load_or_generate_colocation
+    if load_or_generate_colocation().source.startswith("generated"):
+        with pytest.raises(SystemExit):   # the generated table builds other files
+            main(["--check", "--models", "ncf"])
+        return
+    main(["--check", "--models", "ncf"])
+    assert "every checked file (ncf)" in capsys.readouterr().out
+    edited = tmp_path / "paper_ncf_k80.spncf"
+    shutil.copyfile(shipped.shipped_ncf_model("paper_ncf", "k80"), edited)
+    data = bytearray(edited.read_bytes())
+    data[-40] ^= 1
+    edited.write_bytes(bytes(data))
+    real = shipped.shipped_ncf_model
+    monkeypatch.setattr(shipped, "shipped_ncf_model", lambda model, gpu: edited if (
+        model, gpu) == ("paper_ncf", "k80") else real(model, gpu))
+    with pytest.raises(SystemExit) as stop:
+        main(["--check", "--models", "ncf"])
+    assert stop.value.code == 1
+    assert capsys.readouterr().out.strip() == f"differs from its rebuild: {edited}"
