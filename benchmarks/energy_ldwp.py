@@ -116,13 +116,15 @@ def energy_check(agent, tasks, first: dict | None) -> tuple[float, dict]:
     return score, record
 
 
-def train_energy(job: tuple, check_every: int | None = None) -> dict:
+def train_energy(job: tuple, check=None, check_every: int | None = None) -> dict:
     """``benchmarks.ldwp.train_variant`` for "residual_energy": the residual training with
-    lambda (``job[6]``, default ENERGY_WEIGHT) and :func:`energy_check` choosing the checkpoint
-    (every ``check_every`` episodes; default ``benchmarks.ldwp.RESIDUAL_CHECK``)."""
+    lambda (``job[6]``, default ENERGY_WEIGHT) and ``check`` (default :func:`energy_check`)
+    choosing the checkpoint (every ``check_every`` episodes; default
+    ``benchmarks.ldwp.RESIDUAL_CHECK``)."""
     from benchmarks.ldwp import RESIDUAL_CHECK, train_residual
     weight = job[6] if len(job) > 6 else ENERGY_WEIGHT
-    trained = train_residual(job[:6], overrides=energy_overrides(weight), check=energy_check,
+    trained = train_residual(job[:6], overrides=energy_overrides(weight),
+                             check=check or energy_check,
                              check_every=check_every or RESIDUAL_CHECK)
     return {**trained, "energy_weight": weight}
 

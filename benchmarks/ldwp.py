@@ -96,17 +96,21 @@ def train_variant(job: tuple, check=None, check_every: int = 1) -> dict:
     """Pre-train (or not) and train one variant online; save it; return its curves.
 
     ``job``: (variant, pretrained, episodes, tasks, out_dir[, extra metadata for the file]).
-    Without ``check`` the episodes alternate saturated and 60 tasks/min and the last weights
-    are saved; with ``check`` (as :func:`train_residual`'s) every episode is a saturated burst
-    of :func:`episode_lengths` and the best-scoring checkpoint is saved, the pre-trained agent
-    (episode 0) included."""
+    The episodes are :func:`online_plan`'s (a pattern of short bursts: all saturated; one
+    length: saturated and 60 tasks/min in turn). Without ``check`` the last weights are saved;
+    with ``check`` (as :func:`train_residual`'s) the best-scoring checkpoint is, the
+    pre-trained agent (episode 0) included. The residual variants go to
+    :func:`train_residual` / ``benchmarks.energy_ldwp.train_energy`` (``check`` passed on,
+    else their own)."""
     variant, pretrained, episodes, tasks, out_dir = job[:5]
     extra = job[5] if len(job) > 5 else {}
     if variant == "residual":
-        return train_residual(job)
+        return train_residual(job) if check is None else \
+            train_residual(job, check=check, check_every=check_every)
     if variant == "residual_energy":  # the energy-aware residual (benchmarks.energy_ldwp)
         from benchmarks.energy_ldwp import train_energy
-        return train_energy(job)
+        return train_energy(job) if check is None else \
+            train_energy(job, check=check, check_every=check_every)
     from interference.schedulers import make_node_scheduler
     from placement.ldwp.pretrain import collect_demonstrations, demonstrations_hash, pretrain
     from placement.policies import make_policy
@@ -126,9 +130,8 @@ def train_variant(job: tuple, check=None, check_every: int = 1) -> dict:
                                                  progress=False)
         curve_pre = pretrain(agent, states, actions, progress=False)
         data_hash = demonstrations_hash(states, actions)
-    plan = [(TRAINING_SEEDS[10 + e], lengths[e],
-             None if check is not None or e % 2 == 0 else 60) for e in range(episodes)]
-    learning, checks, chosen = _learn_online(agent, (costs, cluster), plan,
+    learning, checks, chosen = _learn_online(agent, (costs, cluster),
+                                             online_plan(variant, episodes, tasks),
                                              lambda seed: scheduler, tasks, check, check_every)
     path = Path(out_dir) / f"{variant}-{'pre' if pretrained else 'scratch'}.spm"
     if check is not None:
@@ -256,6 +259,22 @@ def episode_lengths(tasks: int | tuple[int, ...], episodes: int) -> list[int]:
     return [pattern[e % len(pattern)] for e in range(episodes)]
 
 
+#: the variants that start as their MCT prior: every online episode of theirs is saturated
+RESIDUAL_VARIANTS = ("residual", "residual_energy")
+
+
+def online_plan(variant: str, episodes: int, tasks: int | tuple[int, ...]) -> list[tuple]:
+    """(seed, tasks, rate or None for saturated) of each online training episode, in order:
+    TRAINING_SEEDS from the 11th on, :func:`episode_lengths`; every episode saturated for the
+    residual variants and for a pattern of short bursts, else saturated and 60 tasks/min in
+    turn. The trainers run exactly this, and ``benchmarks.ship_models.training_data_hash``
+    hashes it, so the recorded hash names what was learned from."""
+    lengths = episode_lengths(tasks, episodes)
+    saturated = variant in RESIDUAL_VARIANTS or not isinstance(tasks, int)
+    return [(TRAINING_SEEDS[10 + e], lengths[e], None if saturated or e % 2 == 0 else 60)
+            for e in range(episodes)]
+
+
 def train_residual(job: tuple, overrides: dict | None = None, check=_throughput_check,
                    check_every: int = RESIDUAL_CHECK) -> dict:
     """The residual variant: starts as MCT, learns online on saturated TRAINING seeds, and
@@ -273,9 +292,8 @@ def train_residual(job: tuple, overrides: dict | None = None, check=_throughput_
     lengths = episode_lengths(tasks, episodes)
     agent = _agent("residual", cluster, costs, seed=0, exploration_steps=sum(lengths),
                    **(overrides or {}))
-    plan = [(TRAINING_SEEDS[10 + e], lengths[e], None) for e in range(episodes)]
     learning, checks, chosen = _learn_online(
-        agent, (costs, cluster), plan, lambda seed: make_node_scheduler("heft", costs, seed=seed),
+        agent, (costs, cluster), online_plan(variant, episodes, tasks), lambda seed: make_node_scheduler("heft", costs, seed=seed),
         tasks, check, check_every)
     path = Path(out_dir) / f"{variant}-pre.spm"
     agent.save(path, pretraining_data="none (prior: MCT)", training_seeds=[10, 10 + episodes],

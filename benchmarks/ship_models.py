@@ -76,6 +76,15 @@ TRAINED_AS = {"residual": ("residual", True), "size_agnostic": ("node_scoring", 
 SHORT_BURSTS = ("residual", "size_agnostic", "energy")
 
 
+def checkpoint_check(name: str):
+    """How the shipped model ``name``'s checkpoint is chosen (a ``benchmarks.ldwp`` check,
+    scored after every episode), or None when its last weights ship."""
+    from benchmarks.energy_ldwp import energy_check
+    from benchmarks.ldwp import prior_ratio_check
+    return {"residual": prior_ratio_check, "size_agnostic": prior_ratio_check,
+            "energy": energy_check}.get(name)
+
+
 def episodes_of(name: str) -> int:
     """Training episodes of the shipped model ``name``."""
     return RESIDUAL_EPISODES if name in SHORT_BURSTS else EPISODES
@@ -89,7 +98,7 @@ def tasks_of(name: str) -> int | tuple[int, ...]:
 
 def training_data_hash(variant: str, episodes: int, tasks: int | tuple[int, ...]) -> str:
     """SHA-256 over everything the model learns from (see the module docstring)."""
-    from benchmarks.ldwp import PRIOR_CHECK_BURSTS, TRAINING_SEEDS, TUNING_SEEDS, episode_lengths
+    from benchmarks.ldwp import PRIOR_CHECK_BURSTS, TUNING_SEEDS, online_plan
     from simulator.scenarios import paper_cluster, paper_workload, saturated_workload
     from workload.traces.gavel import load_or_generate_colocation
     digest = hashlib.sha256()
@@ -100,11 +109,8 @@ def training_data_hash(variant: str, episodes: int, tasks: int | tuple[int, ...]
     # differs between checkouts (/work/shared/data here, another path on CI) for the same data
     digest.update(repr((table.isolated, table.colocated)).encode())
     digest.update(repr(paper_cluster()).encode())
-    # saturated episodes only: the residual variants, and any model trained on short bursts
-    saturated = variant in ("residual", "residual_energy") or not isinstance(tasks, int)
-    lengths = episode_lengths(tasks, episodes)
-    seeds = [(TRAINING_SEEDS[10 + e], lengths[e], None if saturated or e % 2 == 0 else 60)
-             for e in range(episodes)]
+    seeds = online_plan(variant, episodes, tasks)   # what the trainers run, in order
+    # and the workloads the checkpoints are judged on (those of checkpoint_check(name))
     if variant == "residual" or (variant == "node_scoring" and not isinstance(tasks, int)):
         # their checkpoints are judged on bursts of several lengths
         seeds += [(s, burst, None) for burst, chosen in PRIOR_CHECK_BURSTS.items()
@@ -160,7 +166,7 @@ def ship_metadata(name: str, episodes: int | None = None) -> dict:
 
 def ship(name: str, episodes: int | None = None, out: Path | None = None) -> dict:
     """Train one shipped model and write it to ``out`` (default: its place in the package)."""
-    from benchmarks.ldwp import prior_ratio_check, train_residual, train_variant
+    from benchmarks.ldwp import train_variant
     variant, pretrained = TRAINED_AS[name]
     episodes = episodes or episodes_of(name)
     out = out or MODELS / SHIPPED_MODELS[name]
@@ -168,15 +174,7 @@ def ship(name: str, episodes: int | None = None, out: Path | None = None) -> dic
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ship-models-") as tmp:
         job = (variant, pretrained, episodes, tasks_of(name), tmp, extra)
-        if name == "residual":
-            trained = train_residual(job, check=prior_ratio_check, check_every=1)
-        elif name == "energy":
-            from benchmarks.energy_ldwp import train_energy
-            trained = train_energy(job, check_every=1)
-        elif name in SHORT_BURSTS:
-            trained = train_variant(job, check=prior_ratio_check, check_every=1)
-        else:
-            trained = train_variant(job)
+        trained = train_variant(job, check=checkpoint_check(name), check_every=1)
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(trained["model"], out)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()

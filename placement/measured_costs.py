@@ -43,8 +43,11 @@ untrusted pair of a type that some node already runs trusted gets
 ``min(plain estimate, optimism * the best trusted estimate of that type at this size)``, so
 MCT tries every node ``min_samples`` times for a new type before trusting the numbers (a slow
 node costs at most ``min_samples`` slow tasks per type). The plain estimate of an untrusted
-pair is its own partial fit when it has one, else the fallback chain. ``explore=False`` (what
-the router counts as work sent to a node, :meth:`task_work_ms`) never lowers an estimate.
+pair is the fallback chain's, moved toward its own partial fit by at most a factor
+``1 + max_sample_influence * samples`` (:meth:`PairFits.bounded`): before 2026-12-05 it was the
+partial fit itself, and one forged microsecond for a slow node tripled the work a cold router
+sent there. ``explore=False`` (what the router counts as work sent to a node,
+:meth:`task_work_ms`) never lowers an estimate.
 
 **Bounds.** At most ``max_types`` types (least recently observed evicted) and
 ``max_nodes_per_type`` nodes per type; type and node names longer than ``max_key_chars`` are
@@ -217,6 +220,15 @@ class PairFits:
             fits[node_key] = self._robust_start(first)
             del self._first[(type_key, node_key)]
 
+    def bounded(self, fit: AffineFit, reference_s: float, size: float) -> float:
+        """An untrusted pair's estimate at ``size``: its partial fit, kept within
+        ``1 + max_sample_influence * samples`` (at most ``outlier_ratio``) of what the fallback
+        chain says without it (``reference_s``), so its first sample moves it by at most
+        ``max_sample_influence`` of that and only ``min_samples`` samples make it the pair's own."""
+        ratio = min(self.outlier_ratio, 1.0 + self.max_sample_influence * fit.count)
+        reference_s = max(self.min_estimate_s, reference_s)
+        return min(reference_s * ratio, max(reference_s / ratio, fit.predict(size)))
+
     def _robust_start(self, first: list[tuple[float, float]]) -> AffineFit:
         """A pair's fit from its first samples, each clipped (:func:`_clip`) to within
         ``1 + max_sample_influence * (len - 1)`` of the median-time sample."""
@@ -340,8 +352,9 @@ class MeasuredCosts:
                 if fit is not None and fit.count >= self.min_samples:
                     value = fit.predict(size_f)
                 else:
-                    value = fit.predict(size_f) if fit is not None else \
-                        self._fallback(task_type, fits, node_key, size_f, spec)
+                    value = self._fallback(task_type, fits, node_key, size_f, spec)
+                    if fit is not None:  # its own few samples, trusted only so far
+                        value = self._table.bounded(fit, value, size_f)
                     if best is not None:
                         value = min(value, self.optimism * best)
                 out[node] = min(self.max_work_s, max(self.min_estimate_s, value))

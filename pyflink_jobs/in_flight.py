@@ -21,8 +21,10 @@ Example::
     0
     >>> ledger.add("t2", "tm_b", now=11.0, work_s=0.5).queue
     0
-    >>> ledger.complete("t2", now=11.5, node="tm_a") is None   # tm_a cannot retire tm_b's task
-    True
+    >>> ledger.report("t2", now=11.5, node="tm_a")   # tm_a cannot retire tm_b's task
+    (False, None)
+    >>> ledger.report("t2", now=11.6, node="tm_b")
+    (True, ('tm_b', 11.0, 0.5))
 """
 
 from __future__ import annotations
@@ -63,22 +65,26 @@ class InFlightLedger:
         self.backlog_s[node] += work_s
         return context
 
-    def complete(self, task_id: str, now: float, node: str | None = None) -> tuple | None:
-        """``task_id`` finished (reported by its node, or run by the router): no longer in
-        flight. Returns its entry, or None when it was not in flight (a duplicate report, a
-        task forgotten after the timeout) or, with ``node`` (the reporting node), when it is in
-        flight on another node: a report retires only the reporter's own tasks."""
-        entry = self.entries.get(task_id)
-        if entry is None or (node is not None and entry[0] != node):
-            return None
-        del self.entries[task_id]
-        self._retire(entry, completed_after_s=now - entry[1])
+    def complete(self, task_id: str, now: float) -> tuple | None:
+        """``task_id`` finished (run by the router itself; a node's report goes through
+        :meth:`report`): no longer in flight. Returns its entry, or None when it was not in
+        flight (a task forgotten after the timeout)."""
+        entry = self.entries.pop(task_id, None)
+        if entry is not None:
+            self._retire(entry, completed_after_s=now - entry[1])
         return entry
 
-    def node_of(self, task_id: str) -> str | None:
-        """The node ``task_id`` is in flight on, or None when it is not in flight."""
+    def report(self, task_id: str, now: float, node: str) -> tuple[bool, tuple | None]:
+        """``node`` reports ``task_id`` done: (whether its timing is a sample of ``node``, the
+        retired entry or None). A task in flight on another node stays counted there and its
+        timing is no sample of ``node`` (a forged or confused report); one not in flight here
+        (a duplicate, another router's task) retires nothing and its timing may be learned."""
         entry = self.entries.get(task_id)
-        return None if entry is None else entry[0]
+        if entry is None:
+            return True, None
+        if entry[0] != node:
+            return False, None
+        return True, self.complete(task_id, now)
 
     def forget(self, task_id: str) -> None:
         """Retire ``task_id`` without it having completed (a replayed record about to be

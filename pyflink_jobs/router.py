@@ -222,17 +222,15 @@ class Router(TaskEventRouting):
         observe = getattr(self.fixed_policy, "observe_completion", None)
         timings = _task_timings(feedback.get("completed"))
         with self._lock:
-            # a task this router has in flight on another node did not run here: its timing
-            # is no sample of this node (a forged or confused report)
-            timings = [t for t in timings
-                       if self.ledger.node_of(t["task_id"]) in (None, node_id)]
+            samples = []
             for timing in timings:
-                entry = self.ledger.complete(timing["task_id"], self.clock(), node=node_id)
+                ran_here, entry = self.ledger.report(timing["task_id"], self.clock(), node_id)
                 if entry is not None and observe is not None:  # rules that learn from
                     # outcomes (e.g. liquid)
                     observe(timing["task_id"], max(0.0, self.clock() - entry[1]), entry[0])
-            for timing in timings:
-                sample = timing_sample(timing)  # (type, size, work s); None when implausible
+                if ran_here:  # (type, size, work s); None when implausible
+                    samples.append(timing_sample(timing))
+            for sample in samples:
                 if sample is not None:
                     self.speeds.observe(node_id, *sample)
             node = self._nodes[node_id]

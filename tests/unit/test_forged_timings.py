@@ -111,6 +111,66 @@ def test_one_forged_report_before_the_first_record_does_not_decide_where_work_go
     assert abs(attacked[node] - honest[node]) <= 8, (honest, attacked)
 
 
+def _route_heterogeneous(forged: dict | None, steps: int = 20) -> Counter:
+    """MCT on measured costs, as a router runs it, on nodes of different true speeds (tm_c 5x
+    slower): three records arrive per step, each node works 0.2 s per step and reports each
+    finished record's true time. ``forged``: one report (node -> seconds) before the first."""
+    true_s = {"tm_a": TRUE_S, "tm_b": TRUE_S, "tm_c": 5 * TRUE_S}
+    costs = MeasuredCosts(CLUSTER, min_samples=3)
+    policy = make_policy("mct", CLUSTER, costs=costs)
+    for node, seconds in (forged or {}).items():
+        costs.observe(node, OP, 1_000, seconds)
+    chosen, queued, worked = Counter(), Counter(), Counter()
+    for step in range(steps):
+        for k in range(3):
+            states = tuple(NodeState(node, queue_depth=queued[node], backlog_s=queued[node] *
+                                     costs.estimate_s(node, OP, 1_000, explore=False))
+                           for node in NODES)
+            node = policy.decide(Observation(Task(f"t{step}-{k}", OP, 1_000), states,
+                                             float(step))).node
+            chosen[node] += 1
+            queued[node] += 1
+        for node in NODES:
+            worked[node] += 0.2
+            while queued[node] and worked[node] >= true_s[node]:
+                worked[node] -= true_s[node]
+                queued[node] -= 1
+                costs.observe(node, OP, 1_000, true_s[node])
+    return chosen
+
+
+@pytest.mark.parametrize("forged_s", [1e-6, 1e-3, 0.02])
+def test_one_forged_fast_report_sends_a_cold_router_no_more_work_to_a_slow_node(forged_s):
+    """Before 2026-12-05 an untrusted pair's estimate was its own first sample: a forged
+    microsecond for the 5x slower tm_c tripled its share of the first 60 records (3 -> 9) and
+    queued them behind its real work. Now a pair's first samples move its estimate by at most
+    half of what the fallback chain says without them, until ``min_samples`` make it its own."""
+    honest = _route_heterogeneous(None)
+    attacked = _route_heterogeneous({"tm_c": forged_s})
+    assert honest["tm_c"] <= 4, honest                     # explored, then avoided
+    assert attacked["tm_c"] <= honest["tm_c"] + 1, (honest, attacked)
+
+
+# (name, samples on a new type's node (size, seconds), estimate bounds without exploration)
+UNTRUSTED = [
+    ("one forged microsecond", [(1_000, 1e-6)], (0.1 / 1.5, 0.1)),
+    ("one forged hour", [(1_000, 3600.0)], (0.1, 0.1 * 1.5)),
+    ("two honest 10 s samples", [(1_000, 10.0)] * 2, (0.1 * 2.0, 0.1 * 2.0)),
+    ("three honest 10 s samples: trusted", [(1_000, 10.0)] * 3, (10.0, 10.0)),
+]
+
+
+@pytest.mark.parametrize("name, samples, bounds", UNTRUSTED, ids=[c[0] for c in UNTRUSTED])
+def test_an_untrusted_pair_moves_from_its_fallback_by_its_evidence_only(name, samples, bounds):
+    """Nothing known of the type elsewhere: the fallback is ``default_s`` (0.1 s on these
+    speed-1 nodes); k samples move the estimate within ``1 + 0.5 k`` of it."""
+    costs = MeasuredCosts(CLUSTER, min_samples=3)
+    for size, seconds in samples:
+        costs.observe("tm_a", OP, size, seconds)
+    low, high = bounds
+    assert low * 0.999 <= costs.estimate_s("tm_a", OP, 1_000, explore=False) <= high * 1.001
+
+
 def test_the_fit_settings_set_on_measured_costs_are_the_ones_the_table_uses():
     """One copy of each setting: raising ``max_sample_influence`` and ``outlier_ratio`` on a
     MeasuredCosts lets a trusted pair follow a slower node at once (with the defaults it moves

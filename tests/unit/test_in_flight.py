@@ -58,6 +58,25 @@ def test_completions_retire_each_task_once(completed, expected_count, expected_b
     assert ledger.backlog_s["a"] == pytest.approx(expected_backlog)
 
 
+# (reporter, task id it names, (timing is the reporter's, retired entry), counts after)
+REPORTS = [
+    ("a", "t1", (True, ("a", 1.0, 0.25)), {"a": 0, "b": 1}),   # its own task: retired
+    ("b", "t1", (False, None), {"a": 1, "b": 1}),              # a's task: stays counted on a
+    ("a", "t2", (False, None), {"a": 1, "b": 1}),              # b's task: stays counted on b
+    ("a", "other", (True, None), {"a": 1, "b": 1}),            # not ours: learnable, no change
+]
+
+
+@pytest.mark.parametrize("reporter, task_id, answer, counts", REPORTS,
+                         ids=["own", "other-node-a", "other-node-b", "unknown"])
+def test_a_report_retires_only_the_reporters_own_tasks(reporter, task_id, answer, counts):
+    ledger = InFlightLedger(("a", "b"), timeout_s=60.0)
+    ledger.add("t1", "a", now=1.0, work_s=0.25)
+    ledger.add("t2", "b", now=1.5, work_s=0.5)
+    assert ledger.report(task_id, now=3.0, node=reporter) == answer
+    assert ledger.count == counts
+
+
 def test_backlog_never_goes_below_zero():
     ledger = InFlightLedger(("a",), timeout_s=60.0)
     ledger.add("t1", "a", now=1.0, work_s=0.25)
