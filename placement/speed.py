@@ -51,7 +51,7 @@ import numbers
 from workload.estimates import CostModel
 from workload.model import ClusterSpec
 
-__all__ = ["ObservedSpeed", "timing_work_s", "timing_sample"]
+__all__ = ["ObservedSpeed", "SPEED_FACTOR_LIMITS", "timing_work_s", "timing_sample"]
 
 
 def timing_work_s(timing) -> float:
@@ -95,6 +95,11 @@ def _is_live(costs) -> bool:
         callable(getattr(costs, "estimates_s", None))
 
 
+#: the range a measured speed factor is clipped into by default: a node with a broken clock or
+#: one odd task must not look 1000x slower (what a router can report as its speed factor)
+SPEED_FACTOR_LIMITS = (0.05, 50.0)
+
+
 class ObservedSpeed:
     """Per node: measured service time over estimated time (see the module docstring).
 
@@ -107,7 +112,7 @@ class ObservedSpeed:
 
     def __init__(self, cluster: ClusterSpec, costs=None,
                  smoothing: float = 0.1, min_samples: int = 5,
-                 limits: tuple[float, float] = (0.05, 50.0)):
+                 limits: tuple[float, float] = SPEED_FACTOR_LIMITS):
         if not 0.0 < smoothing <= 1.0:
             raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
         if min_samples < 1:

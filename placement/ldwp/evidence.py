@@ -45,13 +45,18 @@ import numpy as np
 from placement.ldwp.features import APPS, NODE_ROW_SIZE, NODE_SPEC_SIZE, TYPE_HASH_SIZE
 
 __all__ = ["Evidence", "EvidenceError", "MAX_SIGNATURES", "EVIDENCE_HALF", "BANDWIDTH",
-           "evidence_columns", "model_evidence"]
+           "BANDWIDTH_RANGE", "EVIDENCE_HALF_RANGE", "evidence_columns", "model_evidence"]
 
 #: examples of a (node signature, task type) at which the correction gets half weight
 EVIDENCE_HALF = 50.0
 #: distance in the scaled spec columns at which a recorded signature's evidence falls to 1/e:
 #: 0.05 tells apart 4 and 8 cores, 8 and 16 GB of GPU memory, CPU speed 1 and 1.1
 BANDWIDTH = 0.05
+#: plausible settings, what a model file may say (outside them: refused): a bandwidth over 1 calls
+#: every node in the scaled [0, 1] columns seen, one far under the rounding (``DIGITS``) no node
+#: ever; and squaring a huge one overflowed on every decision
+BANDWIDTH_RANGE = (1e-4, 1.0)
+EVIDENCE_HALF_RANGE = (1e-3, 1e9)
 #: most (signature, type) entries kept (a model file listing more is refused)
 MAX_SIGNATURES = 4096
 #: most examples one entry may claim (about 30 years of one task a second)
@@ -68,10 +73,14 @@ class Evidence:
 
     def __init__(self, spec_columns: np.ndarray | None, type_columns: np.ndarray,
                  evidence_half: float = EVIDENCE_HALF, bandwidth: float = BANDWIDTH) -> None:
-        if not (math.isfinite(evidence_half) and evidence_half > 0):
-            raise ValueError(f"evidence_half must be a positive number, got {evidence_half!r}")
-        if not (math.isfinite(bandwidth) and bandwidth > 0):
-            raise ValueError(f"bandwidth must be a positive number, got {bandwidth!r}")
+        low, high = EVIDENCE_HALF_RANGE
+        if not (math.isfinite(evidence_half) and low <= evidence_half <= high):
+            raise ValueError(f"evidence_half must be a number in [{low:g}, {high:g}], got "
+                             f"{evidence_half!r}")
+        low, high = BANDWIDTH_RANGE
+        if not (math.isfinite(bandwidth) and low <= bandwidth <= high):
+            raise ValueError(f"bandwidth must be a number in [{low:g}, {high:g}], got "
+                             f"{bandwidth!r}")
         self.spec_columns, self.type_columns = spec_columns, type_columns
         self.evidence_half, self.bandwidth = float(evidence_half), float(bandwidth)
         self.counts: dict[tuple[tuple[float, ...], tuple[float, ...]], float] = {}

@@ -214,9 +214,12 @@ class DelayLocalityPolicy(EstimatingPolicy):
     def observe_completion(self, task_id: str, latency_s: float, node_id: str) -> None:
         """The task finished ``latency_s`` after it arrived: the model stays warm from then on,
         its class learns how far latency strays from the estimate, and the timers move."""
-        pending = self._pending.pop(task_id, None)
+        pending = self._pending.get(task_id)
         if pending is None:
             return  # not decided by this policy (or dropped): nothing to learn from
+        if pending.node != node_id:
+            return  # another node claims it (a forged or confused report): it stays pending
+        del self._pending[task_id]
         done_s = pending.arrival_s + latency_s
         entry = self._warm.get((pending.node, pending.app))
         if entry is not None:

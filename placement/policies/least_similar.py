@@ -157,8 +157,9 @@ class LeastSimilarPolicy(EstimatingPolicy):
                 del mix[app_id]
 
     def observe_completion(self, task_id: str, latency_s: float, node_id: str) -> None:
-        sent = self._sent.pop(task_id, None)
-        if sent is not None:
+        sent = self._sent.get(task_id)
+        if sent is not None and sent[0] == node_id:   # another node's claim retires nothing
+            del self._sent[task_id]
             self._forget(*sent)
 
     def _bound(self, node_id: str, queue_depth: int) -> None:

@@ -176,10 +176,13 @@ class LiquidPolicy(EstimatingPolicy):
 
     def observe_completion(self, task_id: str, latency_s: float, node_id: str) -> None:
         """A decided task finished after ``latency_s`` (arrival to result) on ``node_id``."""
-        record = self._pending.pop(task_id, None)
-        if record is None:
-            self.rejected += 1  # not decided here, or forgotten (max_pending)
+        record = self._pending.get(task_id)
+        if record is None or record[0] != node_id:
+            # not decided here, forgotten (max_pending), or claimed by another node than the
+            # one it was sent to (a forged or confused report: it stays pending there)
+            self.rejected += 1
             return
+        del self._pending[task_id]
         node, app, key, scaled, prior = record
         self._release(node, app)
         try:
@@ -187,9 +190,9 @@ class LiquidPolicy(EstimatingPolicy):
         except (TypeError, ValueError):
             latency = math.nan
         ratio = latency / prior if prior > 0 else math.nan
-        if node != node_id or not math.isfinite(ratio) or latency <= 0 \
+        if not math.isfinite(ratio) or latency <= 0 \
                 or not 1.0 / self.plausible_ratio <= ratio <= self.plausible_ratio:
-            self.rejected += 1  # moved elsewhere, or a reading no run could produce
+            self.rejected += 1  # a reading no run could produce
             return
         self._learn_sample(key, scaled, ratio)
         self.samples += 1

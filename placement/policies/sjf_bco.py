@@ -147,8 +147,11 @@ class SjfBcoPolicy(EstimatingPolicy):
     # -- the ledger of the policy's own transfers ---------------------------------------------
 
     def observe_completion(self, task_id: str, latency_s: float, node_id: str) -> None:
-        """A completed task's input has certainly arrived: its transfer leaves the ledger."""
-        self._forget(task_id)
+        """A completed task's input has certainly arrived: its transfer leaves the ledger
+        (only when the node it was sent to reports it: another node's claim retires nothing)."""
+        entry = self._ledger.get(task_id)
+        if entry is not None and entry[0] == node_id:
+            self._forget(task_id)
 
     def _forget(self, task_id: str) -> None:
         entry = self._ledger.pop(task_id, None)

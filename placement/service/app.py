@@ -472,13 +472,17 @@ def _decide(service: "PlacementService", body: DecideRequest) -> list[DecisionOu
     for task in body.tasks:
         observation = Observation(Task(task.task_id, task.app_id, task.input_size),
                                   tuple(nodes), now)
+        raised = None
         try:
             decision = policy.decide(observation)
         except (KeyError, ValueError) as exc:  # e.g. a rule that needs specs of nodes
             message = exc.args[0] if exc.args else str(exc)
             raise HTTPException(422, f"cannot place task {task.task_id!r} with "
                                 f"{label} on nodes {_names(index)}: {message}") from None
-        scores, kind, problem = _usable(decision, index)
+        except Exception as exc:  # noqa: BLE001 - e.g. a model whose numbers overflow: its
+            # decision is unusable like a non-finite one (the fallback's, or a 503), never a 500
+            raised = ("raised", f"raised {type(exc).__name__}: {str(exc)[:160]}")
+        scores, kind, problem = (None, *raised) if raised else _usable(decision, index)
         if scores is not None:
             used, used_label = source, label
             reason = decision.reason if source == "model" else \

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from placement.ldwp.features import is_live_costs
 from placement.service.burst_check import DrainRates
-from placement.speed import ObservedSpeed, timing_sample
+from placement.service.latency_bounds import LatencyBounds
+from placement.speed import SPEED_FACTOR_LIMITS, ObservedSpeed, timing_sample
 from workload.feedback import (DEFAULT_LINK_MBPS, PER_TASK_ARRAYS, feedback_age_s,
                                feedback_emitted_at_ms, node_state_from_feedback)
 from workload.model import ClusterSpec, NodeSpec, NodeState, Task
@@ -49,6 +50,14 @@ MAX_KEPT_STAGE_BATCHES = 64
 #: Longest text kept of a node's latest report (stage names, power_source, ...); executors cut
 #: stage names at 200 characters.
 MAX_KEPT_TEXT = 200
+#: The most a router's per-task numbers may say (``routed_queue``, ``routed_backlog_ms``): a
+#: million tasks queued at one node, a day of estimated work; beyond them a report is broken or
+#: hostile, and its example is not learned (the speed factor's bound is the routers' own clip)
+MAX_ROUTED_QUEUE = 1_000_000
+MAX_ROUTED_BACKLOG_MS = 86_400_000.0
+#: How far ahead of the service's clock a report's ``emitted_at_ms`` may be (hosts' clocks
+#: differ); later stamps read as the epoch (NodeHistory.add)
+MAX_CLOCK_SKEW_MS = 60_000
 #: Longest node id learned from (the API's bound on node ids, ``app.MAX_NAME``).
 MAX_NODE_ID_CHARS = 256
 #: Fields of a report not kept as the node's latest: the completed timings (queued as
@@ -109,9 +118,14 @@ class NodeHistory:
         self._records: dict[str, dict] = {}
         self._record_at: dict[str, int] = {}  # emission time of each node's newest record
 
-    def add(self, record: Mapping, state: NodeState) -> None:
+    def add(self, record: Mapping, state: NodeState, now_ms: int | None = None) -> None:
         # An unusable emission time reads as the epoch (workload.feedback): oldest, stalest.
+        # So does one from the future beyond clock skew: kept as the newest, one forged report
+        # stamped 2^63 - 1 ms pinned the node's view (queue, utilisation, age 0) for good.
         node, at = record["node_id"], feedback_emitted_at_ms(record)
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        if at > now_ms + MAX_CLOCK_SKEW_MS:
+            at = 0
         times = self._times.setdefault(node, [])
         states = self._states.setdefault(node, [])
         i = bisect.bisect_right(times, at)  # usually the end: reports arrive in order
@@ -166,6 +180,39 @@ class TrainingExample:
     decided_at_ms: int
     states: tuple[NodeState, ...]
     estimates_s: dict | None = None   # per node, the learned cost model's before this timing
+
+
+def _routed_context(queues, backlogs, speeds, i: int) -> dict | None:
+    """What the router saw of the chosen node when it decided the ``i``-th timing's task, as
+    NodeState fields ({} when the report does not say); None when it says something no router
+    sends: a queue over MAX_ROUTED_QUEUE, a backlog over MAX_ROUTED_BACKLOG_MS, a speed factor
+    outside the routers' own clip (``ObservedSpeed``'s limits), or a non-number. One report's
+    ``routed_backlog_ms`` of 1e308 was learned before 2026-12-05 (it changed 7 of 200 later
+    decisions of the published model)."""
+    if i >= len(queues) or not _real(queues[i]) or queues[i] < 0:
+        return {}
+    if queues[i] > MAX_ROUTED_QUEUE:
+        return None
+    chosen = {"queue_depth": int(queues[i])}
+    if i < len(backlogs) and _real(backlogs[i]) and backlogs[i] >= 0:
+        if backlogs[i] > MAX_ROUTED_BACKLOG_MS:
+            return None
+        chosen["backlog_s"] = float(backlogs[i]) / 1000.0
+    elif i < len(backlogs) and not _real(backlogs[i]):
+        return None
+    if i < len(speeds) and _real(speeds[i]) and speeds[i] > 0:
+        low, high = SPEED_FACTOR_LIMITS
+        if not low <= speeds[i] <= high:
+            return None
+        chosen["speed_factor"] = float(speeds[i])
+    elif i < len(speeds) and not _real(speeds[i]):
+        return None
+    return chosen
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value)
 
 
 def _timing_example_fields(timing: Mapping) -> tuple[str, float, int] | None:
@@ -224,6 +271,8 @@ class FeedbackExamples:
         # feeds that model and every factor is 1 (the learned estimates hold the speeds)
         self.speeds = ObservedSpeed(cluster, costs)
         self.drain = DrainRates()             # tasks/s while busy (burst_check)
+        # what one latency may teach: within 10x of its node and type's recent median
+        self.latency_bounds = LatencyBounds()
         self._lock = threading.Lock()        # guards history, pending queue, rates
         self.wake = threading.Event()
 
@@ -249,18 +298,16 @@ class FeedbackExamples:
                         self.reject_timing()
                         continue
                     task_id, latency, finished = fields_
+                    # The router's own numbers for the chosen node when it decided: the queue,
+                    # backlog and speed its observation showed (the executor's feedback only
+                    # knows the few tasks inside the executor, not those buffered on the way).
+                    chosen = _routed_context(queues, backlogs, speeds, i)
+                    if chosen is None:   # numbers no router sends: the example is not learned
+                        self.reject_timing()
+                        continue
                     decided = int(finished - latency)
                     states = tuple(self._state_at(n, decided) for n in self._node_order)
-                    if i < len(queues) and queues[i] >= 0:
-                        # The router's own numbers for the chosen node when it decided: the
-                        # queue, backlog and speed its observation showed (the executor's
-                        # feedback only knows the few tasks inside the executor, not those
-                        # buffered on the way).
-                        chosen = {"queue_depth": int(queues[i])}
-                        if i < len(backlogs) and backlogs[i] >= 0:
-                            chosen["backlog_s"] = float(backlogs[i]) / 1000.0
-                        if i < len(speeds) and speeds[i] > 0:
-                            chosen["speed_factor"] = float(speeds[i])
+                    if chosen:
                         states = tuple(dataclasses.replace(st, **chosen)
                                        if st.node_id == node else st for st in states)
                     task = Task(task_id, sample[0], sample[1])
@@ -273,8 +320,9 @@ class FeedbackExamples:
                     if len(self._pending) >= self.max_pending:
                         self._pending.popleft()
                         self._drop_example()
-                    self._pending.append(TrainingExample(task, node, latency, decided, states,
-                                                  estimates))
+                    learned_ms = self.latency_bounds.bound(node, task.app_id, latency)
+                    self._pending.append(TrainingExample(task, node, learned_ms, decided,
+                                                         states, estimates))
                     rates = self._service_s.setdefault(node, deque(maxlen=RATE_WINDOW))
                     rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))
                     queued += 1

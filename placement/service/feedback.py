@@ -6,9 +6,11 @@ once, duplicates dropped.
   A whole NodeFeedback repeats with the same ``(node_id, sequence, emitted_at_ms)``: dropped.
   (``emitted_at_ms`` is part of the key so a restarted TaskManager whose sequence starts again
   at 0 is not mistaken for a repeat.) A completed task may also come twice inside different
-  reports: its ``task_id`` is remembered (bounded LRU, 200k by default) and later copies are
-  dropped from the record's ``completed`` list, and from the same positions of the per-task
-  arrays beside it (``workload.feedback.PER_TASK_ARRAYS``), which stay aligned with it.
+  reports of its node: ``(node_id, task_id)`` is remembered (bounded LRU, 200k by default) and
+  later copies are dropped from the record's ``completed`` list, and from the same positions of
+  the per-task arrays beside it (``workload.feedback.PER_TASK_ARRAYS``), which stay aligned with
+  it. Keyed by the node too, so a report from another node naming the task first (forged or
+  confused) cannot hide the real timing (before 2026-12-05 the first claim of an id won).
   Report keys are remembered per node for at most ``max_nodes`` nodes (the least recently
   reporting one is forgotten first): records with ever-new node ids cannot grow it without
   bound; a forgotten node's repeats are caught by the task-id memory still.
@@ -107,7 +109,7 @@ class Deduplicator:
         completed = list(record.get("completed") or ())
         keep = []
         for i, timing in enumerate(completed):
-            if self._tasks.add_if_new(timing["task_id"]):
+            if self._tasks.add_if_new((node, timing["task_id"])):
                 keep.append(i)
             else:
                 self.dropped["task_id"] += 1

@@ -60,7 +60,8 @@ class ServiceMetrics:
         self.unusable_decisions = Counter(
             p + "unusable_decisions", "policy decisions POST /decide did not return, by "
             "problem: problem=non_finite_scores (NaN/inf scores, e.g. a poisoned model), "
-            "problem=unknown_node (a node it was not offered); each was decided again by the "
+            "problem=unknown_node (a node it was not offered), problem=raised (the policy "
+            "raised, e.g. a model whose numbers overflow); each was decided again by the "
             "fallback rule (or answered 503 when that failed too)", ["problem"], registry=r)
         self.model_version = Gauge(
             p + "model_version", "newest published model version (0: none yet)", registry=r)
@@ -114,7 +115,7 @@ class ServiceMetrics:
             self.duplicates.labels(kind=kind)
         for source in ("model", "fallback"):
             self.decisions.labels(source=source)
-        for problem in ("non_finite_scores", "unknown_node"):
+        for problem in ("non_finite_scores", "unknown_node", "raised"):
             self.unusable_decisions.labels(problem=problem)
 
     def set_node_feedback(self, node: str, record) -> None:

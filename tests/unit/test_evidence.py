@@ -159,6 +159,27 @@ def test_the_evidence_travels_in_the_model_file_and_a_hostile_one_is_refused(cos
         LDWPPolicy.from_file(tmp_path / "bad.spm", TRAINING, costs)
 
 
+@pytest.mark.parametrize("field, value", [("bandwidth", 1e200), ("bandwidth", 1e154),
+                                          ("bandwidth", 1e-9), ("evidence_half", 1e300),
+                                          ("evidence_half", 1e-12)])
+def test_implausible_evidence_settings_in_a_file_are_refused_by_both_loaders(costs, tmp_path,
+                                                                               field, value):
+    """A bandwidth of 1e200 loaded and then overflowed on every decision (the service answered
+    500s, the router fell back with a warning per record); 1e154 trusted the correction on
+    node kinds the file has no evidence for. Both loaders refuse them now."""
+    from placement.ldwp.inference import NumpyLDWPPolicy
+    from placement.ldwp.modelfile import load_model, save_model
+    agent = trained_like(TRAINING, costs)
+    agent.save(tmp_path / "m.spm")
+    layers, metadata = load_model(tmp_path / "m.spm")
+    evidence = {**metadata["evidence"], field: value}
+    save_model(tmp_path / "bad.spm", layers, {**metadata, "evidence": evidence})
+    with pytest.raises(ModelFileError, match="evidence"):
+        LDWPPolicy.from_file(tmp_path / "bad.spm", TRAINING, costs)
+    with pytest.raises(ModelFileError, match="evidence"):
+        NumpyLDWPPolicy.from_file(tmp_path / "bad.spm", TRAINING, costs)
+
+
 def test_a_model_file_without_evidence_decides_as_its_prior_and_full_trust_is_a_choice(costs):
     assert len(model_evidence({}, "catalog", True).counts) == 0
     agent = trained_like(TRAINING, costs)

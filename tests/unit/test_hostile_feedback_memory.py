@@ -98,3 +98,38 @@ def test_node_ids_beyond_the_api_bound_are_not_learned(node, accepted):
     examples = FeedbackExamples(CLUSTER, MeasuredCosts(CLUSTER))
     examples.take([report(node, 1)])
     assert (node in examples.node_ids()) == accepted
+
+
+# -- one report must not pin a node's view or teach a model numbers no router sends ------------
+def test_a_report_stamped_in_the_future_does_not_pin_the_nodes_latest_state():
+    """One report stamped 2^63 - 1 ms (queue 1,000,000) stayed the node's newest state for good:
+    /decide without nodes then sent it nothing. Beyond clock skew a stamp reads as the epoch."""
+    history = NodeHistory()
+    now = T0 + 10_000
+    history.add(report("tm_a", 1, emitted_at_ms=2**63 - 1), NodeState("tm_a", queue_depth=10**6),
+                now_ms=now)
+    history.add(report("tm_a", 2), NodeState("tm_a", queue_depth=1), now_ms=now)
+    assert history.latest("tm_a", now_ms=now).queue_depth == 1
+    assert history.latest_record("tm_a")["sequence"] == 2
+    history.add(report("tm_a", 3, emitted_at_ms=now + 30_000), NodeState("tm_a", queue_depth=2),
+                now_ms=now)   # within the skew a host's clock may have: taken as stamped
+    assert history.latest("tm_a", now_ms=now).queue_depth == 2
+
+
+@pytest.mark.parametrize("arrays, learned", [
+    ({"routed_queue": [3], "routed_backlog_ms": [1500.0], "routed_speed_factor": [1.2]}, True),
+    ({"routed_queue": [-1], "routed_backlog_ms": [1e308]}, True),      # no queue: nothing used
+    ({"routed_queue": [3], "routed_backlog_ms": [1e308]}, False),
+    ({"routed_queue": [3], "routed_speed_factor": [1e-300]}, False),
+    ({"routed_queue": [3], "routed_speed_factor": [1e300]}, False),
+    ({"routed_queue": [2**31 - 1]}, False),
+    ({"routed_queue": [3], "routed_backlog_ms": [float("nan")]}, False),
+], ids=["honest", "no-queue", "backlog-1e308", "speed-1e-300", "speed-1e300", "queue-2^31",
+        "backlog-nan"])
+def test_a_timing_with_router_numbers_no_router_sends_is_not_learned(arrays, learned):
+    examples = FeedbackExamples(CLUSTER, MeasuredCosts(CLUSTER))
+    assert examples.take([report("tm_a", 1, [timing("t1")], **arrays)]) == int(learned)
+    assert examples.timings_rejected == int(not learned)
+    if learned and arrays["routed_queue"][0] == 3:
+        chosen = next(s for s in examples.pop().states if s.node_id == "tm_a")
+        assert chosen.queue_depth == 3 and chosen.backlog_s == pytest.approx(1.5)

@@ -273,7 +273,27 @@ NO_DECISION = {
     "the fallback rule itself gives NaN": (
         StubPolicy(Decision("tm_a", "x", {"tm_a": NAN})), "fallback", None,
         "fallback stub gave non-finite scores"),
+    "the fallback rule itself raises": (
+        Exploding(None), "fallback", None, "fallback stub raised RuntimeError: weights on fire"),
 }
+
+
+class Overflowing(StubPolicy):
+    """A model whose numbers overflow on every decision (a loaded file with a huge setting)."""
+
+    def decide(self, _observation):
+        raise OverflowError("(34, 'Numerical result out of range')")
+
+
+def test_a_model_that_raises_is_replaced_by_the_fallback_not_a_500(service, client,
+                                                                   monkeypatch):
+    monkeypatch.setattr(service.serving, "current", lambda: (Overflowing(None), "model", 4))
+    response = post_json(client, {"tasks": [{**TASK, "task_id": f"t{i}"} for i in range(2)]})
+    assert response.status_code == 200, response.text
+    for d in strict_json(response):
+        assert d["policy"] == "least_loaded" and d["node"] in NODES
+        assert d["reason"].startswith("model v4 raised OverflowError"), d["reason"]
+    assert service.metrics.value("unusable_decisions_total", problem="raised") == 2
 
 
 @pytest.mark.parametrize("case", list(NO_DECISION))
