@@ -175,7 +175,9 @@ class PairFits:
     """The (task type, node) fits, bounded (least recently observed types and nodes evicted),
     each damped against single samples (the module docstring: a pair's first ``min_samples``
     samples are clipped around their median when it becomes trusted, later ones around its
-    estimate). Not thread-safe: :class:`MeasuredCosts` holds its lock around every call."""
+    estimate), and what is read across its trusted fits (a pair's fit, a type's best
+    estimate, two nodes' relative speed). Not thread-safe: :class:`MeasuredCosts` holds its
+    lock around every call."""
 
     def __init__(self, smoothing: float, min_samples: int, outlier_ratio: float,
                  max_sample_influence: float, max_types: int, max_nodes_per_type: int,
@@ -228,6 +230,34 @@ class PairFits:
         ratio = min(self.outlier_ratio, 1.0 + self.max_sample_influence * fit.count)
         reference_s = max(self.min_estimate_s, reference_s)
         return min(reference_s * ratio, max(reference_s / ratio, fit.predict(size)))
+
+    def fit(self, type_key: str | None, node_key: str | None) -> AffineFit | None:
+        """The fit of (type, node), trusted or not; None when unknown (or a key is None)."""
+        fits = self.fits.get(type_key) if type_key is not None else None
+        return fits.get(node_key) if fits and node_key is not None else None
+
+    def best_trusted(self, fits, size: float) -> float | None:
+        """The lowest trusted estimate at ``size`` among one type's ``fits`` (node -> fit), at
+        least ``min_estimate_s``; None when none is trusted."""
+        if not fits:
+            return None
+        values = [f.predict(size) for f in fits.values() if f.count >= self.min_samples]
+        return max(self.min_estimate_s, min(values)) if values else None
+
+    def log_ratio(self, node: str | None, other: str | None) -> tuple[float, int]:
+        """(mean log(time on node / time on other), shared trusted types): each type both run
+        trusted compared at the mean of the two fits' mean sizes."""
+        total, shared = 0.0, 0
+        for fits in self.fits.values():
+            mine, theirs = fits.get(node), fits.get(other)
+            if mine is None or theirs is None or mine.count < self.min_samples or \
+                    theirs.count < self.min_samples:
+                continue
+            size = 0.5 * (mine.mean_x + theirs.mean_x)
+            total += math.log(max(self.min_estimate_s, mine.predict(size))
+                              / max(self.min_estimate_s, theirs.predict(size)))
+            shared += 1
+        return (total / shared if shared else 0.0), shared
 
     def _robust_start(self, first: list[tuple[float, float]]) -> AffineFit:
         """A pair's fit from its first samples, each clipped (:func:`_clip`) to within
@@ -343,7 +373,7 @@ class MeasuredCosts:
         type_key = self._key(task_type)
         with self._lock:
             fits = self._fits.get(type_key) if type_key is not None else None
-            best = self._best_trusted(fits, size_f) if explore and self.optimism else None
+            best = self._table.best_trusted(fits, size_f) if explore and self.optimism else None
             out = {}
             for node in nodes:
                 node_key = self._key(node)
@@ -364,8 +394,7 @@ class MeasuredCosts:
         """Samples learned for (type, node) (those evicted count as 0)."""
         type_key, node_key = self._key(task_type), self._key(node)
         with self._lock:
-            fits = self._fits.get(type_key) if type_key is not None else None
-            fit = fits.get(node_key) if fits and node_key is not None else None
+            fit = self._table.fit(type_key, node_key)
             return fit.count if fit is not None else 0
 
     def trusted_line(self, node: str, task_type: str) -> tuple[float, float] | None:
@@ -374,8 +403,7 @@ class MeasuredCosts:
         (``version`` says when to ask again)."""
         type_key, node_key = self._key(task_type), self._key(node)
         with self._lock:
-            fits = self._fits.get(type_key) if type_key is not None else None
-            fit = fits.get(node_key) if fits and node_key is not None else None
+            fit = self._table.fit(type_key, node_key)
             return fit.coefficients() if fit is not None and fit.count >= self.min_samples \
                 else None
 
@@ -448,12 +476,6 @@ class MeasuredCosts:
         digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=16)
         return f"{name[:self.max_key_chars // 2]}#{digest.hexdigest()}"
 
-    def _best_trusted(self, fits, size: float) -> float | None:
-        if not fits:
-            return None
-        values = [f.predict(size) for f in fits.values() if f.count >= self.min_samples]
-        return max(self.min_estimate_s, min(values)) if values else None
-
     def _fallback(self, task_type: str, fits, node_key: str, size: float,
                   spec: NodeSpec | None) -> float:
         trusted = [(m, f) for m, f in fits.items()
@@ -494,19 +516,9 @@ class MeasuredCosts:
         cached = self._ratios.get((node, other))
         if cached is not None and self.version - cached[0] < self.speed_refresh_samples:
             return cached[1], cached[2]
-        total, shared = 0.0, 0
-        for fits in self._fits.values():
-            mine, theirs = fits.get(node), fits.get(other)
-            if mine is None or theirs is None or mine.count < self.min_samples or \
-                    theirs.count < self.min_samples:
-                continue
-            size = 0.5 * (mine.mean_x + theirs.mean_x)
-            total += math.log(max(self.min_estimate_s, mine.predict(size))
-                              / max(self.min_estimate_s, theirs.predict(size)))
-            shared += 1
+        value, shared = self._table.log_ratio(node, other)
         if len(self._ratios) > 4096:
             self._ratios.clear()
-        value = (total / shared if shared else 0.0)
         self._ratios[(node, other)] = (self.version, value, shared)
         return value, shared
 

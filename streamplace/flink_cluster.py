@@ -15,9 +15,7 @@ runs in its own emulated host at its own address, the JobManager binds the head 
 
 from __future__ import annotations
 
-import re
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from streamplace.config import StreamplaceConfig
 from streamplace.flink_files import ProcessFiles, flink_home
 from streamplace.flink_hosts import (HostLauncher, IsolationPlan, plan_isolation,
                                      taskmanager_address, with_host_addresses)
+from streamplace.flink_jobs import run_python_job, wait_for_job_state, wait_for_savepoint
 from streamplace.processes import LaunchError, ManagedProcess, require_java, tail
 from workload.cluster_spec import LocalClusterSpec, TaskManagerSpec, load_cluster_spec
 
@@ -267,36 +266,16 @@ class FlinkCluster:
         that no longer exist is skipped: ``--allowNonRestoredState``)."""
         env = self.files.env("client")
         env["FLINK_CONF_DIR"] = str(self.files.conf_dir("jobmanager"))
-        restore = ["-s", restore_from, "-n"] if restore_from else []
-        cmd = [str(flink_home() / "bin" / "flink"), "run", "-d",
-               "-m", f"{self.config.flink.host}:{self.config.flink.rest_port}", *restore,
-               "-pyexec", sys.executable, "-pyclientexec", sys.executable,
-               "-py", str(script), *args]
-        result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
-        output = result.stdout + result.stderr
-        match = re.search(r"JobID ([0-9a-f]{32})", output)
-        if result.returncode != 0 or not match:
-            raise LaunchError(f"flink run failed (exit {result.returncode}):\n{output[-6000:]}")
-        return match.group(1)
+        return run_python_job(f"{self.config.flink.host}:{self.config.flink.rest_port}", script,
+                              args, env, timeout_s, restore_from)
 
     def job(self, job_id: str) -> dict | None:
         return self._get(f"/jobs/{job_id}")
 
     def wait_job_state(self, job_id: str, states: set[str], timeout_s: float = 120) -> str:
-        deadline = time.monotonic() + timeout_s
-        state = "UNKNOWN"
-        while time.monotonic() < deadline:
-            info = self.job(job_id)
-            if info:
-                state = info.get("state", "UNKNOWN")
-                if state in states:
-                    return state
-                if state in {"FAILED", "CANCELED", "FINISHED"} and state not in states:
-                    raise LaunchError(f"job {job_id} is {state}: "
-                                      f"{(self._get(f'/jobs/{job_id}/exceptions') or {})}")
-            time.sleep(0.5)
-        raise LaunchError(f"job {job_id} did not reach {states} within {timeout_s:.0f} s "
-                          f"(last state {state})")
+        """Wait until ``job_id`` is in one of ``states`` and return it; LaunchError when the
+        job ends in another state or ``timeout_s`` passes."""
+        return wait_for_job_state(self.rest, job_id, states, timeout_s)
 
     def taskmanager_ids(self) -> set[str]:
         """Resource ids of the TaskManagers registered now (empty when REST is down)."""
@@ -343,17 +322,7 @@ class FlinkCluster:
         except (FlinkUnreachable, FlinkRestError) as exc:
             raise LaunchError(f"stop-with-savepoint of {job_id} was not accepted: {exc}") \
                 from None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            status = self.rest.savepoint_status(job_id, trigger) or {}
-            if status.get("status", {}).get("id") == "COMPLETED":
-                operation = status.get("operation") or {}
-                if "location" in operation:
-                    return operation["location"]
-                raise LaunchError(f"stop-with-savepoint of {job_id} failed: "
-                                  f"{operation.get('failure-cause', operation)}")
-            time.sleep(0.5)
-        raise LaunchError(f"stop-with-savepoint of {job_id} did not finish in {timeout_s:.0f} s")
+        return wait_for_savepoint(self.rest, job_id, trigger, timeout_s)
 
     def cancel_job(self, job_id: str) -> None:
         """Ask Flink to cancel ``job_id``; a JobManager that is gone or does not know the job

@@ -39,136 +39,26 @@ Example::
 
 from __future__ import annotations
 
-import math
 import random
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
+from placement.ldwp.agent_file import (agent_metadata, correction_evidence, read_agent_file,
+                                       restore_trained_state)
 from placement.ldwp.encoding import ObservationEncoder
-from placement.ldwp.features import (TASK_ENCODINGS, completion_prior, node_row_size,
-                                     paper_vector_size, task_encoding_metadata)
-from placement.ldwp.networks import (NodeScoringQNetwork, NumpyQ, PaperQNetwork,
-                                     export_layers, load_layers)
+from placement.ldwp.features import completion_prior, node_row_size, paper_vector_size
+from placement.ldwp.modelfile import ModelFileError, save_model
+from placement.ldwp.networks import NodeScoringQNetwork, NumpyQ, PaperQNetwork, export_layers
 from placement.ldwp.outcomes import OutcomeRewards
+from placement.ldwp.settings import LDWPSettings
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, Decision, Observation, Policy, Transition
 
 __all__ = ["LDWPSettings", "LDWPPolicy"]
-
-
-REWARDS = ("throughput_change", "task_latency", "drain_time")
-
-
-@dataclass
-class LDWPSettings:
-    """Every LDWP hyperparameter. Paper values where the paper gives them; (open) = our choice."""
-
-    network: str = "paper"             # "paper" (x_t -> one Q per node) or "node_scoring" (ours)
-    hidden_sizes: tuple[int, ...] = (256, 128)   # paper: MLP 256-128, ReLU
-    optimizer: str = "sgd"             # paper: SGD ("adam" available for our variant)
-    learning_rate: float = 0.1         # paper
-    batch_size: int = 20               # paper
-    gamma: float = 0.8                 # paper: discount
-    buffer_size: int = 10_000          # (open) replay capacity
-    target_network_frequency: int = 200  # (open) the paper's mu: steps between target copies
-    start_e: float = 0.3               # paper's walk-through: 30% random actions
-    end_e: float = 0.01                # (open)
-    exploration_steps: int = 2_000     # (open) linear decay of epsilon over this many decisions
-    learning_starts: int = 100         # (open) transitions before the first update
-    train_frequency: int = 1           # (open) decisions per gradient step
-    reward: str = "throughput_change"  # paper: change of cluster throughput between decisions;
-    #                                    "task_latency" (ours): -latency of the placed task itself,
-    #                                    credited when it completes (feedback topic);
-    #                                    "drain_time" (ours): -time until the chosen node has
-    #                                    finished as much work as it held at the decision plus
-    #                                    this task (counted from completions, so it does not
-    #                                    depend on the order the node scheduler picks)
-    reward_scale: float = 60.0         # (open) reward in tasks/min instead of tasks/s
-    latency_scale_s: float = 100.0     # (ours) task_latency reward = -latency / this
-    max_grad_norm: float = 10.0        # (open) clips updates so lr 0.1 stays stable
-    # -- beyond the paper (defaults keep the paper's algorithm) --------------------------------
-    double_q: bool = False             # Double DQN: td_target uses Q_target(s', argmax Q(s', .))
-    loss: str = "mse"                  # TD loss: "mse" (paper: squared error) or "huber"
-    q_prior: str = "none"              # node_scoring only: "completion" adds -log(1 + MCT's
-    #                                    estimated completion s) to each node's Q (residual Q);
-    #                                    the learned part starts at 0, so untrained = MCT
-    latency_transform: str = "linear"  # task_latency / drain_time reward: "linear"
-    #                                    -seconds / latency_scale_s, "log" -log(1 + seconds)
-    #                                    (the scale of q_prior)
-    residual: str = "additive"         # q_prior only: "additive" Q = prior + MLP; "scaled"
-    #                                    Q = -log(1 + e^g wait + e^h task time), (g, h) = MLP
-    residual_l2: float = 0.0           # q_prior only: weight of an L2 penalty on the learned
-    #                                    correction of the taken actions (stay close to MCT)
-    spec_features: bool = False        # node_scoring only: append each node's static spec
-    #                                    (cores, GPUs, memories, speeds) to its row
-    task_encoding: str = "catalog"     # task type columns (placement.ldwp.features): "catalog"
-    #                                    (paper: one-hot over the built-in apps, other types
-    #                                    all zeros) or "hashed" (node_scoring only: one-hot +
-    #                                    a BLAKE2b code of any other type string)
-    correction_trust: str = "evidence"  # q_prior only: "evidence" (ours) decides with the
-    #                                    learned correction times its trust, evidence /
-    #                                    (evidence + evidence_half), from the examples learned on
-    #                                    similar nodes and the same task type
-    #                                    (placement.ldwp.evidence); "full" always trusts it
-    evidence_half: float = 50.0        # examples at which the correction gets half weight
-    evidence_bandwidth: float = 0.05   # spec-column distance at which evidence fades to 1/e
-    energy_weight: float = 0.0         # (ours) lambda: outcome reward minus lambda x the task's
-    #                                    busy joules / energy_scale_j; 0 = off (the latency
-    #                                    reward exactly). Needs reward task_latency or drain_time
-    energy_scale_j: float = 1000.0     # (ours) joules worth one unit of reward at lambda 1;
-    #                                    ASSUMPTION: ~ a task's busy energy on the paper cluster
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.network not in ("paper", "node_scoring"):
-            raise ValueError(f"network must be 'paper' or 'node_scoring', got {self.network!r}")
-        if self.reward not in REWARDS:
-            raise ValueError(f"reward must be one of {REWARDS}, got {self.reward!r}")
-        if self.optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
-        if self.loss not in ("mse", "huber"):
-            raise ValueError(f"loss must be 'mse' or 'huber', got {self.loss!r}")
-        if self.q_prior not in ("none", "completion"):
-            raise ValueError(f"q_prior must be 'none' or 'completion', got {self.q_prior!r}")
-        if self.q_prior != "none" and self.network != "node_scoring":
-            raise ValueError("q_prior needs network='node_scoring' (the prior is a per-node "
-                             "column of its rows)")
-        if self.residual not in ("additive", "scaled"):
-            raise ValueError(f"residual must be 'additive' or 'scaled', got {self.residual!r}")
-        if self.spec_features and self.network != "node_scoring":
-            raise ValueError("spec_features needs network='node_scoring'")
-        if self.task_encoding not in TASK_ENCODINGS:
-            raise ValueError(f"task_encoding must be one of {TASK_ENCODINGS}, got "
-                             f"{self.task_encoding!r}")
-        if self.task_encoding != "catalog" and self.network != "node_scoring":
-            raise ValueError("task_encoding='hashed' needs network='node_scoring' (the paper "
-                             "layout keeps the paper's TID)")
-        if self.correction_trust not in ("evidence", "full"):
-            raise ValueError(f"correction_trust must be 'evidence' or 'full', got "
-                             f"{self.correction_trust!r}")
-        if self.latency_transform not in ("linear", "log"):
-            raise ValueError(f"latency_transform must be 'linear' or 'log', got "
-                             f"{self.latency_transform!r}")
-        self._check_energy()
-        self.hidden_sizes = tuple(self.hidden_sizes)
-
-    def _check_energy(self) -> None:
-        for name in ("energy_weight", "energy_scale_j"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if self.energy_scale_j <= 0:
-            raise ValueError(f"energy_scale_j must be > 0 (joules per unit of reward), got "
-                             f"{self.energy_scale_j!r}")
-        if self.energy_weight > 0 and self.reward not in ("task_latency", "drain_time"):
-            raise ValueError(f"energy_weight needs an outcome reward (task_latency or "
-                             f"drain_time): a task's energy is known at its completion, not "
-                             f"with reward={self.reward!r}")
 
 
 @dataclass
@@ -218,7 +108,7 @@ class LDWPPolicy(Policy):
         self._numpy_layers = None
         # examples learned per (node signature, task type): how far decisions trust the
         # learned correction (placement.ldwp.evidence); None: no prior, or full trust
-        self.evidence = self._new_evidence()
+        self.evidence = correction_evidence(self.settings)
 
     @property
     def cluster(self) -> ClusterSpec:
@@ -238,14 +128,6 @@ class LDWPPolicy(Policy):
             return PaperQNetwork(paper_vector_size(m), m, s.hidden_sizes)
         return NodeScoringQNetwork(s.hidden_sizes, prior=s.q_prior, residual=s.residual,
                                    row_size=node_row_size(s.task_encoding, s.spec_features))
-
-    def _new_evidence(self, metadata: dict | None = None):
-        s = self.settings
-        if s.q_prior == "none" or s.network != "node_scoring" or s.correction_trust == "full":
-            return None
-        from placement.ldwp.evidence import model_evidence
-        return model_evidence(metadata or {}, s.task_encoding, s.spec_features,
-                              s.evidence_half, s.evidence_bandwidth)
 
     def _optimizer(self) -> torch.optim.Optimizer:
         params = self.q_network.parameters()
@@ -395,57 +277,23 @@ class LDWPPolicy(Policy):
 
     # -- export -----------------------------------------------------------------------------
     def metadata(self) -> dict:
-        settings = asdict(self.settings)
-        settings["hidden_sizes"] = list(self.settings.hidden_sizes)
-        if self.settings.energy_weight == 0:  # off: the header files had before the setting
-            for key in ("energy_weight", "energy_scale_j"):
-                settings.pop(key)
-        return {"kind": self.settings.network, "nodes": list(self.cluster.node_ids),
-                "settings": settings, "updates": self.updates,
-                "task_types": task_encoding_metadata(self.settings.task_encoding),
-                **({"evidence": self.evidence.to_metadata()} if self.evidence is not None
-                   else {}),
-                "observation": "paper_vector" if self.settings.network == "paper"
-                else "node_rows"}
+        """The model file header: settings, nodes, updates, task types, evidence table."""
+        return agent_metadata(self.settings, self.cluster.node_ids, self.updates, self.evidence)
 
     def save(self, path, **extra_metadata) -> None:
         """Weights + metadata in the pickle-free model file format (placement.ldwp.modelfile)."""
-        from placement.ldwp.modelfile import save_model
         save_model(path, export_layers(self.q_network), {**self.metadata(), **extra_metadata})
 
     @classmethod
     def from_file(cls, path, cluster: ClusterSpec, costs: CostModel | None = None,
                   training: bool = False) -> "LDWPPolicy":
         """Rebuild an agent from a model file; refuses a paper network built for other nodes."""
-        from placement.ldwp.model_settings import read_model_settings
-        from placement.ldwp.modelfile import ModelFileError, load_model
-        layers, metadata = load_model(path)
-        # the same validation as the router's numpy loader: settings against the arrays
-        model = read_model_settings(layers, metadata, str(path))
-        settings = dict(metadata.get("settings") or {})
-        settings.update(network=model.kind, q_prior=model.q_prior, residual=model.residual,
-                        spec_features=model.spec_features, task_encoding=model.task_encoding)
-        if "hidden_sizes" in settings:
-            settings["hidden_sizes"] = tuple(settings["hidden_sizes"])
+        layers, metadata, model, settings = read_agent_file(path)
         try:
             agent = cls(cluster, costs, LDWPSettings(**settings))
         except (TypeError, ValueError) as exc:  # unknown or invalid settings in the header
             raise ModelFileError(f"{path} has settings this streamplace cannot build: "
                                  f"{exc}") from None
-        if agent.settings.network == "paper" and list(cluster.node_ids) != list(model.nodes):
-            raise ModelFileError(f"{path} is a paper-layout model for nodes {list(model.nodes)}"
-                                 "; transfer it to this cluster first")
-        try:
-            load_layers(agent.q_network, layers)
-        except ValueError as exc:
-            raise ModelFileError(f"{path} {exc}") from None
-        agent.target_network.load_state_dict(agent.q_network.state_dict())
-        from placement.ldwp.evidence import EvidenceError
-        try:
-            agent.evidence = agent._new_evidence(metadata)
-        except EvidenceError as exc:
-            raise ModelFileError(f"{path}: {exc}") from None
-        updates = metadata.get("updates", 0)
-        agent.updates = updates if isinstance(updates, int) and updates >= 0 else 0
+        restore_trained_state(agent, layers, metadata, model, path)
         agent.training = training
         return agent

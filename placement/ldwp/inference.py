@@ -159,6 +159,43 @@ def _fuse_node_scoring(layers: list[tuple[np.ndarray, np.ndarray]], row_size: in
     return first, width + carry, _bias_carrying(tail)
 
 
+def _fused_q(fused, encoded: tuple, kind: str, q_prior: str, residual: str,
+             trust: np.ndarray | None) -> np.ndarray:
+    """Q per node (float64) of a network in its fused form (``kind`` "paper":
+    :func:`_bias_carrying`'s matrices, "node_scoring": :func:`_fuse_node_scoring`'s triple) on
+    ``NumpyLDWPPolicy.fast_encode``'s output, then the residual's prior (``q_prior``,
+    ``residual``); ``trust`` per node weights the learned correction. What
+    ``NumpyLDWPPolicy.fast_q`` runs: it needs the model alone, none of a policy's caches."""
+    if kind == "paper":
+        hidden = encoded[1]
+        for i, weight in enumerate(fused):
+            if i:
+                np.maximum(hidden, 0.0, out=hidden)
+            hidden = hidden @ weight
+        return hidden
+    _, rows, costs, mean_weights = encoded
+    first, split, rest = fused
+    both = rows @ first
+    out = both[:, :split]
+    out[:, :both.shape[1] - split] += mean_weights @ both[:, split:]   # the context term
+    for weight in rest:
+        np.maximum(out, 0.0, out=out)
+        out = out @ weight
+    if q_prior != "completion":
+        return out[:, 0]
+    if trust is not None:
+        out *= trust[:, None]
+    if residual == "additive":
+        return out[:, 0] + completion_prior(rows)
+    # -log(1 + e^g wait + e^h estimate) from the exact wait and estimate (the shared path
+    # recovers them from the rows' log1p columns: the same numbers up to rounding)
+    np.exp(out, out=out)
+    np.multiply(out, costs, out=out)
+    q = np.add.reduce(out, axis=1)
+    np.log1p(q, out=q)
+    return np.negative(q, out=q)
+
+
 def _remember(cache: dict, key, value, limit: int):
     """cache[key] = value, dropping the oldest entry first when full (bounded memory). Safe
     when two threads decide at once: at worst an entry is built twice or dropped early.
@@ -612,34 +649,7 @@ class NumpyLDWPPolicy(Policy):
         """Q per node (float64) from :meth:`fast_encode`'s output: the network, then the
         residual's prior, with the biases folded into the products (:func:`_bias_carrying`);
         ``trust`` (per node, placement.ldwp.evidence) weights the learned correction."""
-        if self.kind == "paper":
-            hidden = encoded[1]
-            for i, weight in enumerate(self._fused):
-                if i:
-                    np.maximum(hidden, 0.0, out=hidden)
-                hidden = hidden @ weight
-            return hidden
-        _, rows, costs, mean_weights = encoded
-        first, split, rest = self._fused
-        both = rows @ first
-        out = both[:, :split]
-        out[:, :both.shape[1] - split] += mean_weights @ both[:, split:]   # the context term
-        for weight in rest:
-            np.maximum(out, 0.0, out=out)
-            out = out @ weight
-        if self.q_prior != "completion":
-            return out[:, 0]
-        if trust is not None:
-            out *= trust[:, None]
-        if self.residual == "additive":
-            return out[:, 0] + completion_prior(rows)
-        # -log(1 + e^g wait + e^h estimate) from the exact wait and estimate (the shared path
-        # recovers them from the rows' log1p columns: the same numbers up to rounding)
-        np.exp(out, out=out)
-        np.multiply(out, costs, out=out)
-        q = np.add.reduce(out, axis=1)
-        np.log1p(q, out=q)
-        return np.negative(q, out=q)
+        return _fused_q(self._fused, encoded, self.kind, self.q_prior, self.residual, trust)
 
     def decide(self, observation: Observation) -> Decision:
         return _decision(*self._answer(observation), self.kind)

@@ -23,6 +23,7 @@ import numpy as np
 
 from placement.ldwp.features import model_task_encoding, node_row_size, paper_vector_size
 from placement.ldwp.modelfile import ModelFileError, check_layout
+from placement.ldwp.settings import LDWPSettings
 
 __all__ = ["ModelSettings", "read_model_settings", "KINDS", "MAX_MODEL_NODES"]
 
@@ -83,6 +84,13 @@ def read_model_settings(layers: list[tuple[np.ndarray, np.ndarray]], metadata: d
     if hidden is not None and (not isinstance(hidden, list) or not all(
             isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hidden)):
         raise ModelFileError(f"invalid hidden_sizes {hidden!r} in the model metadata")
+    try:  # every setting, by the same rules the torch agent builds with (placement.ldwp.settings)
+        LDWPSettings(**{**settings, "network": kind, "q_prior": q_prior, "residual": residual,
+                        "spec_features": spec_features, "task_encoding": task_encoding,
+                        **({"hidden_sizes": tuple(hidden)} if hidden is not None else {})})
+    except (TypeError, ValueError) as exc:   # an unknown key, a value out of its range
+        raise ModelFileError(f"{name} has settings this streamplace cannot build: "
+                             f"{str(exc)[:300]}") from None
     parsed = ModelSettings(kind, q_prior, residual, spec_features, task_encoding, nodes)
     if kind == "paper":
         if nodes is None:

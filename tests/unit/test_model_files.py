@@ -105,6 +105,23 @@ def test_edited_model_files_are_refused_by_every_loader(tmp_path, loader, edit, 
 
 
 @pytest.mark.parametrize("loader", LOADERS)
+@pytest.mark.parametrize("key, value", [
+    # what an outside probe found the numpy loader took and the torch loader refused
+    ("evidence_half", "NaN"), ("correction_trust", "bogus"), ("seed", "x"),
+    ("replay_capacity", 10**12),
+    # numbers no agent is built with, refused by both the same way
+    ("gamma", 5.0), ("learning_rate", -1.0), ("batch_size", 0), ("buffer_size", 10**12),
+    ("evidence_bandwidth", 1e200), ("double_q", "yes"), ("seed", -1),
+])
+def test_settings_the_agent_cannot_be_built_with_are_refused_by_every_loader(tmp_path, loader,
+                                                                           key, value):
+    path = _saved(tmp_path)
+    _rewrite(path, _set_setting(key, float("nan") if value == "NaN" else value))
+    with pytest.raises(ModelFileError, match="cannot build"):
+        LOADERS[loader](path)
+
+
+@pytest.mark.parametrize("loader", LOADERS)
 def test_non_finite_weights_are_refused(tmp_path, loader):
     path = _saved(tmp_path)
     header, body = _split(path.read_bytes())
