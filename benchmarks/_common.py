@@ -41,6 +41,16 @@ def write_result(name: str, payload: dict) -> Path:
     return path
 
 
+def description(doc: str | None) -> str:
+    """A module docstring's first paragraph on one line: what ``--help`` says a benchmark does
+    (its first line alone was cut mid-sentence where the sentence wraps).
+
+    >>> description("Avro codec speed: fastavro versus\n``avro``, per record.\n\n    usage")
+    'Avro codec speed: fastavro versus ``avro``, per record.'
+    """
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
 def bar_with_ci(ax, labels, means, ci95s, colours=None, horizontal=False):
     """One bar per label at its mean, with its 95% interval as the error bar.
 

@@ -26,7 +26,7 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 
 EVALUATION_SEEDS = (1001, 1002, 1003, 1004, 1005)
 
@@ -155,7 +155,7 @@ def plot(rows: list[dict], rates: list, path) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="fewer tasks, seeds and rates")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = parser.parse_args(argv)

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 from benchmarks.baselines import confidence_interval
 
 #: tasks per burst
@@ -125,7 +125,7 @@ def main(argv=None) -> None:
     from tqdm import tqdm
 
     from placement.ldwp.shipped import shipped_model
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--models", default="",
                         help="comma-separated model files (default: the shipped residual model)")
     parser.add_argument("--labels", default="",

@@ -14,7 +14,7 @@ import statistics
 import timeit
 from importlib import resources
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 from workload.codec import HEADER_SIZE, decode, encode
 
 RECORD = {"task_id": "task-0000042", "app_id": "face_recognition", "input_size": 36000,
@@ -27,7 +27,7 @@ def _per_record_us(fn, number: int, repeats: int) -> list[float]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     number, repeats = (5_000, 3) if args.quick else (20_000, 7)

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 
 #: node counts measured (the paper's 11, fewer, and more)
 NODE_COUNTS = (3, 11, 17, 100)
@@ -289,7 +289,7 @@ def growth(rows: list[dict], model: str, clock: str = "cpu_us") -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true",
                         help="2,000 decisions per series, 3 and 11 nodes")
     args = parser.parse_args(argv)

@@ -39,7 +39,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 
 __all__ = ["ENERGY_SCALE_J", "ENERGY_SWEEP", "ENERGY_WEIGHT", "THROUGHPUT_FLOOR", "TUNING_RATE",
            "SYSTEMS", "SETTINGS", "energy_overrides", "energy_check", "train_energy", "sweep",
@@ -271,7 +271,7 @@ def _print(rows: list[dict]) -> None:
 def main(argv=None) -> None:
     from benchmarks.baselines import EVALUATION_SEEDS
     from benchmarks.ship_models import TASKS, episodes_of, tasks_of
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--sweep", action="store_true",
                         help="train every lambda of ENERGY_SWEEP on the tuning seeds instead")
     parser.add_argument("--episodes", type=int, default=None,

@@ -30,7 +30,7 @@ import statistics
 import threading
 import time
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 from benchmarks.baselines import confidence_interval
 
 #: (label, scheduler name, settings)
@@ -135,7 +135,7 @@ def merge_learned(all_learned: list[dict]) -> list[dict]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--tasks", type=int, default=None, help="stream length (default 600, "
                         "150 with --quick)")

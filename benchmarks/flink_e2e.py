@@ -61,7 +61,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks._common import RESULTS, exclusive_home, write_result
+from benchmarks._common import RESULTS, description, exclusive_home, write_result
 from benchmarks.learning_curve import learning_curve, placement_drift
 from benchmarks.learning_curve import plot as plot_learning
 from placement.service.flink_rest import FlinkRestClient
@@ -762,7 +762,7 @@ def run_simulator_only(args, name: str) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="1 round, 300 tasks (the "
                         "simulator part keeps --tasks and 5 seeds: it is cheap)")
     parser.add_argument("--workload", default="tasks",

@@ -63,7 +63,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks._common import RESULTS, exclusive_home, write_result
+from benchmarks._common import RESULTS, description, exclusive_home, write_result
 from benchmarks.flink_e2e import confidence
 from benchmarks.flink_e2e import rest_client as _rest
 
@@ -523,7 +523,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--example", default="text_inference",
                         choices=["text_inference", "video_analytics", "async_scoring"])
     parser.add_argument("--quick", action="store_true", help="1 round, fewer records")

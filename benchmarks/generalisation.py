@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, bar_with_ci, write_result
+from benchmarks._common import RESULTS, bar_with_ci, description, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, confidence_interval
 
 POLICIES = ("ldwp", "mct", "mct_drain", "least_loaded", "random", "size_agnostic",
@@ -264,7 +264,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="300 tasks, 2 seeds")
     parser.add_argument("--model", type=Path, default=None,
                         help="model file (default: the shipped residual model)")

@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks._common import RESULTS, git_commit, machine
+from benchmarks._common import RESULTS, description, git_commit, machine
 
 #: (label, scheduler name, settings)
 VARIANTS = (("FCFS", "fcfs", {}), ("IAWP (paper rules)", "iawp", {}),
@@ -237,7 +237,7 @@ def executor_runs(tasks: int, repeats: int, max_in_flight: int, budget_s: float,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--size", type=int, default=1 << 20, help="clip pixels for the pairs")
     parser.add_argument("--pair-s", type=float, default=None, help="seconds per measurement")

@@ -27,7 +27,7 @@ import json
 import pickle
 import time
 
-from benchmarks._common import write_result
+from benchmarks._common import description, write_result
 
 #: where the hook would find Kafka; nothing connects to it (the producer is a stand-in)
 NOWHERE = "127.0.0.1:9"
@@ -161,7 +161,7 @@ def measure_colocated(hook, operator, lines: list[str]) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--records", type=int, default=20_000)
     args = parser.parse_args(argv)
     row = measure(args.records)

@@ -15,7 +15,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, confidence_interval
 
 SCHEDULERS = (("FCFS", "fcfs", {}), ("PATS", "pats", {}), ("HEFT", "heft", {}),
@@ -46,7 +46,7 @@ def run_one(job: tuple) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = parser.parse_args(argv)

@@ -38,7 +38,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, PAPER_PAIRS, confidence_interval
 
 TRAINING_SEEDS = tuple(range(1, 200))  # disjoint from EVALUATION_SEEDS (1001-1005)
@@ -414,7 +414,7 @@ def _frozen_baselines() -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--variants", default=",".join(VARIANTS),

@@ -18,12 +18,13 @@ Writes benchmarks/results/ldwp_drain_prior.json (the trained file stays in a tem
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 
 
 def measured_rates() -> dict[str, float]:
@@ -48,7 +49,9 @@ def use_rates_as_units(rates: dict[str, float]) -> None:
     encoding.ObservationEncoder.coefficients = coefficients
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    # no options: the parser is there so that --help explains instead of running (10 min)
+    argparse.ArgumentParser(description=description(__doc__)).parse_args(argv)
     from benchmarks.ship_models import ship
     rates = measured_rates()
     use_rates_as_units(rates)

@@ -32,7 +32,7 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from benchmarks._common import RESULTS, bar_with_ci, write_result
+from benchmarks._common import RESULTS, bar_with_ci, description, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, confidence_interval
 from benchmarks.ldwp import TUNING_SEEDS
 
@@ -132,7 +132,7 @@ def plot(summary: list[dict], path) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true",
                         help="300 tasks, 2 evaluation seeds, 2 grid points (a smoke run)")
     parser.add_argument("--workers", type=int, default=2)

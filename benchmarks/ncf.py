@@ -52,7 +52,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 
 MODELS = ("per_job_mean", "matrix_factorization", "paper_ncf", "neumf")
 GPU_TYPES = ("k80", "p100", "v100")
@@ -441,7 +441,7 @@ def _print_previous(previous: dict | None, rows: list[dict]) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true",
                         help="2 masks, 20%% observed only, k=2, 200 Adam steps")
     parser.add_argument("--first-seed", type=int, default=0,

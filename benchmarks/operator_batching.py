@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks._common import RESULTS, git_commit, machine
+from benchmarks._common import RESULTS, description, git_commit, machine
 from benchmarks.flink_e2e import confidence
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "text_inference" / "plain_job.py"
@@ -129,7 +129,7 @@ def plot(summary: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="2 rounds of 800 records")
     parser.add_argument("--records", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)

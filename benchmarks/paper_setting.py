@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, bar_with_ci, write_result
+from benchmarks._common import RESULTS, bar_with_ci, description, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, PAPER_PAIRS, confidence_interval
 from benchmarks.ldwp import TUNING_SEEDS
 from benchmarks.zoo import run_one
@@ -75,7 +75,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--model", type=Path, default=None,
                         help="LDWP model file (default: the shipped residual model)")
     parser.add_argument("--quick", action="store_true", help="300 tasks, 2 evaluation seeds")

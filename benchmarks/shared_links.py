@@ -20,7 +20,7 @@ import argparse
 import statistics
 import time
 
-from benchmarks._common import write_result
+from benchmarks._common import description, write_result
 
 #: (label, policy, node scheduler, whether the policy is told the shared links)
 SYSTEMS = (
@@ -88,7 +88,7 @@ def summarise(runs: list[dict]) -> list[dict]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="150 tasks, seeds 1 2, rate 60")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rates", type=float, nargs="+", default=[10.0, 15.0, 60.0])

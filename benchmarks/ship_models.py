@@ -56,6 +56,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks._common import description
 from placement.ldwp.shipped import SHIPPED_MODELS
 
 MODELS = Path(__file__).resolve().parent.parent / "placement" / "models"
@@ -260,7 +261,7 @@ def check(names: list[str], episodes: int | None = None) -> list[str]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--models", default=",".join((*TRAINED_AS, "ncf")),
                         help=f"comma-separated, from {', '.join(TRAINED_AS)}, ncf")
     parser.add_argument("--episodes", type=int, default=None,

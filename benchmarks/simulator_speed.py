@@ -16,11 +16,11 @@ import argparse
 import random
 import time
 
-from benchmarks._common import RESULTS, write_result
+from benchmarks._common import RESULTS, description, write_result
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="100,000 tasks on 100 nodes")
     args = parser.parse_args(argv)
     from interference.schedulers import make_node_scheduler

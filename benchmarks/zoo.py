@@ -40,7 +40,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, bar_with_ci, git_commit, write_result
+from benchmarks._common import RESULTS, bar_with_ci, description, git_commit, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, PAIRS
 from benchmarks.zoo_metrics import (PART2_METRICS, describe_part2, same_value,
                                      summarise_metric)
@@ -308,7 +308,7 @@ def plot(rows: list[dict], path: Path, part2_setting: tuple = PART2_TABLE_SETTIN
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="300 tasks, 2 seeds")
     parser.add_argument("--full", action="store_true", help="the whole 10-60 tasks/min sweep")
     parser.add_argument("--model", type=Path, default=None,

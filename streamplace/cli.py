@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
@@ -121,10 +123,23 @@ def cmd_job(args) -> int:
     elif args.action in ("watch", "replan"):
         return _supervise(cfg, cluster, args)
     elif args.action == "cancel":
+        if not args.job_id:
+            print("streamplace job: cancel needs the job id (streamplace job list)",
+                  file=sys.stderr)
+            return 2
+        if cluster.rest.get_or_none("/overview") is None:
+            print(f"streamplace job: no JobManager answers at {cfg.flink.rest_url}: nothing to "
+                  "cancel", file=sys.stderr)
+            return 3
         cluster.cancel_job(args.job_id)
         print(f"job {args.job_id}: cancel requested")
     elif args.action == "list":
-        for job in cluster.status().jobs:
+        status = cluster.status()
+        if not status.jobmanager_running:
+            print(f"streamplace job: no JobManager answers at {cfg.flink.rest_url} "
+                  "(streamplace cluster start)", file=sys.stderr)
+            return 3
+        for job in status.jobs:
             print(f"{job['jid']} {job['state']:10s} {job['name']}")
     return 0
 
@@ -166,7 +181,13 @@ def _supervise(cfg, cluster, args) -> int:
     if not args.job_id:
         print("streamplace job: watch and replan need the job id", file=sys.stderr)
         return 2
-    plan = parse_plan(args.plan) if args.plan else {tm.id: 1 for tm in cluster.spec.taskmanagers}
+    try:
+        plan = parse_plan(args.plan) if args.plan else \
+            {tm.id: 1 for tm in cluster.spec.taskmanagers}
+        new_plan = parse_plan(args.new_plan) if args.action == "replan" else None
+    except ValueError as exc:   # e.g. "bad plan entry 'garbage'"
+        print(f"streamplace job: {exc}", file=sys.stderr)
+        return 2
 
     def submit(new_plan, retired, restore):
         extra = _hook_settings(cfg, args, new_plan, retired)
@@ -182,7 +203,7 @@ def _supervise(cfg, cluster, args) -> int:
               flush=True)
 
     if args.action == "replan":
-        report(supervisor.apply_plan(parse_plan(args.new_plan)))
+        report(supervisor.apply_plan(new_plan))
         return 0
     print(f"watching job {args.job_id} (plan {plan}); Ctrl-C stops watching", flush=True)
     try:
@@ -198,6 +219,8 @@ def cmd_replay(args) -> int:
 
     from streamplace.replay import replay_events, trace_events
     cfg = _config(args)
+    if not _data_dir_ok(args, "replay"):
+        return 2
     try:
         events, where = trace_events(args.trace, args.data_dir, args.limit, args.rate,
                                      args.skip, args.prefix, args.seed,
@@ -206,7 +229,7 @@ def cmd_replay(args) -> int:
         print(f"streamplace replay: {exc}", file=sys.stderr)
         return 2
     print(where, flush=True)
-    with tqdm(total=len(events), desc="replay -> kafka", unit="task") as bar:
+    with tqdm(total=len(events), desc="replay -> kafka", unit="task", disable=None) as bar:
         report = replay_events(cfg, events, progress=bar.update)
     print(f"delivered {report['delivered']}/{report['sent']} TaskEvents to "
           f"{cfg.job.topic_tasks} in {report['wall_s']:.1f} s")
@@ -231,7 +254,7 @@ def cmd_produce(args) -> int:
 
     from streamplace.kafka_io import produce_task_events, synthetic_task_events
     cfg = _config(args)
-    with tqdm(total=args.count, desc="tasks -> kafka", unit="task") as bar:
+    with tqdm(total=args.count, desc="tasks -> kafka", unit="task", disable=None) as bar:
         report = produce_task_events(cfg, synthetic_task_events(args.count, seed=args.seed,
                                                                 prefix=args.prefix,
                                                                 payloads=args.payloads),
@@ -243,8 +266,20 @@ def cmd_produce(args) -> int:
 
 
 # -- demo ----------------------------------------------------------------------------------------
+def _data_dir_ok(args, command: str) -> bool:
+    """An explicit ``--data-dir`` must be a folder (a typo would quietly replay generated data;
+    without the option, a missing data folder falls back to the generator, and says so)."""
+    if args.data_dir and not Path(args.data_dir).is_dir():
+        print(f"streamplace {command}: --data-dir {args.data_dir} is not a folder",
+              file=sys.stderr)
+        return False
+    return True
+
+
 def cmd_demo(args) -> int:
     from streamplace.demo import run_demo
+    if not _data_dir_ok(args, "demo"):
+        return 2
     return run_demo(_config(args), tasks=args.tasks, quick=args.quick, keep=args.keep,
                     trace=args.trace, rate=args.rate, data_dir=args.data_dir)
 
@@ -256,6 +291,16 @@ def cmd_simulate(args) -> int:
     from simulator import GreedyOracle, Simulator
     from simulator.scenarios import (paper_cluster, paper_costs, paper_workload,
                                      saturated_workload)
+    available = len(paper_cluster().nodes)
+    if args.nodes > available:
+        print(f"streamplace simulate: --nodes {args.nodes}: the paper cluster has {available} "
+              "nodes", file=sys.stderr)
+        return 2
+    if args.rate is not None and args.tasks / args.rate > MAX_SIMULATED_MINUTES:
+        print(f"streamplace simulate: {args.tasks} tasks at {args.rate:g}/min arrive over "
+              f"{args.tasks / args.rate:,.0f} simulated minutes, over the "
+              f"{MAX_SIMULATED_MINUTES:,} this command runs; raise --rate", file=sys.stderr)
+        return 2
     costs, cluster = paper_costs(), paper_cluster(nodes=args.nodes)
     tasks = (saturated_workload(args.tasks, seed=args.seed) if args.rate is None
              else paper_workload(args.rate, args.tasks, seed=args.seed))
@@ -274,8 +319,8 @@ def cmd_simulate(args) -> int:
         return 2
     result = Simulator(costs).run(policy, scheduler, cluster, tasks, seed=args.seed)
     metrics = result.metrics.as_dict()
-    if args.json:
-        print(json.dumps(metrics, indent=2))
+    if args.json:   # strict JSON: a metric with no value (no task completed) is null
+        print(json.dumps(_finite_or_null(metrics), indent=2, allow_nan=False))
     else:
         for key in ("policy", "node_scheduler", "tasks", "completed", "throughput_per_min",
                     "upper_bound_per_min", "latency_p50_s", "latency_p99_s", "gpu_utilisation",
@@ -287,6 +332,17 @@ def cmd_simulate(args) -> int:
         for task_id, decision in result.decisions[:args.show_decisions]:
             print(f"  {task_id}: {decision.node} ({decision.reason})")
     return 0
+
+
+def _finite_or_null(value):
+    """``value`` with every non-finite float (recursively) as None: what JSON can carry."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    return value
 
 
 # -- serve ---------------------------------------------------------------------------------------
@@ -387,6 +443,37 @@ def cmd_info(args) -> int:
     return 0
 
 
+def _int_in(low: int, high: int):
+    """An argparse type: a whole number in [low, high], else a one-line usage error."""
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not in [{low}, {high}]")
+        return value
+    return whole
+
+
+def _positive_rate(high: float):
+    """An argparse type: a finite number in (0, high], else a one-line usage error."""
+    def rate(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and 0.0 < value <= high):
+            raise argparse.ArgumentTypeError(f"{text} is not a number in (0, {high:g}]")
+        return value
+    return rate
+
+
+#: most simulated minutes of arrivals ``simulate`` runs (tasks / rate): the run's memory grows
+#: with simulated time (100,000 minutes: 10.9 GB and over 5 minutes; a rate of 1e-6 never ended)
+MAX_SIMULATED_MINUTES = 3_000
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamplace",
@@ -413,15 +500,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser("jars", help="fetch the Kafka broker and Flink connector jars (Maven)")
-    p.add_argument("--force", action="store_true")
-    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--force", action="store_true", help="download again even if present")
+    p.add_argument("--verbose", action="store_true", help="show Maven's output")
     p.set_defaults(func=cmd_jars)
 
     p = sub.add_parser("job", help="submit, list, cancel, watch or re-plan the task pipeline")
     p.add_argument("action", choices=["submit", "list", "cancel", "watch", "replan"])
     p.add_argument("job_id", nargs="?")
     p.add_argument("--pin", help="pin the executor to this TaskManager id")
-    p.add_argument("--parallelism", type=int, default=1, help="executor instances")
+    p.add_argument("--parallelism", type=_int_in(1, 1024), default=1, help="executor instances")
     p.add_argument("--executor", choices=["checksum", "iawp"], default="checksum",
                    help="executor without the hook")
     p.add_argument("--hook", action="store_true",
@@ -445,9 +532,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", default="alibaba-genai", choices=["alibaba-genai", "synthetic"])
     p.add_argument("--data-dir", help="folder with the traces (default: $STREAMPLACE_DATA_DIR, "
                                       "../shared/data, ./data)")
-    p.add_argument("--limit", type=int, default=1200, help="requests to replay")
-    p.add_argument("--skip", type=int, default=0, help="requests to skip at the start")
-    p.add_argument("--rate", type=float, default=40.0, help="mean tasks per second")
+    p.add_argument("--limit", type=_int_in(1, 10**8), default=1200, help="requests to replay")
+    p.add_argument("--skip", type=_int_in(0, 10**9), default=0,
+                   help="requests to skip at the start")
+    p.add_argument("--rate", type=_positive_rate(1e6), default=40.0, help="mean tasks per second")
     p.add_argument("--prefix", default="replay", help="task id prefix")
     p.add_argument("--seed", type=int, default=0, help="generator seed (no data folder)")
     p.add_argument("--light", action="store_true",
@@ -464,9 +552,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "sizes) to the tasks topic. Light records by default (the "
                                    "executors make synthetic frames); --payloads attaches each "
                                    "task's real clip.")
-    p.add_argument("--count", type=int, default=1000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--prefix", default="task")
+    p.add_argument("--count", type=_int_in(1, 10**8), default=1000, help="TaskEvents to send")
+    p.add_argument("--seed", type=_int_in(0, 2**32 - 1), default=0,
+                   help="seed of the synthetic tasks")
+    p.add_argument("--prefix", default="task", help="task id prefix")
     p.add_argument("--payloads", action="store_true",
                    help="attach each task's real clip in 'payload' (grey JPEG frames cut from "
                         "real photographs, seeded by the task id; 5-240 KB a record, about "
@@ -475,10 +564,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="replay a trace through the job with Flink's default "
                                     "placement and with the hook, compare, stop everything")
-    p.add_argument("--tasks", type=int, default=None, help="tasks to replay (default 1200, "
+    p.add_argument("--tasks", type=_int_in(1, 10**7), default=None, help="tasks to replay (default 1200, "
                                                            "240 with --quick)")
     p.add_argument("--trace", default="alibaba-genai", choices=["alibaba-genai", "synthetic"])
-    p.add_argument("--rate", type=float, default=None, help="mean tasks per second (45)")
+    p.add_argument("--rate", type=_positive_rate(1e6), default=None,
+                   help="mean tasks per second (45)")
     p.add_argument("--data-dir", help="folder with the traces (default: $STREAMPLACE_DATA_DIR, "
                                       "../shared/data, ./data)")
     p.add_argument("--quick", action="store_true", help="a short run (used by make test)")
@@ -491,16 +581,18 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "'ldwp' (the shipped trained model)")
     p.add_argument("--model", help="with --policy ldwp: this model file instead of the shipped one")
     p.add_argument("--scheduler", default="heft", help="an interference.schedulers name")
-    p.add_argument("--rate", type=float, default=50.0,
+    p.add_argument("--rate", type=_positive_rate(1e6), default=50.0,
                    help="arrivals per minute (omit with --saturated)")
     p.add_argument("--saturated", dest="rate", action="store_const", const=None,
                    help="arrivals faster than any policy can serve")
-    p.add_argument("--tasks", type=int, default=300)
-    p.add_argument("--nodes", type=int, default=11)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--show-decisions", type=int, default=3, metavar="N",
+    p.add_argument("--tasks", type=_int_in(1, 1_000_000), default=300, help="tasks to run")
+    p.add_argument("--nodes", type=_int_in(1, 10**6), default=11,
+                   help="the first N of the paper cluster's 11 nodes")
+    p.add_argument("--seed", type=_int_in(0, 2**32 - 1), default=1,
+                   help="seed of the tasks, the policy and the run")
+    p.add_argument("--show-decisions", type=_int_in(0, 10**6), default=3, metavar="N",
                    help="print the first N decisions with their reasons")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("serve", help="the placement service: learns from feedback, serves "
@@ -526,11 +618,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from streamplace.config import ConfigError
     from streamplace.processes import LaunchError
+    from workload.cluster_spec import SpecError
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, LaunchError) as exc:
+    except (ConfigError, LaunchError, SpecError) as exc:
         print(f"streamplace: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader left (``| head``): stop quietly; stdout goes to /dev/null so that the
+        # interpreter's final flush does not fail a second time (Python's documented recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except KeyboardInterrupt:
         print("streamplace: interrupted", file=sys.stderr)
         return 130

@@ -114,8 +114,8 @@ class JobSettings(_Section):
 
 
 class StreamplaceConfig(_Section):
-    home: Path = Field(default_factory=default_home, description="runtime folder: data, logs, "
-                       "jars, pid files")
+    home: Path = Field(default_factory=default_home, validate_default=True,
+                       description="runtime folder: data, logs, jars, pid files")
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     flink: FlinkSettings = Field(default_factory=FlinkSettings)
     job: JobSettings = Field(default_factory=JobSettings)
@@ -124,10 +124,20 @@ class StreamplaceConfig(_Section):
                                      "unset Kafka, Flink, spec and model_dir settings follow "
                                      "the kafka, flink and job sections and home/models")
 
-    @field_validator("home")
+    @field_validator("home", mode="before")
     @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        return Path(value).expanduser().resolve()
+    def _absolute(cls, value) -> Path:
+        # "" would be the current folder (in a checkout, its kafka/ sources as kafka_dir); a
+        # file would fail later as NotADirectoryError deep inside a start
+        if value is None or str(value).strip() == "":
+            raise ValueError("home must name a folder, not be empty")
+        try:
+            path = Path(value).expanduser().resolve()
+        except RuntimeError as exc:   # ~nosuchuser
+            raise ValueError(f"home {value!r}: {exc}") from None
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"home {path} is a file, not a folder")
+        return path
 
     def validate_cross_fields(self) -> None:
         if self.job.transaction_timeout_ms >= self.kafka.transaction_max_timeout_ms:
@@ -154,6 +164,24 @@ class StreamplaceConfig(_Section):
         return self.home / "flink"
 
 
+#: the largest configuration file read (a real one is a few KB; a 10 MB one took 9 s)
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _plain_yaml(text: str, what: str):
+    """``text`` parsed as YAML without anchors or aliases (a 289-byte alias bomb took 5.7 s and
+    510 MB before this); ConfigError naming ``what`` for anything that is not plain YAML."""
+    from workload.cluster_spec import PlainYamlLoader
+    try:
+        return yaml.load(text, Loader=PlainYamlLoader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} is nested too deeply") from None
+    except ValueError as exc:  # an int of more than 4300 digits
+        raise ConfigError(f"{what}: {str(exc)[:200]}") from None
+
+
 def _set_dotted(data: dict[str, Any], dotted: str, raw_value: str) -> None:
     keys = dotted.split(".")
     node = data
@@ -161,7 +189,7 @@ def _set_dotted(data: dict[str, Any], dotted: str, raw_value: str) -> None:
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
             raise ConfigError(f"--set {dotted}: {key!r} is not a section")
-    node[keys[-1]] = yaml.safe_load(raw_value) if raw_value != "" else ""
+    node[keys[-1]] = _plain_yaml(raw_value, f"--set {dotted}") if raw_value != "" else ""
 
 
 def load_config(path: str | os.PathLike | None = None,
@@ -172,12 +200,18 @@ def load_config(path: str | os.PathLike | None = None,
     path = path or os.environ.get("STREAMPLACE_CONFIG")
     if path:
         file = Path(path)
+        if file.is_dir():
+            raise ConfigError(f"configuration file {file} is a directory")
         if not file.is_file():
             raise ConfigError(f"configuration file {file} does not exist")
         try:
-            loaded = yaml.safe_load(file.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{file} is not valid YAML: {exc}") from exc
+            if file.stat().st_size > MAX_CONFIG_BYTES:
+                raise ConfigError(f"configuration file {file} is {file.stat().st_size:,} "
+                                  f"bytes, over the {MAX_CONFIG_BYTES:,}-byte limit")
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"configuration file {file} cannot be read: {exc}") from None
+        loaded = _plain_yaml(text, str(file)) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{file} must hold a mapping of sections, not {type(loaded).__name__}")
         data.update(loaded)

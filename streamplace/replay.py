@@ -187,6 +187,7 @@ def replay_events(config, events: list[TimedEvent], progress: Callable[[int], No
     finally:
         remaining = producer.flush(30)
     if remaining:
-        errors.append(f"{remaining} records still undelivered after 30 s")
+        errors.append(f"{remaining} records still undelivered after 30 s: is the broker at "
+                      f"{config.kafka.bootstrap_servers} running? (streamplace kafka status)")
     return {"sent": len(events), "delivered": delivered, "errors": errors,
             "wall_s": clock() - start}

@@ -41,7 +41,7 @@ __all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecErro
            "MAX_TASK_TYPE_MULTIPLIERS", "MAX_TASK_TYPE_MULTIPLIER",
            "MIN_CPU_QUOTA", "DEFAULT_LINK_MBPS", "MAX_CPU_CORES", "MAX_CPU_ID", "MAX_GPUS",
            "MAX_SLOTS", "MAX_THREADS", "MAX_MEMORY_MB", "MAX_WORK_MULTIPLIER",
-           "MAX_TASKMANAGERS", "MAX_SPEC_BYTES"]
+           "MAX_TASKMANAGERS", "MAX_SPEC_BYTES", "PlainYamlLoader"]
 
 #: JVM parts we size explicitly and add to task heap + managed memory: framework heap 128,
 #: framework off-heap 128, network 64, metaspace 512, JVM overhead 192 (MB). Metaspace: every
@@ -95,17 +95,17 @@ class SpecError(ValueError):
     """A cluster spec that cannot be used, with the reason."""
 
 
-class _PlainLoader(yaml.SafeLoader):
-    """yaml's SafeLoader refusing anchors and aliases: a spec never needs them, and nine
-    aliases nested nine deep (a 1 KB "billion laughs" file) expand to 387 million values,
-    which took over a minute of CPU to refuse."""
+class PlainYamlLoader(yaml.SafeLoader):
+    """yaml's SafeLoader refusing anchors and aliases: a spec (or a configuration file) never
+    needs them, and nine aliases nested nine deep (a 1 KB "billion laughs" file) expand to 387
+    million values, which took over a minute of CPU to refuse."""
 
     def compose_node(self, parent, index):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise yaml.composer.ComposerError(
-                None, None, "YAML anchors and aliases (&name, *name) are not allowed in a "
-                "cluster spec: write each value out", event.start_mark)
+                None, None, "YAML anchors and aliases (&name, *name) are not allowed here: "
+                "write each value out", event.start_mark)
         return super().compose_node(parent, index)
 
 
@@ -282,7 +282,7 @@ def load_cluster_spec(name_or_path: str | os.PathLike) -> LocalClusterSpec:
         if path.stat().st_size > MAX_SPEC_BYTES:
             raise SpecError(f"cluster spec {path} is {path.stat().st_size:,} bytes, over the "
                             f"{MAX_SPEC_BYTES:,}-byte limit for a spec file")
-        data = yaml.load(path.read_text(), Loader=_PlainLoader)  # noqa: S506 - a SafeLoader
+        data = yaml.load(path.read_text(), Loader=PlainYamlLoader)  # noqa: S506 - a SafeLoader
         spec = LocalClusterSpec.model_validate(data)
     except SpecError:
         raise
@@ -312,7 +312,10 @@ def default_home() -> Path:
     else ``~/.streamplace`` for an installed wheel."""
     env = os.environ.get("STREAMPLACE_HOME")
     if env:
-        return Path(env).expanduser().resolve()
+        try:
+            return Path(env).expanduser().resolve()
+        except RuntimeError:   # ~nosuchuser: as given, refused where it is checked
+            return Path(env)
     root = checkout_root()
     if root is not None:
         return root / ".streamplace"

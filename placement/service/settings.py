@@ -75,10 +75,11 @@ class ServiceSettings(BaseModel):
     model_dir: Path | None = Field(None, description="where model versions are kept; None: "
                                    "<streamplace home>/models")
     max_models: int = Field(20, ge=1, description="versions kept on disk (oldest pruned)")
-    initial_model: Path | None = Field(None, description="pre-trained model file (streamplace "
-                                       "pretrain), or 'shipped:residual' / "
-                                       "'shipped:size_agnostic' (placement/models), published "
-                                       "as version 1 of an empty store")
+    initial_model: Path | None = Field(None, description="pre-trained model file (one that "
+                                       "python -m benchmarks.ship_models writes), or "
+                                       "'shipped:residual' / 'shipped:size_agnostic' "
+                                       "(placement/models), published as version 1 of an "
+                                       "empty store")
     # -- learning --------------------------------------------------------------------------------
     policy: str = Field("ldwp", description="the learned policy (only 'ldwp' today)")
     network: str = Field("node_scoring", description="LDWP network; the service needs the "

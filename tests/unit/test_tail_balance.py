@@ -41,4 +41,26 @@ def test_the_calibration_moves_every_rate_and_keeps_them_finite(paper):
                                                         tasks=120)
     assert len(history) == 2 and set(rates) == set(cluster.node_ids)
     assert all(math.isfinite(r) and r > 0 for r in rates.values())
-    assert rates != history[0]["rates"]          # the first round's ends moved them
+    best = max(history, key=lambda h: h["throughput_per_min"])
+    assert rates == best["rates"]                 # the best measured round's table
+
+
+def test_the_backlog_factors_scale_what_the_wrapped_policy_sees(paper):
+    from workload.model import NodeState, Observation, Task
+    seen = []
+
+    class Recorder:
+        name = "recorder"
+
+        def decide(self, observation):
+            seen.append({n.node_id: n.backlog_s for n in observation.nodes})
+            return None
+
+    wrapped = tail_balance.ScaledBacklog(Recorder(), {"a": 2.0})
+    wrapped.decide(Observation(Task("t", "video_synopsis", 10),
+                               (NodeState("a", backlog_s=3.0), NodeState("b", backlog_s=3.0)), 0))
+    assert seen == [{"a": 6.0, "b": 3.0}] and wrapped.name == "recorder_scaled_backlog"
+    costs, cluster = paper
+    factors, history = tail_balance.calibrate_backlog_factors(
+        make_policy("mct", cluster, costs), costs, cluster, seeds=(11,), rounds=2, tasks=120)
+    assert len(history) == 2 and all(math.isfinite(f) and f > 0 for f in factors.values())
