@@ -31,10 +31,10 @@ Example::
     >>> from workload.model import ClusterSpec, NodeSpec
     >>> from placement.measured_costs import MeasuredCosts
     >>> cluster = ClusterSpec((NodeSpec("a", 1, 8.0), NodeSpec("b", 1, 8.0)))
-    >>> service = MeasuredCosts(cluster, min_samples=2)
-    >>> for size in (100, 300):
+    >>> service = MeasuredCosts(cluster, min_samples=3)
+    >>> for size in (100, 200, 300):
     ...     _ = service.observe("b", "my_op", size, 0.5 + 0.01 * size)
-    >>> router = MeasuredCosts(cluster, min_samples=2)
+    >>> router = MeasuredCosts(cluster, min_samples=3)
     >>> seed_costs(router, cost_snapshot(service), ["a", "b"])
     (1, [])
     >>> round(router.estimate_s("b", "my_op", 200), 3)
@@ -89,7 +89,9 @@ def seed_costs(costs, snapshot, nodes: Iterable[str]) -> tuple[int, list[str]]:
                 reasons.append(f"fit {index}: {reason}")
             continue
         fixed, slope, mean_size = values   # as checked (an int past a float's range is out)
-        points = max(2, int(getattr(costs, "min_samples", 2)))
+        # at least 3: a fit uses its slope once two samples came off its mean size
+        # (placement.measured_costs.AffineFit.MIN_OFF_MEAN), and the first never is
+        points = max(3, int(getattr(costs, "min_samples", 3)))
         for i in range(points):
             size = mean_size * _SPREAD[i % 2]
             seconds = max(costs.min_estimate_s, fixed + slope * size)

@@ -26,7 +26,12 @@ while the slope is unknown), so a single sample moves the estimate by at most
 ratio, so a law ``a + b * size`` is never clipped): one forged first report of an hour (or a
 microsecond) leaves the trusted fit within a third of the truth with the defaults, where it
 used to leave it hundreds of times off, and a node looking that slow got no task to correct it.
-Sizes that barely vary leave the slope undetermined: the fit is then a constant (the mean).
+Sizes that barely vary leave the slope undetermined: the fit is then a constant (the mean); so
+does a single record at a size far from all others (the slope is used once two samples came
+off the running mean size, ``AffineFit.MIN_OFF_MEAN``), and a trusted pair whose sizes have not
+varied yet keeps such a record aside until a second one comes: one forged record of size 0 and
+a microsecond among 20 of size 1,000 made the estimate 10x off at 10x the usual size before
+2026-12-05, one of size 10^11 and an hour would have moved its constant to 180 s.
 
 **Fallbacks**, for a pair with no samples of its own, in order:
 
@@ -63,7 +68,7 @@ Example::
 
     >>> from workload.model import ClusterSpec, NodeSpec
     >>> costs = MeasuredCosts(ClusterSpec((NodeSpec("a", 1, 8.0), NodeSpec("b", 1, 8.0))),
-    ...                       min_samples=2)
+    ...                       min_samples=3)
     >>> for size in (100, 200, 300):
     ...     _ = costs.observe("a", "my_op", size, 0.5 + 0.01 * size)
     >>> round(costs.estimate_s("a", "my_op", 400), 3)
@@ -119,7 +124,13 @@ class AffineFit:
     """
 
     __slots__ = ("decay", "min_spread", "count", "weight", "mean_x", "mean_y", "sxx", "sxy",
-                 "syy", "_coef")
+                 "syy", "off_mean", "_coef")
+
+    #: decayed count of samples whose size was off the running mean size (by more than
+    #: ``min_spread``) below which the slope is not used: one record at a size far from all
+    #: others (a forged size 0 and a microsecond) alone set the slope, and with it every
+    #: estimate at other sizes, 10x off at 10x the usual size
+    MIN_OFF_MEAN = 1.5
 
     def __init__(self, smoothing: float, min_spread: float = 0.05):
         # min_spread: the weighted std of sizes, relative to their mean, below which the slope
@@ -128,6 +139,7 @@ class AffineFit:
         self.min_spread = min_spread
         self.count = 0
         self.weight = self.mean_x = self.mean_y = self.sxx = self.sxy = self.syy = 0.0
+        self.off_mean = 0.0
         self._coef = (0.0, 0.0)
 
     def add(self, size: float, seconds: float) -> None:
@@ -135,6 +147,7 @@ class AffineFit:
         weight = decay * self.weight + 1.0
         share = 1.0 / weight
         dx, dy = size - self.mean_x, seconds - self.mean_y
+        self.off_mean = decay * self.off_mean + (1.0 if self.is_off_mean(size) else 0.0)
         keep = 1.0 - share
         self.mean_x += share * dx
         self.mean_y += share * dy
@@ -144,6 +157,15 @@ class AffineFit:
         self.weight = weight
         self.count += 1
         self._coef = self._solve()
+
+    def is_off_mean(self, size: float) -> bool:
+        """Whether ``size`` is off the running mean size (by more than ``min_spread``)."""
+        return self.count > 0 and abs(size - self.mean_x) > self.min_spread * max(self.mean_x,
+                                                                                     1.0)
+
+    def sizes_vary(self) -> bool:
+        """Whether enough samples came at sizes off the mean for the slope to be used."""
+        return self.off_mean >= self.MIN_OFF_MEAN
 
     def coefficients(self) -> tuple[float, float]:
         """(a, b): seconds at size 0, seconds per size unit."""
@@ -160,7 +182,7 @@ class AffineFit:
     def _solve(self) -> tuple[float, float]:
         w, mx, my = self.weight, self.mean_x, self.mean_y
         spread = self.min_spread * max(mx, 1.0)
-        if self.sxx <= spread * spread * w:
+        if self.sxx <= spread * spread * w or not self.sizes_vary():
             return (my, 0.0)
         b = self.sxy / self.sxx
         a = my - b * mx
@@ -189,6 +211,8 @@ class PairFits:
         self.fits: OrderedDict[str, OrderedDict[str, AffineFit]] = OrderedDict()
         # (type, node) -> its first samples until it is trusted (one entry per untrusted fit)
         self._first: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        # (type, node) -> one sample at a size off all the others', until a second one comes
+        self._held: dict[tuple[str, str], tuple[float, float]] = {}
 
     def add(self, type_key: str, node_key: str, size: float, seconds: float) -> None:
         """One accepted sample (already checked to be plausible) of (type, node)."""
@@ -199,6 +223,7 @@ class PairFits:
                 gone, gone_fits = self.fits.popitem(last=False)  # least recently observed
                 for gone_node in gone_fits:
                     self._first.pop((gone, gone_node), None)
+                    self._held.pop((gone, gone_node), None)
         else:
             self.fits.move_to_end(type_key)
         fit = fits.get(node_key)
@@ -208,12 +233,21 @@ class PairFits:
             if len(fits) > self.max_nodes_per_type:
                 evicted, _ = fits.popitem(last=False)
                 self._first.pop((type_key, evicted), None)
+                self._held.pop((type_key, evicted), None)
         else:
             fits.move_to_end(node_key)
         if fit.count >= self.min_samples:  # a trusted pair: damp a single outlier
-            ratio = min(self.outlier_ratio, 1.0 + self.max_sample_influence * fit.weight)
-            guess = max(self.min_estimate_s, fit.predict(size))
-            fit.add(size, _clip(seconds, guess, ratio, size, fit.mean_x))
+            key = (type_key, node_key)
+            if not fit.sizes_vary() and fit.is_off_mean(size):
+                # one record at a size off all the others': kept aside until a second one
+                # comes, so no single record sets a slope or moves the constant (one of size
+                # 10^11 and an hour made a 0.1 s pair's estimate 180 s)
+                held = self._held.pop(key, None)
+                if held is None:
+                    self._held[key] = (size, seconds)
+                    return
+                self._add_trusted(fit, *held)
+            self._add_trusted(fit, size, seconds)
             return
         first = self._first.setdefault((type_key, node_key), [])
         first.append((size, seconds))
@@ -221,6 +255,11 @@ class PairFits:
         if fit.count >= self.min_samples:  # trusted from now on: built from robust samples
             fits[node_key] = self._robust_start(first)
             del self._first[(type_key, node_key)]
+
+    def _add_trusted(self, fit: AffineFit, size: float, seconds: float) -> None:
+        ratio = min(self.outlier_ratio, 1.0 + self.max_sample_influence * fit.weight)
+        guess = max(self.min_estimate_s, fit.predict(size))
+        fit.add(size, _clip(seconds, guess, ratio, size, fit.mean_x))
 
     def bounded(self, fit: AffineFit, reference_s: float, size: float) -> float:
         """An untrusted pair's estimate at ``size``: its partial fit, kept within

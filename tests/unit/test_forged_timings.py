@@ -55,6 +55,32 @@ def test_samples_that_follow_an_affine_law_are_never_clipped_at_the_start():
         assert costs.trusted_line("tm_a", OP) == pytest.approx(fit.coefficients())
 
 
+@pytest.mark.parametrize("forged", [(0, 1e-6), (0, 3600.0), (10**11, 3600.0), (10**11, 1e-6),
+                                    (10_000, 1e-6)])
+def test_one_record_at_a_far_size_does_not_reshape_the_estimates_at_other_sizes(forged):
+    """20 records of size 1,000 (0.1 s each): one forged record at another size is learned
+    as a sample of the constant the pair is, within half of it, at every size."""
+    costs = MeasuredCosts(CLUSTER, min_samples=3)
+    for _ in range(20):
+        costs.observe("tm_a", OP, 1_000, TRUE_S)
+    costs.observe("tm_a", OP, *forged)
+    for size in (100, 1_000, 10_000):
+        assert 0.5 * TRUE_S <= costs.estimate_s("tm_a", OP, size) <= 1.5 * TRUE_S, size
+
+
+def test_a_real_shift_of_sizes_is_learned_from_its_second_record():
+    """The same pair, then records 10x larger taking 10x longer (a law through the origin):
+    the first is kept aside, the second brings both in, and the slope follows at once."""
+    costs = MeasuredCosts(CLUSTER, min_samples=3)
+    for _ in range(20):
+        costs.observe("tm_a", OP, 1_000, TRUE_S)
+    costs.observe("tm_a", OP, 10_000, 10 * TRUE_S)
+    assert costs.estimate_s("tm_a", OP, 10_000) == pytest.approx(TRUE_S)   # one: aside
+    costs.observe("tm_a", OP, 10_000, 10 * TRUE_S)
+    assert costs.estimate_s("tm_a", OP, 10_000) == pytest.approx(10 * TRUE_S, rel=0.05)
+    assert costs.estimate_s("tm_a", OP, 1_000) == pytest.approx(TRUE_S, rel=0.05)
+
+
 def costs_smoothing() -> float:
     return MeasuredCosts(CLUSTER).smoothing
 
