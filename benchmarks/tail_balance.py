@@ -105,21 +105,43 @@ def calibrate_backlog_factors(policy, costs, cluster, seeds=CALIBRATION_SEEDS,
                               rounds: int = CALIBRATION_ROUNDS, step: float = CALIBRATION_STEP,
                               tasks: int = TASKS):
     """Per node, the factor on its backlog (:class:`ScaledBacklog` around ``policy``) moved
-    each round toward equal node ends on ``seeds``. Returns (the best round's factors, one
-    record per round)."""
-    factors = {n: 1.0 for n in cluster.node_ids}
+    each round toward equal node ends on ``seeds`` (a node that ended late looks busier).
+    Returns (the best round's factors, one record per round)."""
+    return _calibrate({n: 1.0 for n in cluster.node_ids}, "factors", step,
+                      lambda factors: ScaledBacklog(policy, factors), costs, cluster, seeds,
+                      rounds, tasks)
+
+
+def calibrate_drain_rates(costs, cluster, seeds=CALIBRATION_SEEDS,
+                          rounds: int = CALIBRATION_ROUNDS, step: float = CALIBRATION_STEP,
+                          tasks: int = TASKS):
+    """Fixed drain rates for ``mct_drain``, from its unit counts, moved each round toward
+    equal node ends on ``seeds`` (a node that ended late drains slower). Returns (the best
+    round's rates, one record per round)."""
+    from placement.policies.mct import parallel_units
+    from placement.policies.mct_drain import MeasuredDrainMCTPolicy
+    return _calibrate({n.node_id: float(parallel_units(n)) for n in cluster.nodes}, "rates",
+                      -step, lambda rates: MeasuredDrainMCTPolicy(cluster, costs, rates=rates),
+                      costs, cluster, seeds, rounds, tasks)
+
+
+def _calibrate(table: dict, key: str, exponent: float, policy_of, costs, cluster, seeds,
+               rounds: int, tasks: int):
+    """The fixed-point iteration both calibrations run: each round, every node's entry times
+    (its mean end / all nodes' mean end) ** ``exponent``. Returns (the best round's table,
+    one record per round, the table under ``key``)."""
     history = []
     for round_ in range(rounds):
-        rows = [run_row("calibration", ScaledBacklog(policy, factors), costs, cluster, s, tasks)
+        rows = [run_row("calibration", policy_of(table), costs, cluster, s, tasks)
                 for s in seeds]
-        ends = {n: statistics.fmean(r["node_end_s"][n] for r in rows) for n in factors}
+        ends = {n: statistics.fmean(r["node_end_s"][n] for r in rows) for n in table}
         mean = statistics.fmean(ends.values())
-        history.append({"round": round_, "factors": dict(factors),
+        history.append({"round": round_, key: dict(table),
                         "throughput_per_min": statistics.fmean(r["throughput_per_min"]
                                                                for r in rows),
                         "end_spread_s": max(ends.values()) - min(ends.values())})
-        factors = {n: f * (ends[n] / mean) ** step for n, f in factors.items()}
-    return _best_round(history, "factors"), history
+        table = {n: v * (ends[n] / mean) ** exponent for n, v in table.items()}
+    return _best_round(history, key), history
 
 
 def _best_round(history: list[dict], key: str) -> dict:
@@ -127,28 +149,6 @@ def _best_round(history: list[dict], key: str) -> dict:
     update is never measured, and the rounds do not settle: a 1-2% change of one node's table
     entry moves a run's throughput by a few tasks/min either way)."""
     return max(history, key=lambda h: h["throughput_per_min"])[key]
-
-
-def calibrate_drain_rates(costs, cluster, seeds=CALIBRATION_SEEDS,
-                          rounds: int = CALIBRATION_ROUNDS, step: float = CALIBRATION_STEP,
-                          tasks: int = TASKS):
-    """Fixed drain rates for ``mct_drain``, from its unit counts, moved each round toward
-    equal node ends on ``seeds``. Returns (the best round's rates, one record per round)."""
-    from placement.policies.mct import parallel_units
-    from placement.policies.mct_drain import MeasuredDrainMCTPolicy
-    rates = {n.node_id: float(parallel_units(n)) for n in cluster.nodes}
-    history = []
-    for round_ in range(rounds):
-        rows = [run_row("calibration", MeasuredDrainMCTPolicy(cluster, costs, rates=rates),
-                        costs, cluster, s, tasks) for s in seeds]
-        ends = {n: statistics.fmean(r["node_end_s"][n] for r in rows) for n in rates}
-        mean = statistics.fmean(ends.values())
-        history.append({"round": round_, "rates": dict(rates),
-                        "throughput_per_min": statistics.fmean(r["throughput_per_min"]
-                                                               for r in rows),
-                        "end_spread_s": max(ends.values()) - min(ends.values())})
-        rates = {n: r * (mean / ends[n]) ** step for n, r in rates.items()}
-    return _best_round(history, "rates"), history
 
 
 def plot(rows: list[dict], path) -> None:
