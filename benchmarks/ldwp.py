@@ -104,20 +104,21 @@ def train_variant(job: tuple, check=None, check_every: int = 1) -> dict:
     else their own)."""
     variant, pretrained, episodes, tasks, out_dir = job[:5]
     extra = job[5] if len(job) > 5 else {}
+    # the residual trainers keep their own check and cadence unless one is given
+    passed_on = {} if check is None else {"check": check, "check_every": check_every}
     if variant == "residual":
-        return train_residual(job) if check is None else \
-            train_residual(job, check=check, check_every=check_every)
+        return train_residual(job, **passed_on)
     if variant == "residual_energy":  # the energy-aware residual (benchmarks.energy_ldwp)
         from benchmarks.energy_ldwp import train_energy
-        return train_energy(job) if check is None else \
-            train_energy(job, check=check, check_every=check_every)
+        return train_energy(job, **passed_on)
     from interference.schedulers import make_node_scheduler
     from placement.ldwp.pretrain import collect_demonstrations, demonstrations_hash, pretrain
     from placement.policies import make_policy
     costs, cluster = _setup()
-    lengths = episode_lengths(tasks, episodes)
+    plan = online_plan(variant, episodes, tasks)
     demonstration_tasks = tasks if isinstance(tasks, int) else DEMONSTRATION_TASKS
-    agent = _agent(variant, cluster, costs, seed=0, exploration_steps=sum(lengths) // 2,
+    agent = _agent(variant, cluster, costs, seed=0,
+                   exploration_steps=sum(count for _, count, _ in plan) // 2,
                    start_e=0.3 if not pretrained else 0.1)
     curve_pre, data_hash = [], "none"
     scheduler = make_node_scheduler("heft", costs)
@@ -130,8 +131,7 @@ def train_variant(job: tuple, check=None, check_every: int = 1) -> dict:
                                                  progress=False)
         curve_pre = pretrain(agent, states, actions, progress=False)
         data_hash = demonstrations_hash(states, actions)
-    learning, checks, chosen = _learn_online(agent, (costs, cluster),
-                                             online_plan(variant, episodes, tasks),
+    learning, checks, chosen = _learn_online(agent, (costs, cluster), plan,
                                              lambda seed: scheduler, tasks, check, check_every)
     path = Path(out_dir) / f"{variant}-{'pre' if pretrained else 'scratch'}.spm"
     if check is not None:
@@ -289,11 +289,11 @@ def train_residual(job: tuple, overrides: dict | None = None, check=_throughput_
     extra = job[5] if len(job) > 5 else {}
     from interference.schedulers import make_node_scheduler
     costs, cluster = _setup()
-    lengths = episode_lengths(tasks, episodes)
-    agent = _agent("residual", cluster, costs, seed=0, exploration_steps=sum(lengths),
-                   **(overrides or {}))
+    plan = online_plan(variant, episodes, tasks)
+    agent = _agent("residual", cluster, costs, seed=0,
+                   exploration_steps=sum(count for _, count, _ in plan), **(overrides or {}))
     learning, checks, chosen = _learn_online(
-        agent, (costs, cluster), online_plan(variant, episodes, tasks), lambda seed: make_node_scheduler("heft", costs, seed=seed),
+        agent, (costs, cluster), plan, lambda seed: make_node_scheduler("heft", costs, seed=seed),
         tasks, check, check_every)
     path = Path(out_dir) / f"{variant}-pre.spm"
     agent.save(path, pretraining_data="none (prior: MCT)", training_seeds=[10, 10 + episodes],

@@ -337,7 +337,8 @@ def cmd_simulate(args) -> int:
 def _finite_or_null(value):
     """``value`` with every non-finite float (recursively) as None: what JSON can carry."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        from workload.limits import finite_real
+        return finite_real(value)
     if isinstance(value, dict):
         return {k: _finite_or_null(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -16,11 +16,11 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from placement.service.settings import ServiceSettings  # pydantic only: no torch, no FastAPI
 from streamplace.resources import default_home
+from workload.cluster_spec import PlainYamlError, parse_plain_yaml, read_plain_yaml
 
 __all__ = ["config_reference", "KafkaSettings", "FlinkSettings", "JobSettings", "ServiceSettings",
            "StreamplaceConfig",
@@ -169,17 +169,12 @@ MAX_CONFIG_BYTES = 1 << 20
 
 
 def _plain_yaml(text: str, what: str):
-    """``text`` parsed as YAML without anchors or aliases (a 289-byte alias bomb took 5.7 s and
-    510 MB before this); ConfigError naming ``what`` for anything that is not plain YAML."""
-    from workload.cluster_spec import PlainYamlLoader
+    """``text`` parsed as plain YAML (no anchors or aliases: a 289-byte alias bomb took 5.7 s
+    and 510 MB before); ConfigError naming ``what`` for anything else."""
     try:
-        return yaml.load(text, Loader=PlainYamlLoader)  # noqa: S506 - a SafeLoader
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} is not valid YAML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{what} is nested too deeply") from None
-    except ValueError as exc:  # an int of more than 4300 digits
-        raise ConfigError(f"{what}: {str(exc)[:200]}") from None
+        return parse_plain_yaml(text, what)
+    except PlainYamlError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, raw_value: str) -> None:
@@ -205,13 +200,9 @@ def load_config(path: str | os.PathLike | None = None,
         if not file.is_file():
             raise ConfigError(f"configuration file {file} does not exist")
         try:
-            if file.stat().st_size > MAX_CONFIG_BYTES:
-                raise ConfigError(f"configuration file {file} is {file.stat().st_size:,} "
-                                  f"bytes, over the {MAX_CONFIG_BYTES:,}-byte limit")
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"configuration file {file} cannot be read: {exc}") from None
-        loaded = _plain_yaml(text, str(file)) or {}
+            loaded = read_plain_yaml(file, MAX_CONFIG_BYTES, f"configuration file {file}") or {}
+        except PlainYamlError as exc:
+            raise ConfigError(str(exc)) from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{file} must hold a mapping of sections, not {type(loaded).__name__}")
         data.update(loaded)

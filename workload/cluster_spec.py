@@ -41,7 +41,8 @@ __all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecErro
            "MAX_TASK_TYPE_MULTIPLIERS", "MAX_TASK_TYPE_MULTIPLIER",
            "MIN_CPU_QUOTA", "DEFAULT_LINK_MBPS", "MAX_CPU_CORES", "MAX_CPU_ID", "MAX_GPUS",
            "MAX_SLOTS", "MAX_THREADS", "MAX_MEMORY_MB", "MAX_WORK_MULTIPLIER",
-           "MAX_TASKMANAGERS", "MAX_SPEC_BYTES", "PlainYamlLoader"]
+           "MAX_TASKMANAGERS", "MAX_SPEC_BYTES", "PlainYamlLoader", "PlainYamlError",
+           "parse_plain_yaml", "read_plain_yaml"]
 
 #: JVM parts we size explicitly and add to task heap + managed memory: framework heap 128,
 #: framework off-heap 128, network 64, metaspace 512, JVM overhead 192 (MB). Metaspace: every
@@ -107,6 +108,38 @@ class PlainYamlLoader(yaml.SafeLoader):
                 None, None, "YAML anchors and aliases (&name, *name) are not allowed here: "
                 "write each value out", event.start_mark)
         return super().compose_node(parent, index)
+
+
+class PlainYamlError(ValueError):
+    """A YAML file or text that :func:`read_plain_yaml` / :func:`parse_plain_yaml` refuse, with
+    the reason (callers re-raise it as their own error: SpecError, ConfigError)."""
+
+
+def parse_plain_yaml(text: str, what: str):
+    """``text`` (named ``what`` in errors) parsed by :class:`PlainYamlLoader`; PlainYamlError
+    for anything that is not plain YAML: invalid, anchors or aliases, nested past the recursion
+    limit (yaml's composer recurses per level), an int of more than 4300 digits."""
+    try:
+        return yaml.load(text, Loader=PlainYamlLoader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        raise PlainYamlError(f"{what} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise PlainYamlError(f"{what} is nested too deeply") from None
+    except ValueError as exc:  # an int of more than 4300 digits (Python's conversion limit)
+        raise PlainYamlError(f"{what}: {str(exc)[:200]}") from None
+
+
+def read_plain_yaml(path: Path, max_bytes: int, what: str):
+    """The YAML document in the file ``path`` (``what`` names it in errors): at most
+    ``max_bytes``, UTF-8, parsed by :func:`parse_plain_yaml`; PlainYamlError with the reason."""
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise PlainYamlError(f"{what} is {size:,} bytes, over the {max_bytes:,}-byte limit")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlainYamlError(f"{what} cannot be read: {exc}") from None
+    return parse_plain_yaml(text, what)
 
 
 class TaskManagerSpec(BaseModel):
@@ -279,21 +312,12 @@ def load_cluster_spec(name_or_path: str | os.PathLike) -> LocalClusterSpec:
     if not path.is_file():
         raise SpecError(f"cluster spec {path} does not exist")
     try:
-        if path.stat().st_size > MAX_SPEC_BYTES:
-            raise SpecError(f"cluster spec {path} is {path.stat().st_size:,} bytes, over the "
-                            f"{MAX_SPEC_BYTES:,}-byte limit for a spec file")
-        data = yaml.load(path.read_text(), Loader=PlainYamlLoader)  # noqa: S506 - a SafeLoader
-        spec = LocalClusterSpec.model_validate(data)
-    except SpecError:
-        raise
-    except (yaml.YAMLError, ValidationError) as exc:
+        spec = LocalClusterSpec.model_validate(
+            read_plain_yaml(path, MAX_SPEC_BYTES, f"cluster spec {path}"))
+    except PlainYamlError as exc:
+        raise SpecError(str(exc)) from None
+    except ValidationError as exc:
         raise SpecError(f"invalid cluster spec {path}:\n{exc}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cluster spec {path} cannot be read: {exc}") from exc
-    except RecursionError:  # [[[[... thousands deep: yaml's composer recurses per level
-        raise SpecError(f"invalid cluster spec {path}: nested too deeply") from None
-    except ValueError as exc:  # an int of more than 4300 digits (Python's conversion limit)
-        raise SpecError(f"invalid cluster spec {path}: {str(exc)[:200]}") from None
     spec.source = str(path)
     return spec
 
