@@ -121,7 +121,9 @@ def run_one(job: tuple) -> dict:
     and part 2's systems their settings from it; the part-1 metrics, then the part-2 ones
     (``zoo_metrics.run_metrics``). A power-based system on a cluster with a GPU model that has
     no power entry is skipped: every metric None, ``skipped`` says why."""
-    scenario, rate, label, policy_name, scheduler_name, seed, tasks, model = job
+    scenario, rate, label, policy_name, scheduler_name, seed, tasks, model = job[:8]
+    # a 9th entry: the manager queue's limit (SimulationConfig.max_dispatched_per_node)
+    manager_limit = job[8] if len(job) > 8 else None
     import torch
     torch.set_num_threads(1)
     from benchmarks import zoo_metrics as part2
@@ -151,7 +153,8 @@ def run_one(job: tuple) -> dict:
     scheduler = make_node_scheduler(scheduler_name, costs, seed=seed,
                                     **part2.scheduler_settings(scheduler_name, workload, power))
     started = time.perf_counter()
-    result = Simulator(costs, SimulationConfig(record_events=True)).run(
+    result = Simulator(costs, SimulationConfig(
+        record_events=True, max_dispatched_per_node=manager_limit)).run(
         policy, scheduler, cluster, workload, seed=seed)
     wall = time.perf_counter() - started
     m = result.metrics

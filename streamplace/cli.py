@@ -317,7 +317,9 @@ def cmd_simulate(args) -> int:
     except (ValueError, OSError) as exc:  # an unknown name or a bad model file: say so
         print(f"streamplace: {exc}", file=sys.stderr)
         return 2
-    result = Simulator(costs).run(policy, scheduler, cluster, tasks, seed=args.seed)
+    from simulator import SimulationConfig
+    config = SimulationConfig(max_dispatched_per_node=args.manager_queue)
+    result = Simulator(costs, config).run(policy, scheduler, cluster, tasks, seed=args.seed)
     metrics = result.metrics.as_dict()
     if args.json:   # strict JSON: a metric with no value (no task completed) is null
         print(json.dumps(_finite_or_null(metrics), indent=2, allow_nan=False))
@@ -591,6 +593,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the first N of the paper cluster's 11 nodes")
     p.add_argument("--seed", type=_int_in(0, 2**32 - 1), default=1,
                    help="seed of the tasks, the policy and the run")
+    p.add_argument("--manager-queue", type=_positive_rate(1e6), default=None, metavar="W",
+                   help="tasks wait at the cluster manager and the longest-waiting one is "
+                        "decided while fewer than W per node are unfinished (default: each "
+                        "task is decided on arrival; benchmarks/manager_queue.py)")
     p.add_argument("--show-decisions", type=_int_in(0, 10**6), default=3, metavar="N",
                    help="print the first N decisions with their reasons")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")

@@ -18,6 +18,8 @@ USAGE_ERRORS = [
     (["simulate", "--rate", "inf"], 2, "--rate: inf is not a number"),
     (["simulate", "--nodes", "0"], 2, "--nodes: 0 is not in [1,"),
     (["simulate", "--seed", "-1"], 2, "--seed: -1 is not in [0,"),
+    (["simulate", "--manager-queue", "0"], 2, "--manager-queue: 0 is not a number in (0,"),
+    (["simulate", "--manager-queue", "nan"], 2, "--manager-queue: nan is not a number"),
     (["replay", "--rate", "nan"], 2, "--rate: nan"),
     (["replay", "--skip", "-3"], 2, "--skip: -3 is not in [0,"),
     (["produce", "--count", "0"], 2, "--count: 0 is not in [1,"),
@@ -89,3 +91,11 @@ def test_simulate_json_is_strict_json(capsys):
     assert main(["simulate", "--tasks", "6", "--nodes", "2", "--json"]) == 0
     document = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(c))
     assert document["tasks"] == 6
+
+
+def test_simulate_with_a_manager_queue_runs_every_task(capsys):
+    import json
+    assert main(["simulate", "--tasks", "12", "--nodes", "2", "--saturated",
+                 "--manager-queue", "1", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["tasks"] == 12 and document["completed"] == 12
