@@ -79,6 +79,7 @@ from simulator.carbon import JOULES_PER_KWH, CarbonSeries, grams_co2, synthetic_
 from simulator.energy import PowerModel, energy_report
 from simulator.slo import slo_report
 from workload.estimates import CostModel
+from workload.limits import finite_real
 from workload.model import ClusterSpec, Task
 from workload.task_attributes import (DEFAULT_DEADLINE_FACTOR, DEFAULT_TENANTS,
                                       with_tenants_and_deadlines)
@@ -206,10 +207,6 @@ def scheduler_settings(scheduler: str, tasks: Sequence[Task],
     return {}
 
 
-def _finite_or_none(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
 def run_metrics(result, cluster: ClusterSpec, costs: CostModel, tasks: Sequence[Task],
                 power: PowerModel | None = None, power_why: str = "") -> dict:
     """The part-2 metrics of one finished run (keys :data:`PART2_METRICS`, plus ``part2_notes``
@@ -222,19 +219,19 @@ def run_metrics(result, cluster: ClusterSpec, costs: CostModel, tasks: Sequence[
     else:
         energy = energy_report(result, cluster, power)
         per_task = energy.joules_per_completed_task
-        out["energy_per_task_j"] = _finite_or_none(per_task)
+        out["energy_per_task_j"] = finite_real(per_task)
         if energy.completed:
             carbon = grams_co2(energy.intervals, carbon_series(), CARBON_OFFSET_S)
-            out["g_co2_per_task"] = _finite_or_none(carbon.total_g / len(energy.completed))
+            out["g_co2_per_task"] = finite_real(carbon.total_g / len(energy.completed))
         else:
             notes.append("no task completed: no energy or carbon per task")
     full = slo_report(result, tasks, costs=costs)
-    out["jain_fairness"] = _finite_or_none(full.slowdown_fairness)
-    out["deadline_miss_rate"] = _finite_or_none(full.miss_rate)
+    out["jain_fairness"] = finite_real(full.slowdown_fairness)
+    out["deadline_miss_rate"] = finite_real(full.miss_rate)
     alone = {o.task_id: o.alone_s for o in full.outcomes}
     horizon = max(t.arrival_s for t in tasks)
     cut = slo_report(result, tasks, alone_s=alone, horizon_s=horizon)
-    out["jain_share_at_last_arrival"] = _finite_or_none(cut.jain_fairness)
+    out["jain_share_at_last_arrival"] = finite_real(cut.jain_fairness)
     for key in ("jain_fairness", "deadline_miss_rate", "jain_share_at_last_arrival"):
         if out[key] is None:
             notes.append(f"{key} undefined (no completions or no deadlines)")

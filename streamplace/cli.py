@@ -229,6 +229,11 @@ def cmd_replay(args) -> int:
         print(f"streamplace replay: {exc}", file=sys.stderr)
         return 2
     print(where, flush=True)
+    from streamplace.kafka_io import broker_problem
+    problem = broker_problem(cfg)
+    if problem:
+        print(f"streamplace replay: {problem}", file=sys.stderr)
+        return 1
     with tqdm(total=len(events), desc="replay -> kafka", unit="task", disable=None) as bar:
         report = replay_events(cfg, events, progress=bar.update)
     print(f"delivered {report['delivered']}/{report['sent']} TaskEvents to "
@@ -252,8 +257,12 @@ def cmd_doctor(args) -> int:
 def cmd_produce(args) -> int:
     from tqdm import tqdm
 
-    from streamplace.kafka_io import produce_task_events, synthetic_task_events
+    from streamplace.kafka_io import broker_problem, produce_task_events, synthetic_task_events
     cfg = _config(args)
+    problem = broker_problem(cfg)
+    if problem:
+        print(f"streamplace produce: {problem}", file=sys.stderr)
+        return 1
     with tqdm(total=args.count, desc="tasks -> kafka", unit="task", disable=None) as bar:
         report = produce_task_events(cfg, synthetic_task_events(args.count, seed=args.seed,
                                                                 prefix=args.prefix,
@@ -291,6 +300,10 @@ def cmd_simulate(args) -> int:
     from simulator import GreedyOracle, Simulator
     from simulator.scenarios import (paper_cluster, paper_costs, paper_workload,
                                      saturated_workload)
+    if args.model and args.policy != "ldwp":  # it would be ignored: say so rather than run
+        print(f"streamplace simulate: --model is read by --policy ldwp only, not "
+              f"--policy {args.policy}", file=sys.stderr)
+        return 2
     available = len(paper_cluster().nodes)
     if args.nodes > available:
         print(f"streamplace simulate: --nodes {args.nodes}: the paper cluster has {available} "

@@ -19,6 +19,7 @@ from streamplace.config import StreamplaceConfig
 from workload.catalog import app_ids
 
 __all__ = ["synthetic_task_events", "produce_task_events", "produce_raw", "read_topic",
+           "broker_problem", "BROKER_CHECK_S",
            "exactly_once_report", "ProduceReport", "ReadReport", "ExactlyOnceReport",
            "PAYLOAD_QUALITY"]
 
@@ -70,6 +71,37 @@ class ProduceReport:
     sent: int = 0
     delivered: int = 0
     errors: list[str] = field(default_factory=list)
+
+
+#: how long a command that sends waits for a broker to answer before saying there is none
+BROKER_CHECK_S = 5.0
+
+
+def broker_problem(config: StreamplaceConfig, timeout_s: float | None = None) -> str | None:
+    """None when a broker answers at the configured address within ``timeout_s`` (default
+    :data:`BROKER_CHECK_S`); else one
+    line saying so. Commands that send check first: with no broker, a producer would print
+    librdkafka's connection errors for a minute before its delivery reports gave up.
+
+    Example::
+
+        problem = broker_problem(config)
+        if problem:
+            print(problem, file=sys.stderr)
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+    servers = config.kafka.bootstrap_servers
+    timeout_s = BROKER_CHECK_S if timeout_s is None else timeout_s
+    # log_level 0: the refused connections are this function's answer, not lines on stderr
+    admin = AdminClient({"bootstrap.servers": servers, "log_level": 0})
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        return (f"no Kafka broker answers at {servers} within {timeout_s:g} s ({reason}); "
+                "start one with `streamplace kafka start`")
+    return None
 
 
 def _producer(config: StreamplaceConfig):

@@ -54,9 +54,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import numbers
 from collections.abc import Hashable, Iterable, Mapping
+
+from workload.limits import finite_real
 
 __all__ = ["MAX_GPU_WATTS", "MAX_NODE_WATTS", "MAX_TASK_JOULES", "MAX_STAGE_MS",
            "SOURCE_NVML_CPU", "SOURCE_CPU", "SOURCE_NVML", "SOURCE_NONE", "POWER_SOURCES",
@@ -82,18 +82,6 @@ SOURCE_NVML_CPU, SOURCE_CPU, SOURCE_NVML, SOURCE_NONE = \
 POWER_SOURCES = (SOURCE_NVML_CPU, SOURCE_CPU, SOURCE_NVML, SOURCE_NONE)
 
 
-def _finite(value) -> float | None:
-    """``value`` as a finite float, None when it is not a finite real number (bools and
-    strings refused: a sensor that returns "75" is broken)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return None
-    try:
-        number = float(value)
-    except (OverflowError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def read_gpu_power_w(nvml, handle) -> tuple[float | None, str | None]:
     """(watts, None) of one GPU from ``nvml.nvmlDeviceGetPowerUsage`` (milliwatts), or
     (None, why) when the call raised ``NVMLError`` or gave no finite number in
@@ -112,7 +100,7 @@ def read_gpu_power_w(nvml, handle) -> tuple[float | None, str | None]:
         milliwatts = nvml.nvmlDeviceGetPowerUsage(handle)
     except nvml.NVMLError as exc:  # no sensor (some MIG / vGPU setups), GPU lost
         return None, f"NVMLError: {exc}"
-    number = _finite(milliwatts)
+    number = finite_real(milliwatts)
     if number is None:
         return None, f"not a finite number: {milliwatts!r}"
     watts = number / 1000.0
@@ -125,9 +113,9 @@ def cpu_power_estimate_w(util: float, cores: float, spec) -> float:
     """ESTIMATED power (W) of ``cores`` CPU cores at utilisation ``util`` (clamped to [0, 1];
     not finite: 0): ``cores x (idle_w + (busy_w - idle_w) x util)`` with ``spec`` a
     :class:`~simulator.energy.PowerSpec` (``power: cpu_core``). Cores not finite or <= 0: 0."""
-    u = _finite(util)
+    u = finite_real(util)
     u = 0.0 if u is None else min(1.0, max(0.0, u))
-    n = _finite(cores)
+    n = finite_real(cores)
     if n is None or n <= 0:
         return 0.0
     return n * (spec.idle_w + (spec.busy_w - spec.idle_w) * u)
@@ -154,7 +142,7 @@ def node_power(gpu_watts: Iterable[float | None], cpu_w: float | None) -> tuple[
 def bounded_power(power_w, source) -> tuple[float, str]:
     """(power_w, source) fit to publish: a finite number in [0, :data:`MAX_NODE_WATTS`] with a
     known non-empty source; anything else (-1, "") (not reported)."""
-    watts = _finite(power_w)
+    watts = finite_real(power_w)
     if watts is None or not 0.0 <= watts <= MAX_NODE_WATTS or source not in POWER_SOURCES \
             or source == SOURCE_NONE:
         return NOT_REPORTED, SOURCE_NONE
@@ -167,13 +155,13 @@ def bounded_watts(value) -> float | None:
     >>> bounded_watts(70), bounded_watts(float("nan")), bounded_watts(-1.0), bounded_watts("9")
     (70.0, None, None, None)
     """
-    watts = _finite(value)
+    watts = finite_real(value)
     return watts if watts is not None and 0.0 <= watts <= MAX_GPU_WATTS else None
 
 
 def bounded_energy(joules) -> float:
     """A task's energy fit to publish: finite, in [0, :data:`MAX_TASK_JOULES`]; else -1."""
-    value = _finite(joules)
+    value = finite_real(joules)
     return value if value is not None and 0.0 <= value <= MAX_TASK_JOULES else NOT_REPORTED
 
 
@@ -237,7 +225,7 @@ def task_energies_j(stages: Mapping[Hashable, Iterable[tuple[str, float, float]]
         if not rows:
             energies[task_id] = NOT_REPORTED
         for unit, start, end in rows:
-            s, e = _finite(start), _finite(end)
+            s, e = finite_real(start), finite_real(end)
             if s is None or e is None or not 0.0 <= e - s <= MAX_STAGE_MS \
                     or _unit_watts(str(unit), unit_power_w) is None:
                 energies[task_id] = NOT_REPORTED

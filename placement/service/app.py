@@ -65,6 +65,7 @@ from placement.service.store import ModelStore, UnknownVersion
 from placement.service.tenants import TenantReport
 from workload.estimates import gpu_spec_speed
 from workload.feedback import MAX_AGE_S, MAX_QUEUE_DEPTH
+from workload.limits import finite_real
 from workload.model import ClusterSpec, NodeState, Observation, Task
 
 __all__ = ["PlacementService", "create_app", "plan_executors", "Plan", "NodeCapacity",
@@ -383,17 +384,9 @@ class SafeJSONResponse(JSONResponse):
         return super().render(_json_safe(content))
 
 
-def _finite_or_none(value) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _finite_rates(rates: dict) -> dict[str, float]:
     """Measured rates fit for the plan and its answer: finite and positive only."""
-    return {n: r for n, v in rates.items() if (r := _finite_or_none(v)) is not None and r > 0}
+    return {n: r for n, v in rates.items() if (r := finite_real(v)) is not None and r > 0}
 
 
 def _request_nodes(service: "PlacementService", body: DecideRequest) -> list[NodeState]:
@@ -424,7 +417,7 @@ def _usable(decision, offered: dict[str, int]) -> tuple[dict[str, float] | None,
     if not isinstance(node, str) or node not in offered:
         return None, "unknown_node", f"chose {str(node)[:80]!r}, not one of the offered nodes"
     try:
-        scores = {k: _finite_or_none(v)
+        scores = {k: finite_real(v)
                   for k, v in dict(getattr(decision, "scores", None) or {}).items()}
     except (TypeError, ValueError):
         return None, "non_finite_scores", "gave scores that are not a node -> number mapping"
@@ -522,7 +515,7 @@ def _cluster_view(service: "PlacementService") -> dict:
     for node in ids:
         tm = (taskmanagers or {}).get(node)
         record = feedback.get(node)
-        emitted = None if record is None else _finite_or_none(record.get("emitted_at_ms"))
+        emitted = None if record is None else finite_real(record.get("emitted_at_ms"))
         nodes.append({
             "node": node,
             "in_flink": None if taskmanagers is None else tm is not None,
@@ -728,7 +721,7 @@ def create_app(service: "PlacementService") -> FastAPI:
     def metrics() -> Response:
         now_ms = int(time.time() * 1000)
         for node, record in service.learner.latest_feedback().items():
-            emitted = _finite_or_none(record.get("emitted_at_ms"))
+            emitted = finite_real(record.get("emitted_at_ms"))
             service.metrics.feedback_age.labels(node=node).set(
                 math.nan if emitted is None else (now_ms - emitted) / 1000.0)
             service.metrics.set_node_feedback(node, record)

@@ -43,6 +43,7 @@ def test_numbers_out_of_range_are_usage_errors(capsys, argv, status, words):
 COMMAND_ERRORS = [
     (["simulate", "--nodes", "12"], 2, "the paper cluster has 11 nodes"),
     (["simulate", "--rate", "1e-6", "--tasks", "5"], 2, "simulated minutes"),
+    (["simulate", "--model", "any.spm"], 2, "--model is read by --policy ldwp only"),
     (["replay", "--data-dir", "/no/such/folder"], 2, "--data-dir /no/such/folder is not a folder"),
     (["job", "cancel"], 2, "cancel needs the job id"),
     (["job", "replan", "abc", "--new-plan", "garbage"], 2, "bad plan entry 'garbage'"),
@@ -99,3 +100,20 @@ def test_simulate_with_a_manager_queue_runs_every_task(capsys):
                  "--manager-queue", "1", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["tasks"] == 12 and document["completed"] == 12
+
+
+@pytest.mark.parametrize("command", [["produce", "--count", "3"],
+                                     ["replay", "--limit", "3", "--light"]])
+def test_sending_with_no_broker_says_so_in_one_line(capfd, monkeypatch, tmp_path, command):
+    """No broker: one line naming the address, exit 1, and none of librdkafka's connection
+    errors on stderr (a producer would print them for a minute before giving up)."""
+    import socket
+    with socket.socket() as probe:   # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("STREAMPLACE_HOME", str(tmp_path))
+    monkeypatch.setattr("streamplace.kafka_io.BROKER_CHECK_S", 1.0)
+    assert main(["--set", f"kafka.port={port}", *command]) == 1
+    err = capfd.readouterr().err
+    assert f"no Kafka broker answers at 127.0.0.1:{port}" in err
+    assert "FAIL" not in err and "Traceback" not in err
