@@ -28,10 +28,13 @@ microsecond) leaves the trusted fit within a third of the truth with the default
 used to leave it hundreds of times off, and a node looking that slow got no task to correct it.
 Sizes that barely vary leave the slope undetermined: the fit is then a constant (the mean); so
 does a single record at a size far from all others (the slope is used once two samples came
-off the running mean size, ``AffineFit.MIN_OFF_MEAN``), and a trusted pair whose sizes have not
-varied yet keeps such a record aside until a second one comes: one forged record of size 0 and
-a microsecond among 20 of size 1,000 made the estimate 10x off at 10x the usual size before
-2026-12-05, one of size 10^11 and an hour would have moved its constant to 180 s.
+off the running mean size, ``AffineFit.MIN_OFF_MEAN``), and a trusted pair keeps a record at a
+size far from those it has seen (more than ``AffineFit.FAR_SPREADS`` of their standard
+deviations from their mean; any size off the mean while they have not varied) aside until a
+second one comes: one forged record of size 0 and a microsecond among 20 of size 1,000 made the
+estimate 10x off at 10x the usual size before 2026-12-05, one of size 10^11 and an hour would
+have moved its constant to 180 s, and on a pair whose sizes vary (500 to 1,450) one record at
+size 10,000 and an hour made every estimate 85x (before 2026-12-05, second session).
 
 **Fallbacks**, for a pair with no samples of its own, in order:
 
@@ -131,6 +134,10 @@ class AffineFit:
     #: others (a forged size 0 and a microsecond) alone set the slope, and with it every
     #: estimate at other sizes, 10x off at 10x the usual size
     MIN_OFF_MEAN = 1.5
+    #: weighted standard deviations of the sizes seen beyond which a size is far from them
+    #: (:meth:`is_far`): such a record alone would pull the whole line through itself (one
+    #: forged record at 10x the usual sizes and an hour made every estimate 85x)
+    FAR_SPREADS = 3.0
 
     def __init__(self, smoothing: float, min_spread: float = 0.05):
         # min_spread: the weighted std of sizes, relative to their mean, below which the slope
@@ -162,6 +169,15 @@ class AffineFit:
         """Whether ``size`` is off the running mean size (by more than ``min_spread``)."""
         return self.count > 0 and abs(size - self.mean_x) > self.min_spread * max(self.mean_x,
                                                                                      1.0)
+
+    def is_far(self, size: float) -> bool:
+        """Whether ``size`` is off the mean (:meth:`is_off_mean`) and more than
+        :data:`FAR_SPREADS` standard deviations of the sizes seen from it (any size off the
+        mean of a pair whose sizes have not varied)."""
+        if not self.is_off_mean(size):
+            return False
+        spread = math.sqrt(max(self.sxx, 0.0) / self.weight) if self.weight > 0 else 0.0
+        return abs(size - self.mean_x) > self.FAR_SPREADS * spread
 
     def sizes_vary(self) -> bool:
         """Whether enough samples came at sizes off the mean for the slope to be used."""
@@ -238,10 +254,11 @@ class PairFits:
             fits.move_to_end(node_key)
         if fit.count >= self.min_samples:  # a trusted pair: damp a single outlier
             key = (type_key, node_key)
-            if not fit.sizes_vary() and fit.is_off_mean(size):
-                # one record at a size off all the others': kept aside until a second one
-                # comes, so no single record sets a slope or moves the constant (one of size
-                # 10^11 and an hour made a 0.1 s pair's estimate 180 s)
+            if fit.is_far(size):
+                # one record at a size far from all the others': kept aside until a second
+                # one comes, so no single record sets a slope or moves the constant (one of
+                # size 10^11 and an hour made a 0.1 s pair's estimate 180 s; one at 10x the
+                # sizes of a pair whose sizes vary, every estimate 85x)
                 held = self._held.pop(key, None)
                 if held is None:
                     self._held[key] = (size, seconds)

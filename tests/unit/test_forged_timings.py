@@ -81,6 +81,40 @@ def test_a_real_shift_of_sizes_is_learned_from_its_second_record():
     assert costs.estimate_s("tm_a", OP, 1_000) == pytest.approx(TRUE_S, rel=0.05)
 
 
+def _varied_pair() -> MeasuredCosts:
+    """A trusted pair whose sizes vary (500 to 1,450), 0.1 ms a size unit."""
+    costs = MeasuredCosts(CLUSTER, min_samples=3)
+    for i in range(20):
+        costs.observe("tm_a", OP, 500 + 50 * i, 1e-4 * (500 + 50 * i))
+    return costs
+
+
+@pytest.mark.parametrize("forged", [(10_000, 3600.0), (10_000, 1e-6), (100_000, 3600.0),
+                                    (10**11, 3600.0), (10**11, 1e-6), (0, 3600.0)])
+def test_one_far_record_leaves_a_pair_whose_sizes_vary_where_it_was(forged):
+    """On the old rule (hold a far record only while sizes had not varied) one record at 10x
+    the sizes and an hour made every estimate 85x, one at 10^11 sizes 9x at size 100."""
+    costs = _varied_pair()
+    before = [costs.estimate_s("tm_a", OP, size) for size in (100, 1_000, 10_000)]
+    costs.observe("tm_a", OP, *forged)
+    after = [costs.estimate_s("tm_a", OP, size) for size in (100, 1_000, 10_000)]
+    assert after == pytest.approx(before, rel=0.02)
+
+
+def test_a_pair_whose_sizes_vary_follows_larger_records_from_the_second():
+    costs = _varied_pair()
+    costs.observe("tm_a", OP, 10_000, 1.0)
+    costs.observe("tm_a", OP, 10_000, 1.0)
+    assert costs.estimate_s("tm_a", OP, 10_000) == pytest.approx(1.0, rel=0.1)
+    assert costs.estimate_s("tm_a", OP, 1_000) == pytest.approx(0.1, rel=0.1)
+
+
+def test_records_inside_the_sizes_seen_are_learned_at_once():
+    costs = _varied_pair()
+    costs.observe("tm_a", OP, 1_400, 0.3)    # twice the law, at a size seen before
+    assert costs.estimate_s("tm_a", OP, 1_400) > 1.02 * 0.14
+
+
 def costs_smoothing() -> float:
     return MeasuredCosts(CLUSTER).smoothing
 
