@@ -42,13 +42,24 @@ def write_result(name: str, payload: dict) -> Path:
 
 
 def description(doc: str | None) -> str:
-    """A module docstring's first paragraph on one line: what ``--help`` says a benchmark does
+    r"""A module docstring's first paragraph on one line: what ``--help`` says a benchmark does
     (its first line alone was cut mid-sentence where the sentence wraps).
 
     >>> description("Avro codec speed: fastavro versus\n``avro``, per record.\n\n    usage")
     'Avro codec speed: fastavro versus ``avro``, per record.'
     """
     return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
+def percent_with_ci(gain: dict) -> str:
+    """A relative gain ``{"mean": m, "ci95": [low, high]}`` (fractions) as the summaries
+    print it.
+
+    >>> percent_with_ci({"mean": 0.251, "ci95": [0.231, 0.272]})
+    '+25.1% [+23.1, +27.2]'
+    """
+    low, high = gain["ci95"]
+    return f"{100 * gain['mean']:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
 def bar_with_ci(ax, labels, means, ci95s, colours=None, horizontal=False):

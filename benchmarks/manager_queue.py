@@ -34,7 +34,8 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from benchmarks._common import RESULTS, bar_with_ci, description, write_result
+from benchmarks._common import (RESULTS, bar_with_ci, description, percent_with_ci,
+                                write_result)
 from benchmarks.baselines import EVALUATION_SEEDS, PAPER_PAIRS, confidence_interval
 from benchmarks.ldwp import TUNING_SEEDS
 from benchmarks.paper_setting import BASELINES, TASKS, _runs
@@ -171,12 +172,11 @@ def main(argv=None) -> None:
         print(f"  {row['system']:10s} {row['mode']:14s} {t['mean']:6.1f} "
               f"[{t['ci95'][0]:.1f}, {t['ci95'][1]:.1f}] tasks/min, "
               f"GPU {row['gpu_utilisation']['mean']:.3f}")
-    for label, g in over_baselines.items():
+    for label, gain in over_baselines.items():
         print(f"  {label} over the mean of Random/ETC/PATS in the same mode: "
-              f"{100 * g['mean']:+.1f}% [{100 * g['ci95'][0]:+.1f}, {100 * g['ci95'][1]:+.1f}]")
-    for label, g in over_arrival.items():
-        print(f"  {label}: manager queue over on arrival {100 * g['mean']:+.1f}% "
-              f"[{100 * g['ci95'][0]:+.1f}, {100 * g['ci95'][1]:+.1f}]")
+              f"{percent_with_ci(gain)}")
+    for label, gain in over_arrival.items():
+        print(f"  {label}: manager queue over on arrival {percent_with_ci(gain)}")
 
 
 if __name__ == "__main__":

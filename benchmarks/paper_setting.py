@@ -26,7 +26,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from benchmarks._common import RESULTS, bar_with_ci, description, write_result
+from benchmarks._common import (RESULTS, bar_with_ci, description, percent_with_ci,
+                                write_result)
 from benchmarks.baselines import EVALUATION_SEEDS, PAPER_PAIRS, confidence_interval
 from benchmarks.ldwp import TUNING_SEEDS
 from benchmarks.zoo import run_one
@@ -117,9 +118,8 @@ def main(argv=None) -> None:
         t = row["throughput_per_min"]
         print(f"  {row['system']:16s} {t['mean']:6.1f} [{t['ci95'][0]:.1f}, {t['ci95'][1]:.1f}] "
               f"tasks/min, GPU {row['gpu_utilisation']['mean']:.3f}")
-    for metric, g in headline.items():
-        print(f"  {ours} over the mean of Random/ETC/PATS, {metric}: {100 * g['mean']:+.1f}% "
-              f"[{100 * g['ci95'][0]:+.1f}, {100 * g['ci95'][1]:+.1f}]")
+    for metric, gain in headline.items():
+        print(f"  {ours} over the mean of Random/ETC/PATS, {metric}: {percent_with_ci(gain)}")
 
 
 if __name__ == "__main__":

@@ -121,3 +121,10 @@ def test_this_runs_fine_tuning_time_counts_only_where_this_run_evaluated_it():
         "two_cpu_3x": 3.0, "alibaba_17": 20.0, "paper_training": 1.0}  # CLUSTERS order
     assert fine_tune_walls(reused, tuned, {"alibaba_17"}) == {"alibaba_17": 9.0}
     assert fine_tune_walls({}, {}, set()) is None  # no fine-tuned runs: recorded as null
+
+
+def test_the_helpers_usage_examples_run():
+    import doctest
+
+    from benchmarks import _common
+    assert doctest.testmod(_common).failed == 0
