@@ -51,6 +51,7 @@ from typing import NamedTuple
 
 from interference.executor import power
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
+from workload.limits import finite_real, short_repr
 from workload.task_attributes import task_slo_from_attributes
 
 __all__ = ["FeedbackPublisher", "FinishedTask", "stage_batches", "MAX_STAGE_BATCHES",
@@ -204,7 +205,12 @@ class FeedbackPublisher:
         self.snapshot = snapshot
         self.producer = producer
         self.topic = topic
-        self.interval_s = interval_s
+        seconds = finite_real(interval_s)
+        # 0, a negative or NaN interval makes Event.wait return at once: ~40,000 reports a second
+        if seconds is None or not 0 < seconds <= threading.TIMEOUT_MAX:
+            raise ValueError(f"the feedback interval (feedback_interval_s) must be a finite "
+                             f"number of seconds > 0, got {short_repr(interval_s)}")
+        self.interval_s = seconds
         self.instance = instance
         self.clock = clock
         self._pending: deque[_PendingTiming] = deque()

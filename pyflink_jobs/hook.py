@@ -59,10 +59,11 @@ Kafka connector jar added to the job.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
 from workload.limits import (BYTES_PER_PIXEL, BYTES_PER_RECORD_BYTE, DEFAULT_NODE_MEMORY_BYTES,
-                             TaskLimits)
+                             TaskLimits, finite_real, require_count, short_repr)
 from workload.operators import as_operator
 
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
@@ -78,6 +79,7 @@ from pyflink_jobs.job_shape import JobShape
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
 from interference.executor.direct import direct_operator
+from interference.schedulers import NODE_SCHEDULERS
 from pyflink_jobs.router import RouterNode, RouterSettings
 from pyflink_jobs.tenant_quotas import QuotaSettings, parse_tenant_shares
 from pyflink_jobs.router_function import (OperatorRecords, RestAwarePartitioner, RouterFunction,
@@ -100,6 +102,18 @@ MAX_ROUTER_PARALLELISM = 64
 ROUTINGS = ("pinned", "rest_partitioner", "colocated")
 #: How the routers get the feedback (HookSettings.router_feedback).
 ROUTER_FEEDBACKS = ("auto", "broadcast", "topic")
+#: Records in flight per executor instance (HookSettings.executor_capacity): PyFlink's async
+#: queue holds them all, and a larger number is a unit mistake or garbage.
+MAX_EXECUTOR_CAPACITY = 10_000
+#: The longest executor timeout (HookSettings.executor_timeout_s): a day. The shortest is one
+#: millisecond: PyFlink takes whole milliseconds, and 0 ms sets no timeout at all.
+MIN_EXECUTOR_TIMEOUT_S = 0.001
+MAX_EXECUTOR_TIMEOUT_S = 86_400.0
+#: The longest feedback or model refresh interval (HookSettings.feedback_interval_s,
+#: refresh_interval_s): an hour; node state older than that is no state.
+MAX_INTERVAL_S = 3600.0
+#: Kafka's transaction.timeout.ms is a Java int (HookSettings.transaction_timeout_ms).
+MAX_TRANSACTION_TIMEOUT_MS = 2**31 - 1
 
 
 @dataclass
@@ -184,29 +198,11 @@ class HookSettings:
     max_attempts: int = 1
 
     def __post_init__(self) -> None:
-        # Checked here, not when the job starts: a typo fails the submission, not the router.
-        if self.routing not in ROUTINGS:
-            raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
-        if self.router_feedback not in ROUTER_FEEDBACKS:
-            raise ValueError(f"router_feedback must be one of {ROUTER_FEEDBACKS}, got "
-                             f"{self.router_feedback!r}")
-        if self.routing == "colocated" and self.router_parallelism != 1:
-            raise ValueError("routing='colocated' runs one router per node (at most one per "
-                             "TaskManager); leave router_parallelism at 1, got "
-                             f"{self.router_parallelism}")
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) \
-                or not 1 <= self.max_attempts <= MAX_ATTEMPTS:
-            raise ValueError(f"max_attempts must be an int in [1, {MAX_ATTEMPTS}], got "
-                             f"{self.max_attempts!r}")
-        routers = self.router_parallelism
-        if (isinstance(routers, bool) or not isinstance(routers, int)
-                or not 1 <= routers <= MAX_ROUTER_PARALLELISM):
-            raise ValueError(f"router_parallelism must be an int in [1, "
-                             f"{MAX_ROUTER_PARALLELISM}], got {self.router_parallelism!r}")
-        if isinstance(self.tenant_shares, str):
-            self.tenant_shares = parse_tenant_shares(self.tenant_shares)
-        else:
-            QuotaSettings(dict(self.tenant_shares))  # raises on a bad name or weight
+        # Checked here, not when the job starts: a typo fails the submission, not the router
+        # (each check's reason is beside it, below the class).
+        _check_choices(self)
+        _check_numbers(self)
+        _check_plan(self)
 
     @classmethod
     def from_fields(cls, source, renames: dict[str, str] | None = None) -> HookSettings:
@@ -330,6 +326,85 @@ class HookSettings:
             return load_cluster_spec(self.cluster_spec).node(host).process_memory_mb << 20
         except (ValueError, KeyError, OSError):
             return 0
+
+
+def _check_choices(s: HookSettings) -> None:
+    """The named choices and typed settings: each one of its known values or types."""
+    if s.routing not in ROUTINGS:
+        raise ValueError(f"routing must be one of {ROUTINGS}, got {s.routing!r}")
+    if s.router_feedback not in ROUTER_FEEDBACKS:
+        raise ValueError(f"router_feedback must be one of {ROUTER_FEEDBACKS}, got "
+                         f"{s.router_feedback!r}")
+    if s.routing == "colocated" and s.router_parallelism != 1:
+        raise ValueError("routing='colocated' runs one router per node (at most one per "
+                         "TaskManager); leave router_parallelism at 1, got "
+                         f"{s.router_parallelism}")
+    if isinstance(s.tenant_shares, str):
+        s.tenant_shares = parse_tenant_shares(s.tenant_shares)
+    else:
+        QuotaSettings(dict(s.tenant_shares))  # raises on a bad name or weight
+    if not isinstance(s.scheduler, str) or s.scheduler.strip().lower() not in NODE_SCHEDULERS:
+        raise ValueError(f"scheduler must be one of {sorted(NODE_SCHEDULERS)}, got "
+                         f"{short_repr(s.scheduler)}")
+    if not isinstance(s.batching, bool):  # "false" is truthy: batching stayed on
+        raise ValueError(f"batching must be True or False, got {short_repr(s.batching)}")
+    if s.limits is not None and not isinstance(s.limits, TaskLimits):
+        raise ValueError(f"limits must be a workload.limits.TaskLimits or None, got "
+                         f"{short_repr(s.limits)}")
+
+
+def _check_numbers(s: HookSettings) -> None:
+    """The numeric settings, each a number of the right kind within its range: 0 or NaN
+    intervals spin a thread (a feedback record or a model poll every few microseconds), a
+    capacity below 1 hangs PyFlink's async queue with no error, and a timeout under a
+    millisecond sets no timeout at all."""
+    s.max_attempts = _require_int("max_attempts", s.max_attempts, 1, MAX_ATTEMPTS)
+    s.router_parallelism = _require_int("router_parallelism", s.router_parallelism, 1,
+                                        MAX_ROUTER_PARALLELISM)
+    for name in ("feedback_interval_s", "refresh_interval_s"):
+        setattr(s, name, _require_number(name, getattr(s, name), 0.0, MAX_INTERVAL_S,
+                                         low_open=True))
+    s.executor_timeout_s = _require_number("executor_timeout_s", s.executor_timeout_s,
+                                           MIN_EXECUTOR_TIMEOUT_S, MAX_EXECUTOR_TIMEOUT_S)
+    s.keep_local_below_ms = _require_number(  # RouterSettings' range, checked sooner
+        "keep_local_below_ms", s.keep_local_below_ms, 0.0, 1000.0)
+    s.executor_capacity = _require_int("executor_capacity", s.executor_capacity, 1,
+                                       MAX_EXECUTOR_CAPACITY)
+    s.transaction_timeout_ms = _require_int("transaction_timeout_ms", s.transaction_timeout_ms,
+                                            1, MAX_TRANSACTION_TIMEOUT_MS)
+
+
+def _check_plan(s: HookSettings) -> None:
+    """The plan: text parsed, else a mapping of node ids to whole instance counts."""
+    if isinstance(s.plan, str):
+        s.plan = parse_plan(s.plan)
+    if not isinstance(s.plan, Mapping):
+        raise ValueError(f"plan must map node ids to executor instances, e.g. "
+                         f"{{'tm_a': 2}}, got {short_repr(s.plan)}")
+    for node, count in s.plan.items():
+        if not isinstance(node, str) or not node:
+            raise ValueError(f"plan keys must be node ids, got {short_repr(node)}")
+        require_count(f"plan[{node!r}]", count, minimum=0)   # 2.7 is no count
+    s.plan = {node: int(count) for node, count in s.plan.items()}
+
+
+def _require_number(name: str, value, low: float, high: float, low_open: bool = False) -> float:
+    """``value`` as a float when it is a finite real number in [low, high] (``low_open``:
+    (low, high]); else a ValueError naming the setting (bools and strings refused)."""
+    number = finite_real(value)
+    if number is None or not (low < number if low_open else low <= number) or number > high:
+        raise ValueError(f"{name} must be a finite number in {'(' if low_open else '['}{low:g}, "
+                         f"{high:g}], got {short_repr(value)}")
+    return number
+
+
+def _require_int(name: str, value, low: int, high: int) -> int:
+    """``value`` as an int when it is an integer in [low, high] (bools refused); else a
+    ValueError naming the setting."""
+    require_count(name, value, minimum=low)
+    if value > high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {short_repr(value)}")
+    return int(value)
 
 
 def parse_plan(text: str) -> dict[str, int]:
@@ -720,9 +795,8 @@ class HookBuilder:
         return self._set(nodes=list(nodes))
 
     def plan(self, plan: dict[str, int]) -> "HookBuilder":
-        if any(int(v) < 0 for v in plan.values()):
-            raise ValueError(f"plan counts must be >= 0, got {plan}")
-        return self._set(plan={k: int(v) for k, v in plan.items()})
+        """Executor instances per node, ``{"tm_a": 2, "tm_b": 1}`` (or ``"tm_a=2,tm_b=1"``)."""
+        return self._set(plan=replace(self._settings, plan=plan).plan)  # checked now
 
     def policy(self, name: str, fallback: str = "least_loaded") -> "HookBuilder":
         return self._set(policy=name, fallback=fallback)
@@ -731,6 +805,7 @@ class HookBuilder:
         return self._set(initial_model=path)
 
     def node_scheduler(self, name: str) -> "HookBuilder":
+        replace(self._settings, scheduler=name)  # checked now (__post_init__)
         return self._set(scheduler=name)
 
     def router_parallelism(self, instances: int) -> "HookBuilder":
@@ -754,17 +829,18 @@ class HookBuilder:
         return self._set(router_feedback=mode)
 
     def executor_capacity(self, capacity: int) -> "HookBuilder":
-        if capacity < 1:
-            raise ValueError("executor capacity must be at least 1")
-        return self._set(executor_capacity=capacity)
+        checked = replace(self._settings, executor_capacity=capacity)  # (__post_init__)
+        return self._set(executor_capacity=checked.executor_capacity)
 
     def batching(self, enabled: bool = True) -> "HookBuilder":
-        return self._set(batching=bool(enabled))
+        replace(self._settings, batching=enabled)  # checked now: "false" is no False
+        return self._set(batching=enabled)
 
     def dead_letter_topic(self, topic: str) -> "HookBuilder":
         return self._set(dead_letter_topic=topic)
 
     def limits(self, limits: TaskLimits) -> "HookBuilder":
+        replace(self._settings, limits=limits)  # checked now (__post_init__)
         return self._set(limits=limits)
 
     def uid_prefix(self, prefix: str) -> "HookBuilder":
@@ -781,12 +857,18 @@ class HookBuilder:
         return self
 
     def build(self) -> StreamplaceHook:
+        from placement.policies import POLICIES, ALIASES
+        replace(self._settings)  # every field checked (__post_init__), set one by one or not
         if self._settings.executor not in ("iawp", "checksum"):
             raise ValueError(f"executor must be 'iawp' or 'checksum', got "
                              f"{self._settings.executor!r}")
         if self._settings.policy != "ldwp":
-            from placement.policies import POLICIES, ALIASES
             if self._settings.policy not in POLICIES and self._settings.policy not in ALIASES:
                 raise ValueError(f"unknown policy {self._settings.policy!r}; use 'ldwp' or one "
                                  f"of {sorted(POLICIES)}")
+        # the rule while no model is there: a typo failed only in the router, when it opened
+        fallback = self._settings.fallback
+        if not isinstance(fallback, str) or (fallback not in POLICIES and fallback not in ALIASES):
+            raise ValueError(f"unknown fallback policy {short_repr(fallback)}; use one of "
+                             f"{sorted(POLICIES)}")
         return StreamplaceHook(self._settings)

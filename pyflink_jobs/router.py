@@ -53,7 +53,7 @@ from pyflink_jobs.routed import DecisionContext
 from pyflink_jobs.task_event_routing import TaskEventRouting
 from pyflink_jobs.tenant_quotas import QuotaSettings, QuotaVerdict, TenantQuotas
 from workload.feedback import feedback_age_s, feedback_emitted_at_ms, node_state_from_feedback
-from workload.limits import short_repr
+from workload.limits import finite_real, short_repr
 from workload.model import (ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task,
                             offered_nodes)
 
@@ -404,10 +404,15 @@ class ModelRefresher(threading.Thread):
     keeps its last model. ``stop()`` ends the thread within one poll interval."""
 
     def __init__(self, router: Router, client, interval_s: float = 2.0):
+        # 0, a negative or NaN interval makes Event.wait return at once: a tight loop of polls
+        seconds = finite_real(interval_s)
+        if seconds is None or not 0 < seconds <= threading.TIMEOUT_MAX:
+            raise ValueError(f"the model refresh interval (refresh_interval_s) must be a finite "
+                             f"number of seconds > 0, got {short_repr(interval_s)}")
         super().__init__(name="streamplace-model-refresher", daemon=True)
         self.router = router
         self.client = client
-        self.interval_s = interval_s
+        self.interval_s = seconds
         self.failures = 0
         self.installed = 0
         self.refused = 0              # model files refused (tampered, non-finite, mismatched)

@@ -31,8 +31,10 @@ without fine-grained resource management.
 from __future__ import annotations
 
 import logging
+import numbers
 import time
 import uuid
+from operator import index
 
 from placement.service.flink_rest import FlinkRestClient
 from interference.executor.results import exception_text
@@ -42,7 +44,8 @@ from pyflink_jobs.flink_ops import (CountGauges, dead_letter_raw, hook_metrics, 
 from pyflink_jobs.light_lane import LightLane
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
 from pyflink_jobs.routed import RoutedRecord
-from workload.limits import DEFAULT_MAX_TASK_TYPE_CHARS, TaskLimits, short_repr
+from workload.limits import (DEFAULT_MAX_TASK_TYPE_CHARS, TaskLimits, default_task_type_problem,
+                             short_repr)
 from workload.model import Task
 
 __all__ = ["RouterFunction", "RecordReader", "OperatorRecords", "TaskEventRecords",
@@ -150,7 +153,8 @@ class OperatorRecords(RecordReader):
     The ``task_type`` / ``task_size`` functions only describe a record to the policy; they are
     not the user's computation. One that raises or gives an invalid value (a type that is not a
     non-empty printable string of at most :data:`MAX_TASK_TYPE_CHARS` characters, an int kept
-    as its digits; a size that is not an int in [0, :data:`MAX_TASK_SIZE`]) gives that
+    as its digits; a size that is not an integer, numpy's included, in [0,
+    :data:`MAX_TASK_SIZE`]) gives that
     record the default type or size instead: the record is routed and computed as usual,
     counted in :attr:`descriptor_fallbacks` and warned about once per kind and reason. The
     limits still refuse a record that is too big by its size (the default size after a
@@ -180,12 +184,8 @@ class OperatorRecords(RecordReader):
         name = self.describer.name
         # the default type (the operator's name) is checked once; one that is no valid type
         # refuses the records it would describe, as a bad type always did
-        self._default_type = name if isinstance(name, str) and name.isprintable() \
-            and 0 < len(name) <= MAX_TASK_TYPE_CHARS else None
-        self._default_type_problem = (
-            f"the operator's name, the default task type, must be a non-empty printable "
-            f"string of at most {MAX_TASK_TYPE_CHARS} characters, got {short_repr(name)}: "
-            f"name the operator (name=) or give task_type=")
+        self._default_type_problem = default_task_type_problem(name)
+        self._default_type = name if self._default_type_problem is None else None
         # light(): with the default type and size, the type is the operator's name, checked
         # here once, and the largest size the limits pass for it
         default = self.type_of is None and self.size_of is None
@@ -275,8 +275,14 @@ class OperatorRecords(RecordReader):
             return default_size
         if type(size) is int and 0 <= size <= MAX_TASK_SIZE:
             return size
-        if isinstance(size, int) and not isinstance(size, bool):  # an int subclass (IntEnum)
-            plain = int.__index__(size)
+        # the slow path: an int subclass (IntEnum) or another integer type (numpy's int64, as
+        # ``np.prod(shape)`` gives), as the executor's own check accepts; never a bool
+        if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+            try:  # a plain int: a subclass's methods may do anything
+                plain = int.__index__(size if isinstance(size, int) else index(size))
+            except Exception as exc:  # noqa: BLE001 - the user's type's __index__
+                self._count_fallback("task_size", type(exc).__name__, _raised(exc))
+                return default_size
             if 0 <= plain <= MAX_TASK_SIZE:
                 return plain
             self._count_fallback("task_size", "int out of range",

@@ -59,7 +59,8 @@ from dataclasses import dataclass, field
 __all__ = ["TaskLimits", "BYTES_PER_PIXEL", "BYTES_PER_RECORD_BYTE", "MEMORY_FRACTION",
            "DEFAULT_NODE_MEMORY_BYTES", "DEFAULT_MAX_TASK_SIZE", "DEFAULT_MAX_EXPECTED_WORK_MS",
            "DEFAULT_MAX_TASK_ID_CHARS", "DEFAULT_MAX_TASK_TYPE_CHARS", "OPERATOR_FIELDS",
-           "TASK_EVENT_FIELDS", "short_repr", "text_safe", "finite_real", "require_count"]
+           "TASK_EVENT_FIELDS", "short_repr", "text_safe", "finite_real", "require_count",
+           "default_task_type_problem"]
 
 #: Memory one pixel of a built-in video app's task costs while it runs (measured: 45-100).
 BYTES_PER_PIXEL = 100
@@ -252,6 +253,26 @@ def text_safe(value: str) -> str:
     except UnicodeEncodeError:
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value
+
+
+def default_task_type_problem(name) -> str | None:
+    r"""None when an operator's ``name`` can be every record's task type (what the hook uses
+    when no ``task_type`` function is given); else why not, in the words the hook refuses it
+    with (at build time and, for an operator made by hand, when the router opens). A type is
+    a label that travels in feedback and gauges: a lone surrogate cannot be encoded there and a
+    control character is no label.
+
+    >>> default_task_type_problem("enrich") is None
+    True
+    >>> default_task_type_problem("enrich\n")[:40]
+    "the operator's name, the default task ty"
+    """
+    if isinstance(name, str) and 0 < len(name) <= DEFAULT_MAX_TASK_TYPE_CHARS \
+            and name.isprintable():
+        return None
+    return (f"the operator's name, the default task type, must be a non-empty printable "
+            f"string of at most {DEFAULT_MAX_TASK_TYPE_CHARS} characters, got "
+            f"{short_repr(name)}: name the operator (name=) or give task_type=")
 
 
 def short_repr(value) -> str:

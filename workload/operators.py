@@ -44,19 +44,21 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import numbers
 import pickle
 import sys
 import threading
 from dataclasses import dataclass
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
 from typing import Any, Callable, Sequence
 
-from workload.async_calls import (collect_async, is_async_callable, is_generator_callable,
-                                  run_coroutines)
+from workload.limits import default_task_type_problem, finite_real, short_repr
+from workload.async_calls import (SomeCallsFailed, collect_async, is_async_callable,
+                                  is_generator_callable, run_coroutines, run_each)
 
 __all__ = ["BatchPolicy", "OperatorStage", "StagedOperator", "TaskDescriber", "chain_cpu_stages", "stage", "torch_stage",
            "async_function_stage", "ASYNC_BATCHING", "ASYNC_TIMEOUT_S",
-           "as_operator", "pipeline_stages", "record_size", "record_bytes", "DEVICES", "OperatorError"]
+           "as_operator", "batch_outputs", "pipeline_stages", "record_size", "record_bytes", "DEVICES", "OperatorError"]
 
 #: Where a stage may run: ``cpu`` (a CPU core), ``gpu`` (a GPU; on a node without one it runs on
 #: a CPU core, so the same job runs on a laptop), ``any`` (wherever is free first).
@@ -78,7 +80,19 @@ class BatchPolicy:
     max_queue_delay_us: how long a ready input may wait for others to fill a batch.
     latency_target_ms: the per-batch latency goal; ``None`` = no goal (the largest preferred
         size the queue fills within the delay).
+
+    Every field is checked when the policy is made (a wrong one fails the job's build, not its
+    batches): sizes are ints in [1, :attr:`MAX_BATCH_SIZE`], the delay an int of microseconds
+    in [0, :attr:`MAX_QUEUE_DELAY_US`], the target a finite number of ms in (0,
+    :attr:`MAX_LATENCY_TARGET_MS`].
     """
+
+    #: the most inputs one call may take (a larger number is a unit mistake or garbage)
+    MAX_BATCH_SIZE = 1_000_000
+    #: the longest a ready input may wait for others (10 s)
+    MAX_QUEUE_DELAY_US = 10_000_000
+    #: the largest per-batch latency goal (an hour)
+    MAX_LATENCY_TARGET_MS = 3_600_000.0
 
     preferred_batch_sizes: tuple[int, ...] = (1,)
     max_batch_size: int = 0
@@ -86,27 +100,48 @@ class BatchPolicy:
     latency_target_ms: float | None = None
 
     def __post_init__(self) -> None:
-        sizes = tuple(sorted(set(int(s) for s in self.preferred_batch_sizes)))
-        if not sizes or sizes[0] < 1:
-            raise OperatorError(f"preferred batch sizes must be >= 1, got "
-                                f"{self.preferred_batch_sizes}")
+        def count(value, low: int, high: int) -> bool:   # an int in [low, high], not a bool
+            return (not isinstance(value, bool) and isinstance(value, numbers.Integral)
+                    and low <= value <= high)
+
+        given, top = self.preferred_batch_sizes, self.MAX_BATCH_SIZE
+        if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+            raise OperatorError(f"preferred_batch_sizes must be a sequence of ints, e.g. "
+                                f"(1, 8, 32), got {short_repr(given)}")
+        given = tuple(given)
+        if not given or not all(count(s, 1, top) for s in given):
+            raise OperatorError(f"preferred_batch_sizes must be ints in [1, {top}], got "
+                                f"{short_repr(given)}")
+        sizes = tuple(sorted(set(int(s) for s in given)))
         object.__setattr__(self, "preferred_batch_sizes", sizes)
-        if self.max_batch_size == 0:
-            object.__setattr__(self, "max_batch_size", sizes[-1])
+        if not count(self.max_batch_size, 0, top):
+            raise OperatorError(f"max_batch_size must be an int in [0, {top}] (0: the largest "
+                                f"preferred size), got {short_repr(self.max_batch_size)}")
+        object.__setattr__(self, "max_batch_size", int(self.max_batch_size) or sizes[-1])
         if self.max_batch_size < sizes[-1]:
             raise OperatorError(f"max_batch_size {self.max_batch_size} is below the largest "
                                 f"preferred batch size {sizes[-1]}")
-        if not 0 <= self.max_queue_delay_us <= 10_000_000:
-            raise OperatorError(f"max_queue_delay_us must be in [0, 1e7], got "
-                                f"{self.max_queue_delay_us}")
-        if self.latency_target_ms is not None and not self.latency_target_ms > 0:
-            raise OperatorError(f"latency_target_ms must be positive, got "
-                                f"{self.latency_target_ms}")
+        if not count(self.max_queue_delay_us, 0, self.MAX_QUEUE_DELAY_US):
+            raise OperatorError(f"max_queue_delay_us must be an int of microseconds in [0, "
+                                f"{self.MAX_QUEUE_DELAY_US}], got "
+                                f"{short_repr(self.max_queue_delay_us)}")
+        object.__setattr__(self, "max_queue_delay_us", int(self.max_queue_delay_us))
+        target = self.latency_target_ms
+        if target is not None:
+            number = finite_real(target)
+            if number is None or not 0 < number <= self.MAX_LATENCY_TARGET_MS:
+                raise OperatorError(f"latency_target_ms must be None or a finite number of ms "
+                                    f"in (0, {self.MAX_LATENCY_TARGET_MS:g}], got "
+                                    f"{short_repr(target)}")
 
     @classmethod
     def up_to(cls, max_batch_size: int, max_queue_delay_us: int = 2000,
               latency_target_ms: float | None = None) -> BatchPolicy:
         """Powers of two up to ``max_batch_size``: ``BatchPolicy.up_to(32)``."""
+        if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, numbers.Integral) \
+                or not 1 <= max_batch_size <= cls.MAX_BATCH_SIZE:
+            raise OperatorError(f"max_batch_size must be an int in [1, {cls.MAX_BATCH_SIZE}], "
+                                f"got {short_repr(max_batch_size)}")
         sizes, s = [], 1
         while s < max_batch_size:
             sizes.append(s)
@@ -153,6 +188,10 @@ class OperatorStage:
         if self.device not in DEVICES:
             raise OperatorError(f"stage {self.name!r}: device must be one of {DEVICES}, got "
                                 f"{self.device!r}")
+        if isinstance(self.deps, (str, bytes)):  # "parse" would be stages p, a, r, s, e
+            raise OperatorError(f"stage {self.name!r}: deps must be a sequence of stage "
+                                f"names, e.g. deps=({self.deps!r},), not the string "
+                                f"{self.deps!r}")
         object.__setattr__(self, "deps", tuple(self.deps))
 
     @property
@@ -167,8 +206,11 @@ def stage(name: str, fn: Callable, deps: Sequence[str] = (), device: str = "cpu"
     ``BatchPolicy.up_to(n)``. Functions with a parameter named ``device`` get the unit's device
     (``"cpu"`` or ``"cuda:0"``). An ``async def`` function is awaited, a batch's calls
     concurrently (:mod:`workload.async_calls`; default batch :data:`ASYNC_BATCHING`, so that
-    in-flight records wait together, as in PyFlink's async operator); a generator function's
-    items come as a list."""
+    in-flight records wait together, as in PyFlink's async operator), each call within
+    :data:`ASYNC_TIMEOUT_S` and failing only its own record; a generator function's items come
+    as a list. A batched function returns its outputs in its inputs' order (a list, a tuple, an
+    array; not a set or a dict: :func:`batch_outputs`). ``deps``: a sequence of stage names,
+    ``("parse",)``; a bare string is refused (``"ab"`` would read as stages ``a`` and ``b``)."""
     asynchronous = is_async_callable(fn)
     policy = ASYNC_BATCHING if asynchronous and batch is None else _batch_policy(batch)
     takes_device = _accepts_keyword(fn, "device")
@@ -177,17 +219,13 @@ def stage(name: str, fn: Callable, deps: Sequence[str] = (), device: str = "cpu"
         def run(inputs: list, device: str) -> list:
             out = fn(inputs, device=device) if takes_device else fn(inputs)
             if asynchronous:
-                out = _awaited([out])[0]
-            out = list(out)
-            if len(out) != len(inputs):
-                raise OperatorError(f"stage {name!r} returned {len(out)} outputs for "
-                                    f"{len(inputs)} inputs")
-            return out
+                out = run_coroutines([_drained(out)])[0]
+            return batch_outputs(name, out, len(inputs))
     elif asynchronous:  # the batch's coroutines run concurrently (workload.async_calls)
         def run(inputs: list, device: str) -> list:
             if takes_device:
-                return _awaited([fn(x, device=device) for x in inputs])
-            return _awaited([fn(x) for x in inputs])
+                return _awaited(name, [fn(x, device=device) for x in inputs])
+            return _awaited(name, [fn(x) for x in inputs])
     elif is_generator_callable(fn):  # drained here: the work is the stage's (timed, retried)
         def run(inputs: list, device: str) -> list:
             if takes_device:
@@ -198,15 +236,64 @@ def stage(name: str, fn: Callable, deps: Sequence[str] = (), device: str = "cpu"
             if takes_device:
                 return [fn(x, device=device) for x in inputs]
             return [fn(x) for x in inputs]
-        return OperatorStage(name, run, tuple(deps), device, policy,
+        return OperatorStage(name, run, deps, device, policy,
                              per_record=None if takes_device else fn)
-    return OperatorStage(name, run, tuple(deps), device, policy)
+    return OperatorStage(name, run, deps, device, policy)
 
 
-def _awaited(values: list) -> list:
-    """``values`` (coroutines or async generators) run to their results (a list per async
-    generator)."""
-    return run_coroutines([collect_async(v) if inspect.isasyncgen(v) else v for v in values])
+def batch_outputs(stage_name: str, outputs, count: int) -> list:
+    """A batch call's ``outputs`` as a list, one per input in the inputs' order. Refused
+    (naming the stage): an unordered container, a set or a mapping, whose order (or keys) a
+    ``list()`` would silently hand to the wrong records, and a wrong number of outputs."""
+    if isinstance(outputs, (Set, Mapping)):
+        raise OperatorError(f"stage {stage_name!r} returned a {type(outputs).__name__}: a "
+                            f"batch's outputs must come in its inputs' order, one per input "
+                            f"(a list, a tuple or an array), not in an unordered container")
+    outputs = list(outputs)
+    if len(outputs) != count:
+        raise OperatorError(f"stage {stage_name!r} returned {len(outputs)} outputs for "
+                            f"{count} inputs")
+    return outputs
+
+
+def _drained(value):
+    """What to await for ``value``: the coroutine itself, or an async generator's items."""
+    return collect_async(value) if inspect.isasyncgen(value) else value
+
+
+def _awaited(name: str, values: list) -> list:
+    """A batch's ``values`` (coroutines or async generators, one per input) run concurrently
+    to their results (a list per async generator), each within :data:`ASYNC_TIMEOUT_S` as an
+    ``AsyncFunction``'s call is: one hung call must not hold its batch until the executor's
+    own timeout fails every record of it."""
+    limit = ASYNC_TIMEOUT_S  # looked up per call, so that a job may lower it
+    return _each_or_raise(name, *run_each([_within(name, _drained(v), limit) for v in values]))
+
+
+async def _within(name: str, call, timeout_s: float):
+    """``call``'s result, or TimeoutError past ``timeout_s`` (the call is cancelled). The
+    user's own TimeoutError passes as it is (``asyncio.wait_for`` would not tell them apart)."""
+    task = asyncio.ensure_future(call)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    finally:
+        if not task.done():  # timed out, or this record was cancelled
+            task.cancel()
+    if not done:
+        raise TimeoutError(f"stage {name!r}: the call took longer than {timeout_s:g} s "
+                           f"(workload.operators.ASYNC_TIMEOUT_S)")
+    return task.result()
+
+
+def _each_or_raise(name: str, results: list, errors: dict[int, BaseException]) -> list:
+    """A batch's results when every call gave one; else the error of a batch of one, or
+    :class:`SomeCallsFailed`, so that the executor fails (or retries) only the inputs whose
+    own call failed and keeps the others' results."""
+    if not errors:
+        return results
+    if len(results) == 1:
+        raise errors[0]
+    raise SomeCallsFailed(name, results, errors) from errors[min(errors)]
 
 
 def async_function_stage(name: str, function, timeout_s: float = ASYNC_TIMEOUT_S,
@@ -215,7 +302,8 @@ def async_function_stage(name: str, function, timeout_s: float = ASYNC_TIMEOUT_S
     semantics: ``async_invoke(record)`` gives the record's list of outputs (not None, an
     iterable); past ``timeout_s`` its call is cancelled and ``function.timeout(record)`` gives
     them instead (PyFlink's default ``timeout`` raises TimeoutError: the record fails). A
-    batch's calls run concurrently (default batch :data:`ASYNC_BATCHING`)."""
+    batch's calls run concurrently (default batch :data:`ASYNC_BATCHING`), one per record: a
+    call that fails fails its own record only."""
     if not 0 < timeout_s < 1e6:
         raise OperatorError(f"timeout_s must be in (0, 1e6) seconds, got {timeout_s!r}")
     invoke = function.async_invoke
@@ -229,9 +317,15 @@ def async_function_stage(name: str, function, timeout_s: float = ASYNC_TIMEOUT_S
                 raise
             return on_timeout(record)
 
-    def run(inputs: list, device: str) -> list:
-        return [_async_function_results(name, r)
-                for r in run_coroutines([call(x) for x in inputs])]
+    def run(inputs: list, device: str) -> list:  # a record whose call fails fails alone
+        results, errors = run_each([call(x) for x in inputs])
+        for i, result in enumerate(results):
+            if i not in errors:
+                try:
+                    results[i] = _async_function_results(name, result)
+                except OperatorError as exc:
+                    errors[i] = exc
+        return _each_or_raise(name, results, errors)
     return OperatorStage(name, run, batch=ASYNC_BATCHING if batch is None
                          else _batch_policy(batch))
 
@@ -288,12 +382,27 @@ def torch_stage(module, name: str = "model", deps: Sequence[str] = (), device: s
         batch_tensor = torch.stack([torch.as_tensor(x) for x in xs]).to(device)
         with torch.inference_mode():
             out = on[device](batch_tensor)
-        out = out.detach().to("cpu")
+        out = _one_row_per_input(name, out, len(inputs), torch).detach().to("cpu")
         return [postprocess(row) if postprocess else row.tolist() for row in out]
 
     def close() -> None:
         state.clear()
-    return OperatorStage(name, run, tuple(deps), device, policy, open=build, close=close)
+    return OperatorStage(name, run, deps, device, policy, open=build, close=close)
+
+
+def _one_row_per_input(name: str, out, count: int, torch):
+    """The module's output when it is one tensor with a row per input; else an OperatorError
+    that names what it returned (a tuple, a dict, a scalar), not a failure further on."""
+    if not isinstance(out, torch.Tensor):
+        raise OperatorError(f"module {name!r} returned a {type(out).__name__}; a torch stage's "
+                            f"module must return one tensor per batch, a row per input (wrap "
+                            f"it in a module whose forward returns the tensor to keep, e.g. "
+                            f"its logits)")
+    if out.dim() == 0 or out.shape[0] != count:
+        raise OperatorError(f"module {name!r} returned a tensor of shape {tuple(out.shape)} "
+                            f"for a batch of {count} inputs; a torch stage's module must "
+                            f"return a row per input")
+    return out
 
 
 _TORCH_STAGE_LOCK = threading.RLock()
@@ -401,14 +510,25 @@ class StagedOperator:
                               task_type or self._task_type, task_size or self._task_size)
 
     def open(self, runtime_context=None) -> None:
-        """Once per executor instance, before the first record."""
+        """Once per executor instance, before the first record. When an ``open`` raises, what
+        was opened before it is closed, once, and the error goes on: the caller never got an
+        open operator, so it does not close it."""
         if self.opened:
             return
-        if self._on_open is not None:
-            self._on_open(runtime_context)
-        for s in self.stages:
-            if s.open is not None:
-                s.open(runtime_context)
+        opened_closes: list[Callable[[], None]] = []
+        function_close: list[Callable[[], None]] = []
+        try:
+            if self._on_open is not None:
+                self._on_open(runtime_context)
+            function_close = [self._on_close] if self._on_close is not None else []
+            for s in self.stages:
+                if s.open is not None:
+                    s.open(runtime_context)
+                if s.close is not None:
+                    opened_closes.append(s.close)
+        except BaseException:
+            _close_each(opened_closes + function_close)  # the order close() keeps
+            raise
         self.opened = True
 
     def close(self) -> None:
@@ -458,6 +578,16 @@ class StagedOperator:
                 f"flat={self.flat})")
 
 
+def _close_each(closes: Sequence[Callable[[], None]]) -> None:
+    """Call each of ``closes`` once; one that raises does not keep the others from running
+    (the caller is raising the error that made it close, the one to report)."""
+    for close in closes:
+        try:
+            close()
+        except Exception:  # noqa: BLE001, S110 - see the docstring
+            pass
+
+
 def chain_cpu_stages(operator: StagedOperator) -> StagedOperator:
     """The same operator with its per-record CPU steps chained into fewer stages, as Flink
     chains operators: every call the executor dispatches costs it scheduling work, which for
@@ -502,13 +632,14 @@ def _chainable(operator: StagedOperator, name: str) -> bool:
 
 class _ChainedOperator(StagedOperator):
     """:func:`chain_cpu_stages`' result: each group of several original stages is one stage
-    (named ``a+b+c``) whose output is ``{member: output}``; every other stage is the original
+    (named ``a+b+c``, made unique: :func:`_group_labels`) whose output is ``{member: output}``;
+    every other stage is the original
     one, with its dependencies renamed to the groups they are in."""
 
     def __init__(self, original: StagedOperator, members: dict[str, list[str]],
                  group_of: dict[str, str]):
         self.original = original
-        self._label = {g: "+".join(names) for g, names in members.items()}
+        self._label = _group_labels(original, members)
         self._chained = {self._label[g]: names for g, names in members.items() if len(names) > 1}
         self._home = {name: self._label[g] for name, g in group_of.items()}  # stage -> its stage
         stages = []
@@ -564,6 +695,22 @@ class _ChainedOperator(StagedOperator):
     def close(self) -> None:
         self.original.close()
         self.opened = False
+
+
+def _group_labels(original: StagedOperator, members: dict[str, list[str]]) -> dict[str, str]:
+    """Each group's stage name: a lone stage keeps its own; a chain is ``a+b+c``, or
+    ``a+b+c_2`` (and on) where that is already a name: the user's stage may be called
+    ``a+b`` itself, and must not be refused as a duplicate of the chain's label."""
+    taken = {s.name for s in original.stages}
+    labels = {}
+    for group, names in members.items():
+        label, n = "+".join(names), 1
+        while len(names) > 1 and label in taken:
+            n += 1
+            label = f"{'+'.join(names)}_{n}"
+        taken.add(label)
+        labels[group] = label
+    return labels
 
 
 def _topological(stages: Sequence[OperatorStage]) -> tuple[str, ...]:
@@ -724,6 +871,13 @@ def as_operator(operator, name: str | None = None, task_type: Callable | None = 
     if name and op.name != name:
         op = StagedOperator(name, op.stages, op.flat, op._on_open, op._on_close,
                             op._task_type, op._task_size)
+    if op._task_type is None:
+        # The name is then every record's task type: one that is no valid type (a control
+        # character, too long) fails the build here, not every record at run time (the
+        # router's same rule: pyflink_jobs.router_function.OperatorRecords.open).
+        problem = default_task_type_problem(op.name)
+        if problem:
+            raise OperatorError(problem)
     return op
 
 

@@ -25,7 +25,10 @@ dispatcher thread shared with :class:`~interference.executor.NodeExecutor`):
 
 Failures: a batch call that raises (or returns the wrong number of outputs) fails none of its
 records: each is re-run alone, which isolates the bad ones; a record's input that fails alone
-``max_attempts`` times fails the record (``error`` and a bounded ``traceback``). A GPU out of
+``max_attempts`` times fails the record (``error`` and a bounded ``traceback``). A stage that
+knows which inputs failed (an async stage's calls, one per record:
+:class:`~workload.async_calls.SomeCallsFailed`) gives the others their outputs at once and
+charges an attempt to the failed ones only: a call that succeeded is never made again. A GPU out of
 memory re-runs the batch on a CPU core (a batch of one: as its next attempt). Every future
 resolves; no record is dropped or run to completion twice; the executor keeps running.
 
@@ -33,10 +36,11 @@ Limits: a record whose estimated memory (``task_size`` x ``workload.limits.BYTES
 is over the node's per-task budget (:mod:`interference.executor.memory`) is refused at once,
 FAILED before any work. Cancelling a record's future (``run``'s coroutine cancelled, e.g. by
 Flink's async timeout) drops its stages not started, and a batch made only of cancelled records
-is skipped (or stopped between ``work_multiplier`` repeats). **A user stage's own code cannot be
-interrupted mid-call from another thread**: a call that is running runs to its end (a stage may
-call ``workload.cancel.check_cancelled()`` in its own loops to stop early: it raises once every
-record of the batch was cancelled). A stopped call is not learned from (see
+is skipped (or stopped between ``work_multiplier`` repeats); an async stage's coroutine of a
+cancelled record is cancelled at once (the batch's other calls go on). **A user stage's own
+code cannot be interrupted mid-call from another thread**: a call that is running runs to its
+end (a stage may call ``workload.cancel.check_cancelled()`` in its own loops to stop early: it
+raises once every record of the batch was cancelled). A stopped call is not learned from (see
 :mod:`interference.executor.cancel`).
 
 Torch is imported only when the operator has a GPU-capable stage (to find the node's GPUs) or
@@ -81,9 +85,10 @@ from interference.executor.results import (RecordOutcome, StageRun, describe_fai
                                            format_traceback)
 from interference.executor.settings import OperatorExecutorSettings
 from interference.schedulers import make_node_scheduler
+from workload.async_calls import SomeCallsFailed
 from workload.limits import BYTES_PER_RECORD_BYTE
 from workload.model import Assignment, ComputingUnit, NodeScheduler, Stage
-from workload.operators import (OperatorError, OperatorStage, StagedOperator, as_operator,
+from workload.operators import (OperatorStage, StagedOperator, as_operator, batch_outputs,
                                 chain_cpu_stages)
 
 __all__ = ["OperatorExecutor", "OperatorExecutorSettings", "RecordOutcome", "StageRun"]
@@ -121,13 +126,7 @@ class OperatorExecutor(ExecutorCore):
         # every record of this operator is one task type, the operator's name (the router's
         # default task_type): a node slow for that type repeats every stage call
         self._repeats = settings.repeats_for(self.operator.name)
-        costs = MeasuredStageCosts({s.name: s.device for s in self.operator.stages},
-                                   settings.default_stage_ms, settings.gpu_speedup_prior,
-                                   self._repeats)
-        scheduler = _scheduler(settings, scheduler, costs)
-        # No GPU-capable stage: no GPU units, and no torch import just to look for them.
-        units = discover_units(settings if self.operator.uses_gpu or settings.use_gpu == "always"
-                               else dataclasses.replace(settings, use_gpu="never"))
+        costs, scheduler, units = _parts(self.operator, settings, scheduler, self._repeats)
         self.operator.open(runtime_context)
         try:
             super().__init__(settings, scheduler, costs, costs, units)
@@ -271,14 +270,23 @@ class OperatorExecutor(ExecutorCore):
             self.costs.add_run(batch.stage, unit.kind, n, ms)
             self.sizer.observe(batch.stage, unit.kind, n, ms)
         self._ready.finished(batch)
-        if call.error is not None:
+        partly = call.error if isinstance(call.error, SomeCallsFailed) else None
+        if call.error is not None and partly is None:
             self._batch_failed(batch, unit, call.error, call.run)
             return
-        self._count_stages(n)
-        for item, output in zip(batch.items, call.output):
+        outputs, errors = (call.output, {}) if partly is None else (partly.results, partly.errors)
+        self._count_stages(n - len(errors))
+        for i, (item, output) in enumerate(zip(batch.items, outputs)):
             state = item.record
             if not state.ok:  # failed or cancelled meanwhile: drop the output
                 self._drop_input(state)
+                continue
+            if i in errors:  # its own call failed (the batch's others gave outputs)
+                if state.cancel.is_set():  # stopped for its cancelled record: not a failure
+                    self._fail(state, CANCELLED)
+                    self._drop_input(state)
+                else:
+                    self._charge(item, batch.stage, batch.cpu_only, unit, errors[i])
                 continue
             state.in_flight -= 1
             state.outputs[batch.stage] = output
@@ -317,15 +325,19 @@ class OperatorExecutor(ExecutorCore):
                 for item in live:
                     self._ready.add(batch.stage, [item], cpu_only, solo=True)
             return
-        item = live[0]
+        self._charge(live[0], batch.stage, cpu_only, unit, exc)
+
+    def _charge(self, item, stage: str, cpu_only: bool, unit: ComputingUnit,
+                exc: BaseException) -> None:
+        """An input whose own call failed: re-run alone until it has failed ``max_attempts``
+        times, then its record fails."""
         state = item.record
-        state.solo_failures[batch.stage] += 1
-        if state.solo_failures[batch.stage] < self.settings.max_attempts:
-            self._ready.add(batch.stage, [item], cpu_only, solo=True)
+        state.solo_failures[stage] += 1
+        if state.solo_failures[stage] < self.settings.max_attempts:
+            self._ready.add(stage, [item], cpu_only, solo=True)
             return
         state.in_flight -= 1
-        self._fail(state, describe_failure(batch.stage, state.solo_failures[batch.stage],
-                                           unit.unit_id, exc),
+        self._fail(state, describe_failure(stage, state.solo_failures[stage], unit.unit_id, exc),
                    format_traceback(exc, self.settings.max_traceback_chars))
 
     def _drop_input(self, state: RecordState) -> None:
@@ -350,6 +362,17 @@ class OperatorExecutor(ExecutorCore):
             del self._records[state.record_id]
         outcome = state.outcome(self.operator.results, self.operator.sink, end, self._now_ms)
         self._resolve(state.future, outcome, state.started_s is not None, outcome.status == "OK")
+
+
+def _parts(operator: StagedOperator, settings: OperatorExecutorSettings,
+           scheduler: NodeScheduler | None, repeats: int):
+    """The executor's (measured stage costs, node scheduler, computing units)."""
+    costs = MeasuredStageCosts({s.name: s.device for s in operator.stages},
+                               settings.default_stage_ms, settings.gpu_speedup_prior, repeats)
+    # No GPU-capable stage: no GPU units, and no torch import just to look for them.
+    units = discover_units(settings if operator.uses_gpu or settings.use_gpu == "always"
+                           else dataclasses.replace(settings, use_gpu="never"))
+    return costs, _scheduler(settings, scheduler, costs), units
 
 
 def _scheduler(settings: OperatorExecutorSettings, given: NodeScheduler | None,
@@ -377,9 +400,6 @@ def _refused_outcome(record_id: str, error: str, now_ms: int) -> RecordOutcome:
 
 
 def _call(stage: OperatorStage, inputs: list, device: str) -> list:
-    """One call of ``stage`` on ``inputs``; a wrong number of outputs is the call's failure."""
-    outputs = list(stage.run(list(inputs), device))
-    if len(outputs) != len(inputs):
-        raise OperatorError(f"stage {stage.name!r} returned {len(outputs)} outputs for "
-                            f"{len(inputs)} inputs")
-    return outputs
+    """One call of ``stage`` on ``inputs``; outputs that are not one per input, in order (a
+    wrong number, a set, a dict), are the call's failure."""
+    return batch_outputs(stage.name, stage.run(list(inputs), device), len(inputs))
