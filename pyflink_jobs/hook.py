@@ -351,6 +351,15 @@ def _check_choices(s: HookSettings) -> None:
     if s.limits is not None and not isinstance(s.limits, TaskLimits):
         raise ValueError(f"limits must be a workload.limits.TaskLimits or None, got "
                          f"{short_repr(s.limits)}")
+    from placement.policies import ALIASES, POLICIES   # (50 ms, and no torch: only when built)
+    known = sorted(POLICIES)
+    if s.policy != "ldwp" and (not isinstance(s.policy, str)
+                               or (s.policy not in POLICIES and s.policy not in ALIASES)):
+        raise ValueError(f"unknown policy {short_repr(s.policy)}; use 'ldwp' or one of {known}")
+    # the rule while no model is there: a typo failed only in the router, when it opened
+    if not isinstance(s.fallback, str) or (s.fallback not in POLICIES
+                                           and s.fallback not in ALIASES):
+        raise ValueError(f"unknown fallback policy {short_repr(s.fallback)}; use one of {known}")
 
 
 def _check_numbers(s: HookSettings) -> None:
@@ -857,18 +866,8 @@ class HookBuilder:
         return self
 
     def build(self) -> StreamplaceHook:
-        from placement.policies import POLICIES, ALIASES
         replace(self._settings)  # every field checked (__post_init__), set one by one or not
         if self._settings.executor not in ("iawp", "checksum"):
             raise ValueError(f"executor must be 'iawp' or 'checksum', got "
                              f"{self._settings.executor!r}")
-        if self._settings.policy != "ldwp":
-            if self._settings.policy not in POLICIES and self._settings.policy not in ALIASES:
-                raise ValueError(f"unknown policy {self._settings.policy!r}; use 'ldwp' or one "
-                                 f"of {sorted(POLICIES)}")
-        # the rule while no model is there: a typo failed only in the router, when it opened
-        fallback = self._settings.fallback
-        if not isinstance(fallback, str) or (fallback not in POLICIES and fallback not in ALIASES):
-            raise ValueError(f"unknown fallback policy {short_repr(fallback)}; use one of "
-                             f"{sorted(POLICIES)}")
         return StreamplaceHook(self._settings)

@@ -246,3 +246,11 @@ def test_a_feedback_publisher_made_by_hand_refuses_an_interval_that_would_spin(b
     from pyflink_jobs.feedback import FeedbackPublisher
     with pytest.raises(ValueError, match="feedback_interval_s"):
         FeedbackPublisher("tm_a", snapshot=lambda: {}, interval_s=bad)
+
+
+@pytest.mark.parametrize("field, value", [("policy", "no_such_rule"), ("fallback", "typo"),
+                                          ("fallback", None)])
+def test_settings_made_directly_refuse_an_unknown_rule(field, value):
+    from pyflink_jobs.hook import HookSettings
+    with pytest.raises(ValueError, match=f"unknown {'fallback ' if field == 'fallback' else ''}policy"):
+        HookSettings(**{field: value})
