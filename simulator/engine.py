@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -59,6 +60,11 @@ from simulator.stage_split import StageSplit, check_stage_nodes
 from simulator.utilisation import Completions, UtilisationMeter
 
 __all__ = ["Simulator", "SimulationConfig", "SimulationResult", "EventRecord"]
+
+#: idle gaps up to this many feedback intervals skip their samples on exactly the times
+#: sampling one by one would reach (so every run of such a workload is bit for bit as before);
+#: longer ones (epoch-second arrivals) jump by one multiplication
+IDLE_SAMPLE_STEPS_ADDED = 100_000
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,23 @@ class SimulationConfig:
     max_dispatched_per_node: float | None = None
 
     def __post_init__(self) -> None:
+        # Each one in its range (a 0 feedback interval hung the run, a 0 reward window divided
+        # by zero, gpu_max_corun 0 silently left every GPU idle, a NaN noise made NaN times).
+        for name, open_low in (("feedback_interval_s", True), ("oom_retry_s", True),
+                               ("reward_window_s", True), ("service_noise_sigma", False),
+                               ("result_fraction", False)):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, numbers.Real)
+                                          and not isinstance(value, bool)
+                                          and math.isfinite(value)
+                                          and (value > 0 if open_low else value >= 0)):
+                raise ValueError(f"{name} must be a finite number {'>' if open_low else '>='} "
+                                 f"0, got {value!r}")
+        corun = self.gpu_max_corun
+        if corun is not None and (isinstance(corun, bool)
+                                  or not isinstance(corun, numbers.Integral)
+                                  or corun < 1):
+            raise ValueError(f"gpu_max_corun must be a whole number >= 1, got {corun!r}")
         for name in ("bytes_per_unit", "fixed_bytes"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -288,7 +311,7 @@ class _Execution:
             if kind == ARRIVAL:
                 self._on_arrival(data)
             elif kind == SAMPLE:
-                self.meter.sample()
+                self.meter.sample(self._next_sample_s())
             elif kind == STAGE_DONE:
                 self.stages.stage_done(*data)
             elif kind == LINK_DONE:
@@ -303,6 +326,31 @@ class _Execution:
         self._finish_learning()
         return SimulationResult(self._metrics(), queue.records, self.decisions,
                                 self.meter.samples)
+
+    def _next_sample_s(self) -> float | None:
+        """Where the next feedback sample goes: one interval on (None), except while the
+        cluster is idle and its next event is further off: then the last sample time of the
+        same grid before that event. An idle cluster's samples are all zeros, and tasks
+        arriving at epoch seconds (a replayed trace) made the run sample 10^9 of them first."""
+        upcoming = self.queue.peek_time()
+        if upcoming is None:  # tasks left, and no event but samples can ever change that
+            stuck = [(node_id, [(s.task_id, s.stage) for s in node.ready][:5])
+                     for node_id, node in self.nodes.items() if node.tasks]
+            raise RuntimeError(f"the run cannot go on: {len(self.waiting)} tasks wait at the "
+                               f"manager and no stage runs, moves or waits for a retry; "
+                               f"node scheduler {self.scheduler.name!r} leaves these ready "
+                               f"stages unstarted (node, first 5): {stuck}")
+        interval, now = self.cfg.feedback_interval_s, self.queue.now
+        if upcoming - now <= 2 * interval or self.waiting \
+                or any(node.tasks for node in self.nodes.values()):
+            return None
+        steps = int((upcoming - now) / interval) - 1
+        if steps > IDLE_SAMPLE_STEPS_ADDED:  # far off: the grid by multiplication
+            return now + steps * interval
+        at = now
+        for _ in range(steps):  # repeated addition: the very floats sampling would reach
+            at += interval
+        return at
 
     # -- cluster level -----------------------------------------------------------------------
     def _window_throughput(self) -> float:

@@ -50,6 +50,10 @@ class EventQueue:
     def pending(self) -> bool:
         return bool(self._heap)
 
+    def peek_time(self) -> float | None:
+        """When the next queued event happens (None when nothing is queued)."""
+        return self._heap[0][0] if self._heap else None
+
     def pop(self) -> tuple[int, object]:
         """The next event's ``(kind, data)``; the clock moves to its time."""
         time, _, kind, data = heapq.heappop(self._heap)

@@ -158,8 +158,16 @@ class StageRunner:
             self._start_stage(node, by_id[assignment.unit_id], assignment.stage)
 
     def _make_ready(self, node: Node, state: TaskState, stage_def) -> None:
+        # A stage no GPU of the node could hold even alone is CPU work there: schedulers that
+        # only launch what fits (SchedTune, IAWP) would otherwise keep it waiting for ever.
+        gpu_capable = stage_def.gpu_capable and self._fits_a_gpu(
+            node, self.costs.gpu_memory_mb(stage_def.name, state.task.input_size))
         node.ready.append(Stage(state.task.task_id, state.task.app_id, stage_def.name,
-                                state.task.input_size, stage_def.gpu_capable, self.queue.now))
+                                state.task.input_size, gpu_capable, self.queue.now))
+
+    @staticmethod
+    def _fits_a_gpu(node: Node, memory_mb: float) -> bool:
+        return any(memory_mb <= unit.memory_mb for unit in node.units if unit.is_gpu)
 
     def _unit_views(self, node: Node) -> list[ComputingUnit]:
         # What the scheduler sees of each unit: what runs there and when it would be free.
@@ -223,9 +231,13 @@ class StageRunner:
                 observe(stage.stage, unit.runs[0].stage, unit.view.model, 0.0)
             self.queue.log("oom", stage.task_id, stage.stage, node.spec.node_id,
                            unit.view.unit_id)
+            # A stage larger than every GPU of the node, alone, would fail there for ever
+            # (an input of 10^9 pixels on an 8 GB P4, a 2 GB GPU): it is retried on a core.
+            fits_a_gpu = self._fits_a_gpu(node, memory)
             self.queue.push(now + self.oom_retry_s, OOM_RETRY,
                             (node.spec.node_id, Stage(stage.task_id, stage.app_id, stage.stage,
-                                                      stage.input_size, stage.gpu_capable,
+                                                      stage.input_size,
+                                                      stage.gpu_capable and fits_a_gpu,
                                                       stage.ready_at_s)))
             return
         reference_s = 0.0

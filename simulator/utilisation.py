@@ -64,9 +64,10 @@ class UtilisationMeter:
             self.gpu_busy_s += gpu_busy * dt
         node.last_integral_s = now
 
-    def sample(self) -> None:
+    def sample(self, next_s: float | None = None) -> None:
         """Handle a ``SAMPLE`` event: every node's state over the last interval, and the next
-        sample queued."""
+        sample queued (one interval on, or at ``next_s``: the engine skips an idle cluster's
+        samples, all zeros, up to its next event)."""
         now = self.queue.now
         interval = self.feedback_interval_s
         for node_id, node in self.nodes.items():
@@ -82,14 +83,15 @@ class UtilisationMeter:
                 cpu_util=delta[0] / span / spec.cpu_cores,
                 gpu_util=delta[1] / span / gpu_count if gpu_count else 0.0,
                 gpu_mem_util=delta[2] / span / gpu_mem_total if gpu_mem_total else 0.0,
-                host_mem_util=min(1.0, delta[3] / span / (spec.host_memory_gb * 2**30)),
+                host_mem_util=(min(1.0, delta[3] / span / (spec.host_memory_gb * 2**30))
+                               if spec.host_memory_gb else 0.0),
                 downlink_util=delta[4] / span, uplink_util=delta[5] / span,
                 queue_depth=len(node.tasks))
             if self.record_samples and now > 0:
                 self.samples.append((now, node.sample_state))
         self.last_sample_s = now
         # The run loop stops once every task completed, so the next sample can always be queued.
-        self.queue.push(now + interval, SAMPLE, None)
+        self.queue.push(now + interval if next_s is None else next_s, SAMPLE, None)
 
     def observation(self, task: Task) -> Observation:
         """What a policy sees when ``task`` arrives: the last samples (stale by up to one
@@ -123,7 +125,8 @@ class UtilisationMeter:
             cpu_u = node.integrals[0] / span / spec.cpu_cores
             gpu_u = node.integrals[1] / span / gpus if gpus else 0.0
             mem_u = node.integrals[2] / span / gpu_mem if gpu_mem else 0.0
-            host_u = min(1.0, node.integrals[3] / span / (spec.host_memory_gb * 2**30))
+            host_u = (min(1.0, node.integrals[3] / span / (spec.host_memory_gb * 2**30))
+                      if spec.host_memory_gb else 0.0)
             loads[node_id] = (cpu_u + gpu_u + mem_u + host_u) / 4.0
             cpu_busy += node.integrals[0]
             cpu_total += spec.cpu_cores

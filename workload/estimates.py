@@ -215,8 +215,8 @@ class CostModel:
     def _calibrated_stage_speed(self, stage: str, gpu_model: str) -> float:
         """Per-stage speed of a calibrated model at its calibrated speed (Gavel where measured)."""
         models = self.calibration.gpu_models
-        if gpu_model not in models:
-            raise KeyError(f"unknown GPU model {gpu_model!r}; calibration knows "
+        if gpu_model not in models:  # a ValueError, as gpu_spec_speed's for the same mistake
+            raise ValueError(f"unknown GPU model {gpu_model!r}; calibration knows "
                            f"{sorted(models)} (give the GPU's spec speed to simulate it)")
         speed = float(models[gpu_model]["speed"])
         job = self.stage(stage).gavel_job

@@ -92,9 +92,7 @@ class GpuSpec:
         if not _finite_positive(self.memory_gb):
             raise ValueError(f"GPU {self.model!r}: memory_gb must be a finite positive number, "
                              f"got {self.memory_gb!r}")
-        if self.speed is not None and (isinstance(self.speed, bool)
-                                       or not isinstance(self.speed, (int, float))
-                                       or not self.speed > 0 or self.speed == float("inf")):
+        if self.speed is not None and not _finite_positive(self.speed):
             raise ValueError(f"GPU {self.model!r}: speed must be a finite positive number or "
                              f"None (the calibrated speed), got {self.speed!r}")
 
@@ -118,8 +116,21 @@ class NodeSpec:
         return self.slots or self.cpu_cores + len(self.gpus)
 
     def __post_init__(self) -> None:
-        if self.cpu_cores < 1:
-            raise ValueError(f"{self.node_id}: cpu_cores must be at least 1, got {self.cpu_cores}")
+        if not isinstance(self.node_id, str):
+            raise ValueError(f"a node id must be a string, got {self.node_id!r}")
+        # a whole number of cores (2.5, NaN, inf and True failed deep in the simulator), slots
+        # likewise (-1 made least-outstanding send everything there)
+        for name, least in (("cpu_cores", 1), ("slots", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+                    or value < least:
+                raise ValueError(f"{self.node_id}: {name} must be a whole number >= {least}, "
+                                 f"got {value!r}")
+        if not isinstance(self.gpus, (tuple, list)) or not all(isinstance(g, GpuSpec)
+                                                               for g in self.gpus):
+            raise ValueError(f"{self.node_id}: gpus must be a tuple of GpuSpec, got "
+                             f"{self.gpus!r}")
+        object.__setattr__(self, "gpus", tuple(self.gpus))  # a list too, kept hashable
         # NaN and inf passed a `<= 0` check: the simulator then hung (inf) or reported 0
         # throughput (NaN); a 0 link divided by zero in every transfer estimate
         for name in ("cpu_speed", "uplink_mbps", "downlink_mbps"):

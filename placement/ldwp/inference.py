@@ -461,6 +461,11 @@ class NumpyLDWPPolicy(Policy):
         self._layers = [(np.ascontiguousarray(w.T, dtype=np.float64), b.astype(np.float64))
                         for w, b in layers]
         self._paper_nodes = model.nodes if kind == "paper" else None
+        if cluster is not None:  # refused here, as the torch loader does, not at decide()
+            try:
+                self.check_nodes(cluster.node_ids)
+            except ValueError as exc:
+                raise ModelFileError(str(exc)) from None
         if kind == "node_scoring":
             # [row, mean] @ W1.T == row @ W1a.T + mean @ W1b.T: split once so the hot path never
             # builds the concatenated (M, 2F) matrix.

@@ -66,7 +66,7 @@ def test_task_estimate_is_the_critical_path_plus_transfer(costs):
 
 
 def test_unknown_gpu_model_is_named(costs):
-    with pytest.raises(KeyError, match="h999"):
+    with pytest.raises(ValueError, match="h999"):
         costs.gpu_ms("face_encoding", 10, "h999")
 
 

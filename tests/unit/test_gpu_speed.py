@@ -232,7 +232,7 @@ def test_an_unknown_model_runs_the_reference_profile_scaled_by_its_spec(costs):
     for stage in ("face_detection", "gmm_background"):
         assert costs.gpu_ms(stage, 10_000, "h200", 8.0) == pytest.approx(
             costs.gpu_ms(stage, 10_000, costs.reference_gpu) / 8.0)
-    with pytest.raises(KeyError, match="h200"):   # no spec speed: nothing to scale
+    with pytest.raises(ValueError, match="h200"):   # no spec speed: nothing to scale
         costs.gpu_ms("face_detection", 10_000, "h200")
     truth = GroundTruth(costs, 0)
     assert truth.interference_source("h200") == truth.interference_source(costs.reference_gpu)
