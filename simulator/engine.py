@@ -257,6 +257,13 @@ class _Execution:
         self.tasks = sorted(tasks, key=lambda t: (t.arrival_s, t.task_id))
         if len({t.task_id for t in self.tasks}) != len(self.tasks):
             raise ValueError("task ids must be unique")
+        for task in self.tasks:  # a NaN or negative size or time would run as nonsense
+            size = task.input_size
+            if isinstance(size, bool) or not isinstance(size, numbers.Real) \
+                    or not 0 <= size < math.inf or not math.isfinite(task.arrival_s):
+                raise ValueError(f"task {task.task_id!r}: input_size must be a finite number "
+                                 f">= 0 and arrival_s finite, got {size!r} and "
+                                 f"{task.arrival_s!r}")
         unknown = {t.app_id for t in self.tasks} - set(APPLICATIONS)
         if unknown:
             raise ValueError(f"unknown applications {sorted(unknown)}; known: "

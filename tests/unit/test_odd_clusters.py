@@ -126,3 +126,11 @@ def test_the_numpy_loader_refuses_a_paper_model_for_other_nodes_when_loaded():
     from placement.ldwp.shipped import shipped_model
     with pytest.raises(ValueError, match="paper-layout model was built for nodes"):
         NumpyLDWPPolicy.from_file(shipped_model("paper"), ClusterSpec((NodeSpec("a", 4, 8),)))
+
+
+@pytest.mark.parametrize("size, arrival", [(-1, 0.0), (math.nan, 0.0), (math.inf, 0.0),
+                                           (10, math.nan), (True, 0.0)])
+def test_a_task_with_a_size_or_time_that_is_no_number_is_refused(costs, size, arrival):
+    cluster = ClusterSpec((NodeSpec("a", 2, 8),))
+    with pytest.raises(ValueError, match="input_size must be a finite number"):
+        _run(costs, cluster, [Task("t0", "video_synopsis", size, arrival_s=arrival)])
