@@ -51,7 +51,7 @@ from typing import NamedTuple
 
 from interference.executor import power
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
-from workload.limits import finite_real, short_repr
+from workload.limits import wait_seconds
 from workload.task_attributes import task_slo_from_attributes
 
 __all__ = ["FeedbackPublisher", "FinishedTask", "stage_batches", "MAX_STAGE_BATCHES",
@@ -205,12 +205,9 @@ class FeedbackPublisher:
         self.snapshot = snapshot
         self.producer = producer
         self.topic = topic
-        seconds = finite_real(interval_s)
-        # 0, a negative or NaN interval makes Event.wait return at once: ~40,000 reports a second
-        if seconds is None or not 0 < seconds <= threading.TIMEOUT_MAX:
-            raise ValueError(f"the feedback interval (feedback_interval_s) must be a finite "
-                             f"number of seconds > 0, got {short_repr(interval_s)}")
-        self.interval_s = seconds
+        # (a 0 or NaN interval sent ~40,000 reports a second)
+        self.interval_s = wait_seconds("the feedback interval (feedback_interval_s)", interval_s,
+                                       most=threading.TIMEOUT_MAX)
         self.instance = instance
         self.clock = clock
         self._pending: deque[_PendingTiming] = deque()

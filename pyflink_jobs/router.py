@@ -53,7 +53,7 @@ from pyflink_jobs.routed import DecisionContext
 from pyflink_jobs.task_event_routing import TaskEventRouting
 from pyflink_jobs.tenant_quotas import QuotaSettings, QuotaVerdict, TenantQuotas
 from workload.feedback import feedback_age_s, feedback_emitted_at_ms, node_state_from_feedback
-from workload.limits import finite_real, short_repr
+from workload.limits import short_repr, wait_seconds
 from workload.model import (ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task,
                             offered_nodes)
 
@@ -169,14 +169,11 @@ class Router(TaskEventRouting):
         """Swap in a model file (bytes); raises ModelFileError for a bad one (old model kept)."""
         from placement.ldwp.inference import NumpyLDWPPolicy
         previous = self.model_policy
+        # a model for other nodes (a paper layout) is refused here by the loader, which is
+        # given this router's cluster: else every decision would be the fallback's
         policy = NumpyLDWPPolicy.from_bytes(
             data, self.cluster, costs=self.costs,
             coefficients=previous.coefficients if previous else None)
-        try:  # else it would refuse every decision here, each the fallback's, a warning each
-            policy.check_nodes(self.node_ids)
-        except ValueError as exc:
-            from placement.ldwp.modelfile import ModelFileError
-            raise ModelFileError(str(exc)) from None
         version = version if version is not None else policy.version
         if not _plausible_version(version):
             # a file's own metadata may say anything: a version the service never gives
@@ -404,11 +401,8 @@ class ModelRefresher(threading.Thread):
     keeps its last model. ``stop()`` ends the thread within one poll interval."""
 
     def __init__(self, router: Router, client, interval_s: float = 2.0):
-        # 0, a negative or NaN interval makes Event.wait return at once: a tight loop of polls
-        seconds = finite_real(interval_s)
-        if seconds is None or not 0 < seconds <= threading.TIMEOUT_MAX:
-            raise ValueError(f"the model refresh interval (refresh_interval_s) must be a finite "
-                             f"number of seconds > 0, got {short_repr(interval_s)}")
+        seconds = wait_seconds("the model refresh interval (refresh_interval_s)", interval_s,
+                               most=threading.TIMEOUT_MAX)
         super().__init__(name="streamplace-model-refresher", daemon=True)
         self.router = router
         self.client = client

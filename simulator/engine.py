@@ -105,8 +105,8 @@ class SimulationConfig:
         # Each one in its range (a 0 feedback interval hung the run, a 0 reward window divided
         # by zero, gpu_max_corun 0 silently left every GPU idle, a NaN noise made NaN times).
         for name, open_low in (("feedback_interval_s", True), ("oom_retry_s", True),
-                               ("reward_window_s", True), ("service_noise_sigma", False),
-                               ("result_fraction", False)):
+                               ("reward_window_s", True), ("max_dispatched_per_node", True),
+                               ("service_noise_sigma", False), ("result_fraction", False)):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, numbers.Real)
                                           and not isinstance(value, bool)
@@ -127,12 +127,6 @@ class SimulationConfig:
                                                             SharedLinksConfig):
             raise ValueError(f"shared_links must be a SharedLinksConfig or None, got "
                              f"{type(self.shared_links).__name__}")
-        limit = self.max_dispatched_per_node
-        if limit is not None and not (isinstance(limit, (int, float)) and not
-                                      isinstance(limit, bool) and math.isfinite(limit)
-                                      and limit > 0):
-            raise ValueError(f"max_dispatched_per_node must be None or a finite number > 0, "
-                             f"got {limit!r}")
         for node, task_type, factor in self.hidden_task_type_factors:
             if not (math.isfinite(factor) and factor > 0):
                 raise ValueError(f"hidden factor of {task_type!r} on {node!r} must be a "

@@ -60,7 +60,7 @@ __all__ = ["TaskLimits", "BYTES_PER_PIXEL", "BYTES_PER_RECORD_BYTE", "MEMORY_FRA
            "DEFAULT_NODE_MEMORY_BYTES", "DEFAULT_MAX_TASK_SIZE", "DEFAULT_MAX_EXPECTED_WORK_MS",
            "DEFAULT_MAX_TASK_ID_CHARS", "DEFAULT_MAX_TASK_TYPE_CHARS", "OPERATOR_FIELDS",
            "TASK_EVENT_FIELDS", "short_repr", "text_safe", "finite_real", "require_count",
-           "default_task_type_problem"]
+           "default_task_type_problem", "wait_seconds"]
 
 #: Memory one pixel of a built-in video app's task costs while it runs (measured: 45-100).
 BYTES_PER_PIXEL = 100
@@ -273,6 +273,22 @@ def default_task_type_problem(name) -> str | None:
     return (f"the operator's name, the default task type, must be a non-empty printable "
             f"string of at most {DEFAULT_MAX_TASK_TYPE_CHARS} characters, got "
             f"{short_repr(name)}: name the operator (name=) or give task_type=")
+
+
+def wait_seconds(name: str, value, most: float) -> float:
+    """``value`` as the seconds a thread waits between its rounds (``Event.wait``): a finite
+    number > 0 and at most ``most`` (``threading.TIMEOUT_MAX`` where the thread waits); else a
+    ValueError naming ``name``. A 0, negative or NaN wait returns at once: the thread spins (a
+    feedback report or a model poll every few microseconds).
+
+    >>> wait_seconds("interval", 2, most=3600.0)
+    2.0
+    """
+    seconds = finite_real(value)
+    if seconds is None or not 0 < seconds <= most:
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got "
+                         f"{short_repr(value)}")
+    return seconds
 
 
 def short_repr(value) -> str:
