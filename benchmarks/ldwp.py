@@ -167,18 +167,19 @@ def simulate(policy, costs, cluster, tasks: int, seed: int, rate=None, scheduler
 
 
 def _learn_online(agent, setup, plan, scheduler_for, tasks, check=None,
-                  check_every: int = 1) -> tuple[list, list, int | None]:
+                  check_every: int = 1, config=None) -> tuple[list, list, int | None]:
     """Online episodes on ``setup`` (costs, cluster), one per (seed, tasks, rate or None for
     saturated) of ``plan``, with ``scheduler_for(seed)`` on the nodes. With ``check(agent,
     tasks, first record)`` -> (score, record), higher is better: the agent is scored before the
     first episode, after every ``check_every`` and after the last, and ends on the
-    best-scoring weights (ties: the earlier). Returns (learning curve, checkpoint records,
-    chosen episode or None)."""
+    best-scoring weights (ties: the earlier). ``config``: the episodes' ``SimulationConfig``
+    (None: the default, every task decided on arrival). Returns (learning curve, checkpoint
+    records, chosen episode or None)."""
     import copy
 
     from simulator import Simulator
     costs, cluster = setup
-    simulator = Simulator(costs)
+    simulator = Simulator(costs, config)
     learning, checks, best, first = [], [], None, None
     if check is not None:
         score, first = check(agent, tasks, None)
