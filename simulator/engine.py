@@ -92,6 +92,12 @@ class SimulationConfig:
     # triples; that type's stages take factor x as long on that node (a node slow for one
     # application only, ``task_type_multipliers`` of a local cluster spec).
     hidden_task_type_factors: tuple[tuple[str, str, float], ...] = ()
+    # False (the default): policies see estimates from the public profiles only. True: they
+    # see the hidden factors as measured, as a Flink router that times work per task type and
+    # node (``placement.speed``) knows them once it has: in an observation each node's
+    # ``speed_factor`` is its factor for the arriving task's type and its backlog counts every
+    # task's own factor ("MCT at measured speeds" on a spec with ``task_type_multipliers``).
+    policies_measure_type_factors: bool = False
     # The cluster manager's waiting queue (the paper's system model: "a cluster manager holds
     # a task waiting queue; the longest-waiting task is scheduled first"). None (the default,
     # and every result before 2026-12-05): each task is decided the moment it arrives, so a
@@ -267,8 +273,10 @@ class _Execution:
         self.nodes: dict[str, Node] = {n.node_id: build_node(n, self.costs,
                                                              self.cfg.gpu_max_corun)
                                        for n in cluster.nodes}
+        measured = ({(n, t): float(f) for n, t, f in self.cfg.hidden_task_type_factors}
+                    if self.cfg.policies_measure_type_factors else None)
         self.meter = UtilisationMeter(self.queue, self.nodes, self.cfg.feedback_interval_s,
-                                      self.cfg.record_samples)
+                                      self.cfg.record_samples, measured)
         link_args = (self.queue, self.nodes, self.meter, self.cfg.fixed_bytes,
                      self.cfg.bytes_per_unit, self.cfg.result_fraction)
         self.links = (SharedLinkTransfers(*link_args, self.cfg.shared_links)

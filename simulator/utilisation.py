@@ -36,8 +36,11 @@ class UtilisationMeter:
     """The nodes' utilisation integrals, their feedback samples and the final metrics."""
 
     def __init__(self, queue: EventQueue, nodes: dict[str, Node], feedback_interval_s: float,
-                 record_samples: bool):
+                 record_samples: bool, measured_factors: dict[tuple[str, str], float] | None = None):
         self.queue = queue
+        # (node, task type) -> factor the policies see as measured (SimulationConfig.
+        # policies_measure_type_factors); empty: every estimate as the public profiles give it
+        self.measured_factors = measured_factors or {}
         self.nodes = nodes
         self.feedback_interval_s = feedback_interval_s
         self.record_samples = record_samples
@@ -98,13 +101,19 @@ class UtilisationMeter:
         interval) with exact task counts and estimated backlogs, like the Flink router."""
         now = self.queue.now
         states = []
+        factor = self.measured_factors
         for node_id, node in self.nodes.items():
             base = node.sample_state or NodeState(node_id)
+            if factor:  # what a router that measures per task type and node knows
+                backlog = sum(t.estimate_left_s * factor.get((node_id, t.task.app_id), 1.0)
+                              for t in node.tasks.values())
+                speed = factor.get((node_id, task.app_id), 1.0)
+            else:
+                backlog, speed = sum(t.estimate_left_s for t in node.tasks.values()), 1.0
             states.append(NodeState(
                 node_id, base.cpu_util, base.gpu_util, base.host_mem_util, base.gpu_mem_util,
                 base.uplink_util, base.downlink_util, queue_depth=len(node.tasks),
-                backlog_s=sum(t.estimate_left_s for t in node.tasks.values()),
-                age_s=now - self.last_sample_s))
+                backlog_s=backlog, age_s=now - self.last_sample_s, speed_factor=speed))
         return Observation(task, tuple(states), now)
 
     def metrics(self, *, policy: str, node_scheduler: str, seed: int, tasks: int,

@@ -50,13 +50,19 @@ def synthetic_task_events(count: int, seed: int = 0, prefix: str = "task",
         True
     """
     rng = random.Random(seed)
+    # The application of each event is drawn on its own generator (the sizes stay those of
+    # earlier runs). Why: the events used to cycle the three applications in order, so on
+    # three TaskManagers every round-robin placement sent each application to one of them
+    # (which one depending on where the rotation started), and on a host slow for one
+    # application round-robin either never met the slowdown or met all of it.
+    app_rng = random.Random(f"{seed}:apps")
     apps = app_ids()
     now = int(time.time() * 1000)
     task_payload = None
     if payloads:  # imports torch: only when asked for
         from workload.apps.registry import task_payload
     for i in range(count):
-        event = {"task_id": f"{prefix}-{i:07d}", "app_id": apps[i % len(apps)],
+        event = {"task_id": f"{prefix}-{i:07d}", "app_id": app_rng.choice(apps),
                  "input_size": int(min(1 << 20, rng.lognormvariate(10.5, 0.8))),
                  "submitted_at_ms": now, "source": source, "expected_work_ms": None,
                  "attributes": {}}

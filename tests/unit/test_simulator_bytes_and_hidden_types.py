@@ -90,3 +90,75 @@ def test_the_spec_hides_the_factor_from_what_policies_see():
     nodes = {n.node_id: n for n in cluster_from_spec(spec).nodes}
     assert nodes["tm_a"].cpu_speed == pytest.approx(0.5)   # the quota, not the hidden factor
     assert nodes["tm_a"].labels == nodes["tm_b"].labels == ()
+
+
+class Recording(Policy):
+    """MCT, keeping every observation it was handed."""
+
+    name = "recording-mct"
+
+    def __init__(self, cluster, costs):
+        from placement.policies import make_policy
+        self.mct = make_policy("mct", cluster, costs)
+        self.seen = []
+
+    def decide(self, observation):
+        self.seen.append(observation)
+        return self.mct.decide(observation)
+
+
+TWINS = ClusterSpec((NodeSpec("a", cpu_cores=1, host_memory_gb=8),
+                     NodeSpec("b", cpu_cores=1, host_memory_gb=8)))
+SLOW_B = (("b", "face_recognition", 3.0),)
+
+
+def _twins_run(costs, measured: bool):
+    from interference.schedulers import make_node_scheduler
+    tasks = [Task(f"t{i}", "face_recognition" if i % 2 else "intrusion_detection", 200_000,
+                  arrival_s=i * 0.001) for i in range(40)]
+    policy = Recording(TWINS, costs)
+    result = Simulator(costs, SimulationConfig(
+        service_noise_sigma=0.0, bytes_per_unit=0.0, hidden_task_type_factors=SLOW_B,
+        policies_measure_type_factors=measured)).run(
+        policy, make_node_scheduler("fcfs", costs), TWINS, tasks, seed=0)
+    return policy, result
+
+
+@pytest.mark.parametrize("measured", [False, True], ids=["hidden", "measured"])
+def test_policies_see_a_hidden_factor_only_when_told_it_is_measured(costs, measured):
+    policy, _ = _twins_run(costs, measured)
+    for observation in policy.seen:
+        speed = {s.node_id: s.speed_factor for s in observation.nodes}
+        slow = measured and observation.task.app_id == "face_recognition"
+        assert speed == {"a": 1.0, "b": 3.0 if slow else 1.0}
+
+
+class AlwaysB(Recording):
+    name = "always-b"
+
+    def decide(self, observation):
+        self.seen.append(observation)
+        return Decision("b", "always b")
+
+
+def test_a_measured_factor_weighs_the_backlog_of_the_slow_type(costs):
+    from interference.schedulers import make_node_scheduler
+    backlog = {}
+    for measured in (False, True):
+        policy = AlwaysB(TWINS, costs)
+        tasks = [Task("t0", "face_recognition", 200_000, arrival_s=0.0),
+                 Task("t1", "intrusion_detection", 200_000, arrival_s=0.001)]
+        Simulator(costs, SimulationConfig(
+            service_noise_sigma=0.0, bytes_per_unit=0.0, hidden_task_type_factors=SLOW_B,
+            policies_measure_type_factors=measured)).run(
+            policy, make_node_scheduler("fcfs", costs), TWINS, tasks, seed=0)
+        backlog[measured] = policy.seen[1].nodes[1].backlog_s   # b, when t1 arrives
+    assert backlog[False] > 0
+    assert backlog[True] == pytest.approx(3.0 * backlog[False])
+
+
+def test_mct_moves_work_off_a_node_it_measured_slow(costs):
+    _, hidden = _twins_run(costs, measured=False)
+    _, measured = _twins_run(costs, measured=True)
+    assert hidden.metrics.per_node_tasks["b"] > measured.metrics.per_node_tasks["b"]
+    assert measured.metrics.throughput_per_min > hidden.metrics.throughput_per_min
