@@ -37,13 +37,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workload.estimates import load_calibration
-from workload.traces.datadir import DataSource, TraceFormatError, find_data_file
+# The trace readers' bounded reading (line length, file size, NUL bytes, ASCII numbers).
+from workload.traces._parse import bounded_lines, member_text, open_bounded, parse_decimal
+from workload.traces.datadir import DataNotFound, DataSource, TraceFormatError, find_data_file
 
 __all__ = ["CarbonSeries", "CarbonReport", "grams_co2", "synthetic_series", "CARBON_SOURCE",
            "CARBON_FILE", "MAX_ROWS", "MAX_G_PER_KWH", "JOULES_PER_KWH"]
 
 #: Most rows a series may have (a year at 1-minute resolution is ~525,600).
 MAX_ROWS = 1_000_000
+#: Largest timestamp magnitude accepted (s): ~3,000 years, beyond epoch seconds for any grid
+#: data and the longest synthetic series (MAX_ROWS steps of a day, 8.64e10 s), yet far enough
+#: from the float limit that differences and offsets of times stay finite.
+MAX_ABS_TIME_S = 1e11
 #: Highest intensity accepted (g/kWh): the dirtiest grids are ~1,000-1,200 (lignite); far above
 #: is a unit error (g/MWh, kg/kWh).
 MAX_G_PER_KWH = 5_000.0
@@ -88,7 +94,7 @@ class CarbonSeries:
             raise ValueError(f"carbon: a series needs 1-{MAX_ROWS} rows and one value per "
                              f"timestamp, got {len(times)} timestamps and {len(values)} values")
         for i, (t, g) in enumerate(zip(times, values)):
-            _finite(t, f"timestamp_s[{i}]", -math.inf, math.inf)
+            _finite(t, f"timestamp_s[{i}]", -MAX_ABS_TIME_S, MAX_ABS_TIME_S)
             _finite(g, f"g_per_kwh[{i}]", 0.0, MAX_G_PER_KWH)
             if i and t <= times[i - 1]:
                 raise ValueError(f"carbon: timestamps must strictly increase; row {i} has "
@@ -137,31 +143,63 @@ class CarbonSeries:
             raise ValueError(f"carbon: max_rows must be in 1..{MAX_ROWS}, got {max_rows!r}")
         file = Path(path) if path is not None else find_data_file(CARBON_SOURCE, filename,
                                                                   data_dir)
-        times: list[float] = []
-        values: list[float] = []
-        with open(file, newline="") as handle:
-            reader = csv.DictReader(handle, skipinitialspace=True)
+        times, values = _read_rows(file, max_rows)
+        if not times:
+            raise TraceFormatError(file, None, "no rows")
+        return cls(tuple(times), tuple(values), end_s, source=str(file))
+
+
+def _read_rows(file: Path, max_rows: int) -> tuple[list[float], list[float]]:
+    """The series' rows, read with the trace readers' bounds; every failure (encoding, CSV,
+    I/O, memory) a TraceFormatError naming the file (and the line when known)."""
+    times: list[float] = []
+    values: list[float] = []
+    reader = None
+    try:
+        with member_text(open_bounded(file)) as handle:
+            reader = csv.DictReader(bounded_lines(handle, file), skipinitialspace=True)
             missing = [c for c in _COLUMNS if c not in (reader.fieldnames or ())]
             if missing:
                 raise TraceFormatError(file, 1, f"missing columns {missing}; need {_COLUMNS}")
             for row in reader:
-                line = reader.line_num
                 if len(times) >= max_rows:
-                    raise TraceFormatError(file, line, f"more than {max_rows} rows")
-                try:
-                    t, g = float(row["timestamp_s"]), float(row["g_per_kwh"])
-                    _finite(t, "timestamp_s", -math.inf, math.inf)
-                    _finite(g, "g_per_kwh", 0.0, MAX_G_PER_KWH)
-                except (TypeError, ValueError) as exc:
-                    raise TraceFormatError(file, line, str(exc)) from None
+                    raise TraceFormatError(file, reader.line_num, f"more than {max_rows} rows")
+                t, g = _row_values(file, reader.line_num, row)
                 if times and t <= times[-1]:
-                    raise TraceFormatError(file, line, f"timestamp_s {t} does not increase "
-                                                       f"(previous row {times[-1]})")
+                    raise TraceFormatError(file, reader.line_num, f"timestamp_s {t} does not "
+                                           f"increase (previous row {times[-1]})")
                 times.append(t)
                 values.append(g)
-        if not times:
-            raise TraceFormatError(file, None, "no rows")
-        return cls(tuple(times), tuple(values), end_s, source=str(file))
+    except csv.Error as exc:
+        raise TraceFormatError(file, reader and reader.line_num, f"CSV error: {exc}") from None
+    except UnicodeError as exc:
+        raise TraceFormatError(file, None, f"not UTF-8 text: "
+                                           f"{getattr(exc, 'reason', exc)}") from None
+    except DataNotFound:
+        raise
+    except (OSError, MemoryError) as exc:
+        raise TraceFormatError(file, None, f"cannot read: {exc}") from None
+    return times, values
+
+
+def _row_values(file: Path, line: int, row: dict) -> tuple[float, float]:
+    try:
+        t, g = (_decimal(row, column) for column in _COLUMNS)
+        _finite(t, "timestamp_s", -MAX_ABS_TIME_S, MAX_ABS_TIME_S)
+        _finite(g, "g_per_kwh", 0.0, MAX_G_PER_KWH)
+    except ValueError as exc:
+        raise TraceFormatError(file, line, str(exc)) from None
+    return t, g
+
+
+def _decimal(row: dict, column: str) -> float:
+    text = row.get(column)
+    if text is None:
+        raise ValueError(f"carbon: the row has no {column} field")
+    try:
+        return parse_decimal(text)
+    except ValueError as exc:
+        raise ValueError(f"carbon: {column}: {exc}") from None
 
 
 def synthetic_series(hours: float, seed: int, mean: float | None = None,

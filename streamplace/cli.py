@@ -218,6 +218,7 @@ def cmd_replay(args) -> int:
     from tqdm import tqdm
 
     from streamplace.replay import replay_events, trace_events
+    from workload.traces.datadir import describe_data_error
     cfg = _config(args)
     if not _data_dir_ok(args, "replay"):
         return 2
@@ -225,8 +226,8 @@ def cmd_replay(args) -> int:
         events, where = trace_events(args.trace, args.data_dir, args.limit, args.rate,
                                      args.skip, args.prefix, args.seed,
                                      payloads=not args.light)
-    except ValueError as exc:
-        print(f"streamplace replay: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:  # a malformed or unreadable trace file: say which
+        print(f"streamplace replay: {describe_data_error(exc)}", file=sys.stderr)
         return 2
     print(where, flush=True)
     from streamplace.kafka_io import broker_problem
@@ -276,11 +277,15 @@ def cmd_produce(args) -> int:
 
 # -- demo ----------------------------------------------------------------------------------------
 def _data_dir_ok(args, command: str) -> bool:
-    """An explicit ``--data-dir`` must be a folder (a typo would quietly replay generated data;
-    without the option, a missing data folder falls back to the generator, and says so)."""
-    if args.data_dir and not Path(args.data_dir).is_dir():
-        print(f"streamplace {command}: --data-dir {args.data_dir} is not a folder",
-              file=sys.stderr)
+    """A data folder the user named (``--data-dir``, else ``$STREAMPLACE_DATA_DIR``) must be a
+    folder holding at least one data-set folder, else one line and False: a typo, an empty
+    string or a folder one level too deep would quietly replay generated data. Nothing named:
+    the search (``../shared/data``, ``./data``), then the generator, which says so."""
+    from workload.traces.datadir import DataDirError, check_named_data_dir
+    try:
+        check_named_data_dir(getattr(args, "data_dir", None), option="--data-dir")
+    except DataDirError as exc:
+        print(f"streamplace {command}: {exc}", file=sys.stderr)
         return False
     return True
 
@@ -303,6 +308,8 @@ def cmd_simulate(args) -> int:
     if args.model and args.policy != "ldwp":  # it would be ignored: say so rather than run
         print(f"streamplace simulate: --model is read by --policy ldwp only, not "
               f"--policy {args.policy}", file=sys.stderr)
+        return 2
+    if not _data_dir_ok(args, "simulate"):   # $STREAMPLACE_DATA_DIR: Gavel's co-location data
         return 2
     available = len(paper_cluster().nodes)
     if args.nodes > available:
@@ -331,8 +338,13 @@ def cmd_simulate(args) -> int:
         print(f"streamplace: {exc}", file=sys.stderr)
         return 2
     from simulator import SimulationConfig
+    from workload.traces.datadir import DataNotFound, TraceFormatError, describe_data_error
     config = SimulationConfig(max_dispatched_per_node=args.manager_queue)
-    result = Simulator(costs, config).run(policy, scheduler, cluster, tasks, seed=args.seed)
+    try:   # the run reads Gavel's co-location table from the data folder
+        result = Simulator(costs, config).run(policy, scheduler, cluster, tasks, seed=args.seed)
+    except (TraceFormatError, DataNotFound, OSError) as exc:
+        print(f"streamplace simulate: {describe_data_error(exc)}", file=sys.stderr)
+        return 2
     metrics = result.metrics.as_dict()
     if args.json:   # strict JSON: a metric with no value (no task completed) is null
         print(json.dumps(_finite_or_null(metrics), indent=2, allow_nan=False))
@@ -639,10 +651,15 @@ def main(argv: list[str] | None = None) -> int:
     from streamplace.config import ConfigError
     from streamplace.processes import LaunchError
     from workload.cluster_spec import SpecError
+    from workload.traces.datadir import (DataDirError, DataNotFound, TraceFormatError,
+                                         describe_data_error)
     try:
         return int(args.func(args) or 0)
     except (ConfigError, LaunchError, SpecError) as exc:
         print(f"streamplace: {exc}", file=sys.stderr)
+        return 2
+    except (TraceFormatError, DataNotFound, DataDirError) as exc:  # a data file: say which
+        print(f"streamplace: {describe_data_error(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader left (``| head``): stop quietly; stdout goes to /dev/null so that the

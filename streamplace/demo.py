@@ -5,8 +5,9 @@ On a laptop-class machine, no GPU, no Docker:
 1. fetches the jars, starts the Kafka broker, the 3-TaskManager cluster and the placement
    service (whatever is not already running);
 2. replays a real trace through Kafka: the Alibaba GenAI requests from the data folder,
-   time-compressed (``streamplace.replay``); the built-in generator when the data is absent,
-   saying so;
+   time-compressed (``streamplace.replay``); the built-in generator when the data is
+   absent, saying so. The trace is read (and a named data folder checked) before step 1: a bad
+   folder or trace file is one line and exit 2, with nothing started;
 3. runs the job twice on the same replay, with progress bars: once with Flink's default
    placement (unpinned IAWP executor instances fed round-robin, where Flink's slot allocation
    puts them), once with the hook (the LDWP router and one pinned IAWP executor per TaskManager,
@@ -21,6 +22,7 @@ Each run uses its own topics, so re-running works and never mixes runs.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections import Counter
@@ -219,9 +221,19 @@ def run_demo(config: StreamplaceConfig, tasks: int | None = None, quick: bool = 
              data_dir: str | None = None) -> int:
     from placement.service import PlacementService, ServiceSettings
     from streamplace.replay import trace_events
+    from workload.traces.datadir import DataDirError, check_named_data_dir, describe_data_error
 
     tasks = tasks or (240 if quick else 1200)
     rate = rate or 45.0
+    # The workload first: a bad data folder or trace file costs nothing, no service is started.
+    print("[0/6] workload (read before anything is started)", flush=True)
+    try:
+        check_named_data_dir(data_dir, option="--data-dir")
+        events, where = trace_events(trace, data_dir, tasks, rate)
+    except (DataDirError, ValueError, OSError) as exc:
+        print(f"streamplace demo: {describe_data_error(exc)}", file=sys.stderr)
+        return 2
+    print(f"      {where}")
     broker, cluster = KafkaBroker(config), FlinkCluster(config)
     started: list = []
     wall = time.monotonic()
@@ -249,8 +261,6 @@ def run_demo(config: StreamplaceConfig, tasks: int | None = None, quick: bool = 
         service.start()
         started.append(service)
         print(f"      {service.url} (models in {config.home / 'models'})")
-        events, where = trace_events(trace, data_dir, tasks, rate)
-        print(f"      workload: {where}")
         rows = []
         run_base = f"demo{int(time.time())}"
         for i, (label, settings) in enumerate(DEMO_VARIANTS):

@@ -61,6 +61,17 @@ _NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 _POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
                 "pod_phase", "creation_time", "deletion_time", "scheduled_time")
 
+# Upper bounds of the numeric columns, far above the real files' maxima (in brackets): a value
+# beyond them is a unit error or corruption, not a machine.
+#: CPU of a node or pod in milli-cores: 1,024 cores [128 cores].
+MAX_CPU_MILLI = 1_024_000
+#: Memory in MiB: 1 PiB [1 TiB node, 720 GiB pod].
+MAX_MEMORY_MIB = 2**30
+#: GPUs on one node or requested by one pod [8].
+MAX_GPUS = 64
+#: Pod times in seconds on the trace clock: ten years [149 days].
+MAX_POD_TIME_S = 10 * 365 * 86400
+
 
 def read_nodes(path: str | Path) -> NodeTable:
     """Read a node-list CSV of the v2023 format from an explicit path.
@@ -79,13 +90,14 @@ def read_nodes(path: str | Path) -> NodeTable:
         if name in seen:
             raise row.error(f"duplicate node name {name!r}")
         seen.add(name)
-        gpus = row.integer("gpu", min_value=0)
+        gpus = row.integer("gpu", min_value=0, max_value=MAX_GPUS)
         model = row.text("model", optional=True) or ""
         if (gpus > 0) != (model != ""):
             raise row.error(f"gpu count {gpus} does not match GPU model {model!r}")
-        nodes.append(NodeInventory(name=name, cpu_milli=row.integer("cpu_milli", min_value=0),
-                                   memory_mib=row.integer("memory_mib", min_value=0),
-                                   gpu_count=gpus, gpu_model=model))
+        nodes.append(NodeInventory(
+            name=name, cpu_milli=row.integer("cpu_milli", min_value=0, max_value=MAX_CPU_MILLI),
+            memory_mib=row.integer("memory_mib", min_value=0, max_value=MAX_MEMORY_MIB),
+            gpu_count=gpus, gpu_model=model))
     return NodeTable(tuple(nodes), source=str(path))
 
 
@@ -117,23 +129,28 @@ def read_pods(path: str | Path) -> PodTrace:
     """
     pods = []
     for row in read_csv(path, _POD_COLUMNS):
-        num_gpu = row.integer("num_gpu", min_value=0)
-        gpu_milli = row.integer("gpu_milli", min_value=0)
+        num_gpu = row.integer("num_gpu", min_value=0, max_value=MAX_GPUS)
+        # Parsed loosely here so that a share above one GPU gets its own message just below.
+        gpu_milli = row.integer("gpu_milli", min_value=0, max_value=MAX_CPU_MILLI)
         if gpu_milli > 1000:
             raise row.error(f"gpu_milli {gpu_milli} exceeds one GPU (1000)")
         if (num_gpu == 0) != (gpu_milli == 0):
             raise row.error(f"num_gpu {num_gpu} does not match gpu_milli {gpu_milli}")
-        created = row.integer("creation_time", min_value=0)
-        deleted = row.integer("deletion_time", optional=True)
-        scheduled = row.integer("scheduled_time", optional=True)
+        created = row.integer("creation_time", min_value=0, max_value=MAX_POD_TIME_S)
+        deleted = row.integer("deletion_time", optional=True, min_value=0,
+                              max_value=MAX_POD_TIME_S)
+        scheduled = row.integer("scheduled_time", optional=True, min_value=0,
+                                max_value=MAX_POD_TIME_S)
         if deleted is not None and deleted < created:
             raise row.error(f"deletion_time {deleted} precedes creation_time {created}")
         if scheduled is not None and scheduled < created:
             raise row.error(f"scheduled_time {scheduled} precedes creation_time {created}")
         spec = row.text("gpu_spec", optional=True)
         pods.append(PodRecord(
-            name=row.text("name"), cpu_milli=row.integer("cpu_milli", min_value=0),
-            memory_mib=row.integer("memory_mib", min_value=0), num_gpu=num_gpu,
+            name=row.text("name"),
+            cpu_milli=row.integer("cpu_milli", min_value=0, max_value=MAX_CPU_MILLI),
+            memory_mib=row.integer("memory_mib", min_value=0, max_value=MAX_MEMORY_MIB),
+            num_gpu=num_gpu,
             gpu_milli=gpu_milli, gpu_spec=tuple(spec.split("|")) if spec else (),
             qos=row.text("qos"), phase=row.text("pod_phase"), creation_s=created,
             deletion_s=deleted, scheduled_s=scheduled,

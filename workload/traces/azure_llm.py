@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._parse import parse_timestamp, read_csv
+from ._parse import SpanCheck, parse_timestamp, read_csv
 from .datadir import DataSource, find_data_file, load_or_generate
 from .records import InferenceRequest, RequestTrace, trace_from_timestamps
 
@@ -39,17 +39,22 @@ AZURE_LLM = DataSource(
 #: ``kind`` -> file name.
 AZURE_FILES = {"code": "AzureLLMInferenceTrace_code.csv", "conv": "AzureLLMInferenceTrace_conv.csv"}
 _COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+#: Most tokens in one request's context or output: 10 million, 700x the real maximum (14,050
+#: context tokens; 1,899 generated) and beyond any model's context window.
+MAX_TOKENS = 10_000_000
 
 
 def _read_stamped(path: str | Path, kind: str) -> list:
-    return [
-        (parse_timestamp(row, "TIMESTAMP"), dict(
+    stamped, span = [], SpanCheck(path)
+    for row in read_csv(path, _COLUMNS):
+        stamp = parse_timestamp(row, "TIMESTAMP")
+        span.add(stamp, row.line)
+        stamped.append((stamp, dict(
             request_id=f"{kind}-{row.line}", kind=kind,
-            context_tokens=row.integer("ContextTokens", min_value=0),
-            generated_tokens=row.integer("GeneratedTokens", min_value=0),
-        ))
-        for row in read_csv(path, _COLUMNS)
-    ]
+            context_tokens=row.integer("ContextTokens", min_value=0, max_value=MAX_TOKENS),
+            generated_tokens=row.integer("GeneratedTokens", min_value=0, max_value=MAX_TOKENS),
+        )))
+    return stamped
 
 
 def read_azure_llm(path: str | Path, *, kind: str = "code") -> RequestTrace:
