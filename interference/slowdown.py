@@ -12,6 +12,14 @@ to given co-runners on a device type, with any completion model of ``interferenc
   observed while running (:meth:`InterferenceModel.observe`) is recorded in a spare row and
   column and learned with the completion model's ``online_update`` (plain SGD for the torch
   models, as the paper updates its NCF).
+- What it learns from (:meth:`InterferenceModel.observe`): a rate must be a real number (not a
+  bool or text), finite, > 0 and at most :data:`MAX_PLAUSIBLE_RATE`; anything else raises
+  :class:`ObservationRefused` and changes nothing (no row claimed, nothing learned). A rate
+  under :data:`FAR_BELOW` x the pair's current prediction (a stalled call, not interference)
+  is held aside until a second one for that pair confirms it: learned alone, it would stop
+  the pair from co-running for good, and then nothing would ever measure it again. A launch
+  that failed for lack of memory (:meth:`InterferenceModel.observe_out_of_memory`) is not a
+  timing and is learned at once.
 - ``slowdown = 1 / predicted normalised throughput`` (>= 1 when sharing costs throughput). The
   throughput is floored at ``min_throughput`` (default 0.05, slowdown <= 20) so a pair the model
   believes barely runs gives a large finite number. Several co-runners: the pairwise slowdowns
@@ -33,6 +41,8 @@ Example::
 from __future__ import annotations
 
 import math
+import numbers
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -41,11 +51,50 @@ from interference.ncf import COMPLETION_MODELS, CompletionModel, make_completion
 from interference.schedulers.mystic import cosine
 from interference.stdm import STDM
 
-__all__ = ["InterferenceModel", "GroundTruthLeak", "ground_truth_jobs", "cosine_priority",
-           "DEFAULT_GPU_TYPES"]
+__all__ = ["InterferenceModel", "GroundTruthLeak", "ObservationRefused", "ground_truth_jobs",
+           "cosine_priority", "check_rate", "DEFAULT_GPU_TYPES", "CANNOT_CORUN_RATE",
+           "MAX_PLAUSIBLE_RATE", "FAR_BELOW"]
 
 #: The GPU types Gavel measured (scale-1 jobs used).
 DEFAULT_GPU_TYPES = ("k80", "p100", "v100")
+#: What a pair that cannot co-run (a launch that ran out of memory) is learned as: the matrix
+#: holds rates, and 0 has none (``observe`` refuses it); 1e-3 is far under any measured pair
+#: (Gavel's lowest normalised throughput is about 0.09) and under ``min_throughput``.
+CANNOT_CORUN_RATE = 1e-3
+#: The largest co-run rate (alone time / co-run time) taken as a measurement: above 1 is the
+#: alone estimate's own noise (the simulator's measured rates reach about 1.6) and is learned as
+#: 1; ten times faster while sharing says the alone baseline is wrong, not that sharing helps.
+MAX_PLAUSIBLE_RATE = 10.0
+#: A rate under this share of the pair's current prediction is held aside until a second one
+#: confirms it (one stalled call at rate 2.8e-6 stopped a pair for good). The simulator's
+#: measured rates never came under 0.29 x the prediction (six 300-task runs), so on plausible
+#: data nothing is held and the results are those of the model without the guard.
+FAR_BELOW = 0.1
+
+
+class ObservationRefused(ValueError):
+    """A co-run observation the model did not learn from; nothing was changed. ``reason``: a
+    short key to count refusals by (``"rate"``, ``"no_spare_row"``)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def check_rate(rate) -> float:
+    """``rate`` as a float if it is a plausible measured co-run rate: a real number (a bool
+    or a text is not), finite, > 0 and at most :data:`MAX_PLAUSIBLE_RATE`; else
+    :class:`ObservationRefused` (reason ``"rate"``)."""
+    value = math.nan
+    if isinstance(rate, numbers.Real) and not isinstance(rate, (bool, np.bool_)):
+        try:
+            value = float(rate)
+        except (OverflowError, ValueError, TypeError):   # 10**400 has no float
+            value = math.nan
+    if not (math.isfinite(value) and 0.0 < value <= MAX_PLAUSIBLE_RATE):
+        raise ObservationRefused("rate", f"measured rate must be a number in (0, "
+                                         f"{MAX_PLAUSIBLE_RATE:g}], got {repr(rate)[:40]}")
+    return value
 
 
 class GroundTruthLeak(ValueError):
@@ -96,7 +145,8 @@ def _name(job) -> str:
 
 class _GpuMatrix:
     """One GPU type: row/column names (training jobs, then stages as they appear), the
-    completion model, and its completed matrix cached for fast lookups."""
+    completion model, its completed matrix cached for fast lookups, and the far-low rates held
+    aside per (row, column) cell until confirmed (at most one per cell: bounded)."""
 
     def __init__(self, names: list[str], spare: int, model: CompletionModel) -> None:
         self.names = list(names)
@@ -104,15 +154,27 @@ class _GpuMatrix:
         self.capacity = len(self.names) + spare
         self.model = model
         self.completed: np.ndarray | None = None
+        self.held: dict[tuple[int, int], float] = {}
 
-    def slot(self, name: str) -> int:
-        if name not in self.index:
-            if len(self.names) >= self.capacity:
-                raise RuntimeError(f"no spare row left for {name!r} (capacity {self.capacity}); "
-                                   "build the InterferenceModel with more spare_rows")
+    def claim(self, names: Sequence[str]) -> list[str]:
+        """Rows for every name in ``names`` (new ones appended in order); returns the names it
+        added. All or none: with too few spare rows left it refuses before claiming any."""
+        new = list(dict.fromkeys(n for n in names if n not in self.index))
+        if len(self.names) + len(new) > self.capacity:
+            raise ObservationRefused("no_spare_row", f"no spare row left for {new[0]!r} "
+                                     f"(capacity {self.capacity}); build the InterferenceModel "
+                                     "with more spare_rows")
+        for name in new:
             self.index[name] = len(self.names)
             self.names.append(name)
-        return self.index[name]
+        return new
+
+    def release(self, added: Sequence[str]) -> None:
+        """Give back the rows :meth:`claim` just added (a failed update learns nothing)."""
+        for name in reversed(added):
+            if self.names and self.names[-1] == name:
+                self.names.pop()
+                del self.index[name]
 
 
 class InterferenceModel:
@@ -144,6 +206,9 @@ class InterferenceModel:
         self.device_map = dict(device_map) if device_map is not None else {
             name: spec["interference_from"] for name, spec in cal.gpu_models.items()}
         self.gpus: dict[str, _GpuMatrix] = {}
+        #: far-low rates "held" aside, later "confirmed" (learned) or "dropped" (a plausible
+        #: rate of that pair came first)
+        self.outliers: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ training
     def fit_matrix(self, gpu_type: str, names: Sequence, matrix: np.ndarray,
@@ -202,20 +267,58 @@ class InterferenceModel:
     def observe(self, stage: str, partner: str, device_type: str, measured_rate: float,
                 partner_rate: float | None = None) -> None:
         """Learn from a measured co-run: ``stage`` ran at ``measured_rate`` x its alone rate next
-        to ``partner`` (``partner_rate``: the partner's, if measured). Rates are clipped to
-        [0, 1]; a pair that could not co-run has no rate (ValueError for rates <= 0)."""
+        to ``partner`` (``partner_rate``: the partner's, if measured). Rates above 1 are learned
+        as 1. Refused (:class:`ObservationRefused`, a ValueError; nothing changed): a rate that
+        :func:`check_rate` refuses (a pair that could not co-run has no rate: use
+        :meth:`observe_out_of_memory`), a new name with no spare row left. A rate far under the
+        pair's prediction is held until confirmed (module docstring). KeyError: no model serves
+        ``device_type``."""
         gpu = self.gpus[self.gpu_type(device_type)]
+        pairs = [(stage, partner, check_rate(measured_rate))]
+        if partner_rate is not None:
+            pairs.append((partner, stage, check_rate(partner_rate)))
+        self._learn(gpu, device_type, pairs, hold=True)
+
+    def observe_out_of_memory(self, stage: str, partner: str, device_type: str) -> None:
+        """``stage`` failed to launch next to ``partner`` for lack of GPU memory: learned at
+        once as :data:`CANNOT_CORUN_RATE` (a failure reported as such is no timing outlier)."""
+        self._learn(self.gpus[self.gpu_type(device_type)], device_type,
+                    [(stage, partner, CANNOT_CORUN_RATE)], hold=False)
+
+    def _learn(self, gpu: _GpuMatrix, device_type: str, pairs, hold: bool) -> None:
+        """One online update on the (row, column, checked rate) ``pairs``, far-low ones held."""
+        added = gpu.claim([_name(n) for row, col, _ in pairs for n in (row, col)])
         cells, values = [], []
-        for row, col, rate in ((stage, partner, measured_rate), (partner, stage, partner_rate)):
-            if rate is None:
-                continue
-            if not (math.isfinite(rate) and rate > 0):
-                raise ValueError(f"measured rate must be a positive number, got {rate!r}")
-            cells.append((gpu.slot(_name(row)), gpu.slot(_name(col))))
-            values.append(min(float(rate), 1.0))
-        rows, cols = zip(*cells)
-        gpu.model.online_update(list(rows), list(cols), values, steps=self.online_steps)
-        gpu.completed = gpu.model.complete()
+        held: dict[tuple[int, int], float] = {}
+        settled: dict[tuple[int, int], str] = {}   # held cell -> "confirmed" or "dropped"
+        try:
+            for row, col, rate in pairs:
+                cell = (gpu.index[_name(row)], gpu.index[_name(col)])
+                value = min(rate, 1.0)
+                if hold and value < FAR_BELOW * self.predict_throughput(row, col, device_type):
+                    if cell not in gpu.held:
+                        held[cell] = value   # alone it could lock the pair out: wait for another
+                        continue
+                    cells.append(cell)   # confirmed: the earlier one is learned too
+                    values.append(gpu.held[cell])
+                    settled[cell] = "confirmed"
+                elif cell in gpu.held:   # a plausible rate (or a failed launch) came first
+                    settled[cell] = "dropped"
+                cells.append(cell)
+                values.append(value)
+            if cells:
+                rows, cols = zip(*cells)
+                gpu.model.online_update(list(rows), list(cols), values, steps=self.online_steps)
+                gpu.completed = gpu.model.complete()
+        except BaseException:
+            gpu.release(added)   # rows of a refused update stay free (its model restored itself)
+            raise
+        for cell, outcome in settled.items():
+            del gpu.held[cell]
+            self.outliers[outcome] += 1
+        gpu.held.update(held)
+        if held:
+            self.outliers["held"] += len(held)
 
     # ------------------------------------------------------------------ prediction
     def predict_throughput(self, stage: str, partner: str, device_type: str) -> float:

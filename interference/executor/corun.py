@@ -12,6 +12,15 @@
   with one partner type to the node scheduler (``observe_corun``): how IAWP's slowdown model
   learns online.
 
+Nothing non-finite or implausible is learned from (refused, counted in ``refused`` per reason,
+no other effect): a call time that is not a number, not finite, <= 0 or outside 100 ns .. 1 h
+(:func:`~interference.executor.batch_sizer.check_ms`); a co-run rate that is not a finite number
+> 0, or outside [:data:`MIN_CORUN_RATE`, :data:`MAX_CORUN_RATE`] against a measured baseline. A
+rate of 0 reaches the scheduler only from :meth:`CoRunLearner.out_of_memory` (a CUDA
+out-of-memory error the executor caught): never from a number that happens to be 0 or below.
+Alone baselines are medians of the recent samples, so one stalled alone call cannot move them;
+per-name tables keep at most :data:`~interference.executor.batch_sizer.MAX_KEYS` keys.
+
 Example::
 
     >>> from workload.model import ComputingUnit, Stage
@@ -31,22 +40,35 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import numbers
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
+from interference.executor.batch_sizer import MAX_KEYS, Lru, RunningMedian, check_ms, \
+    check_number
 from workload.model import ComputingUnit, Stage
 
-__all__ = ["MIN_OVERLAP_FRACTION", "CoRun", "CoRunTracker", "AloneBaseline", "CostBaseline",
-           "CoRunLearner"]
+__all__ = ["MIN_OVERLAP_FRACTION", "MIN_CORUN_RATE", "MAX_CORUN_RATE", "BASELINE_WINDOW",
+           "CoRun", "CoRunTracker", "AloneBaseline", "CostBaseline", "CoRunLearner"]
 
 log = logging.getLogger(__name__)
 
 #: A stage type counts as a co-runner of a stage when they overlapped for at least this share
 #: of the stage's elapsed time: a partner that only brushed its start or end did not slow it.
 MIN_OVERLAP_FRACTION = 0.25
+#: The slowest co-run rate (alone / co-run time) believed against a measured baseline: 100 times
+#: slower next to ONE partner type is a stall (a preempted or suspended host, a GC pause), not
+#: interference; believed, it would mark a pair as unable to co-run. 0 is the OOM path's.
+MIN_CORUN_RATE = 0.01
+#: The fastest believed: a co-run measured more than twice as fast as alone says the baseline or
+#: the clock is wrong. Rates in (1, 2] are timing noise and reach the scheduler as 1.
+MAX_CORUN_RATE = 2.0
+#: Alone samples per (stage, unit kind) the baseline's median ratio is over.
+BASELINE_WINDOW = 20
 
 
 @dataclass
@@ -133,12 +155,18 @@ class AloneBaseline(Protocol):
 
 class CostBaseline:
     """Alone times from a cost model (``costs.cpu_ms`` / ``gpu_ms``, times ``repeats``), scaled
-    by the mean measured-alone / estimate ratio of each (stage, unit kind)."""
+    by the median measured-alone / estimate ratio of each (stage, unit kind) over its last
+    ``window`` samples (a median: one hour-long alone call among 10 ms ones does not move it;
+    a mean over all samples, before, moved it by orders of magnitude). ``refused``: alone
+    times refused, per reason."""
 
-    def __init__(self, costs, repeats: int = 1) -> None:
+    def __init__(self, costs, repeats: int = 1, window: int = BASELINE_WINDOW) -> None:
         self.costs = costs
         self.repeats = repeats
-        self._ratio: dict[tuple[str, str], list[float]] = {}  # (stage, kind) -> [sum, n, seen]
+        self.window = window
+        self.refused: Counter[str] = Counter()
+        self._ratio: Lru = Lru(MAX_KEYS)  # (stage, kind) -> RunningMedian of alone / estimate
+        self._seen: Lru = Lru(MAX_KEYS)   # (stage, kind) whose first run was skipped
 
     def estimate_ms(self, stage: str, input_size: int, unit: ComputingUnit) -> float:
         """The cost model's alone time on this kind of unit, times the work multiplier."""
@@ -153,18 +181,36 @@ class CostBaseline:
         return max(float(estimate), 1e-3) * self.repeats
 
     def alone_ms(self, stage: Stage, unit: ComputingUnit) -> float:
-        total, n, _ = self._ratio.get((stage.stage, unit.kind), (0.0, 0, 0))
-        return self.estimate_ms(stage.stage, stage.input_size, unit) * (total / n if n else 1.0)
+        ratio = self._ratio.get((stage.stage, unit.kind))
+        scale = ratio.value if ratio is not None and ratio.count else 1.0
+        return self.estimate_ms(stage.stage, stage.input_size, unit) * scale
 
     def measured(self, stage: Stage, unit: ComputingUnit) -> bool:
-        return bool(self._ratio.get((stage.stage, unit.kind), (0, 0, 0))[1])
+        ratio = self._ratio.get((stage.stage, unit.kind))
+        return ratio is not None and ratio.count > 0
 
     def add_alone(self, stage: Stage, unit: ComputingUnit, elapsed_ms: float) -> None:
-        stats = self._ratio.setdefault((stage.stage, unit.kind), [0.0, 0, 0])
-        stats[2] += 1
-        if stats[2] > 1:  # the first run of a stage pays one-off costs (lazy init, caches)
-            stats[0] += elapsed_ms / self.estimate_ms(stage.stage, stage.input_size, unit)
-            stats[1] += 1
+        number, why = check_ms(elapsed_ms)
+        ratio = None
+        if why is None:
+            ratio, why = check_number(number / self.estimate_ms(stage.stage, stage.input_size,
+                                                                unit))
+        if why is not None:  # refused before the first-run skip is spent
+            self.refused[why] += 1
+            return
+        key = (stage.stage, unit.kind)
+        if key not in self._seen:  # the first run of a stage pays one-off costs (lazy init)
+            self._seen.touch(key, lambda: True)
+            return
+        self._ratio.touch(key, lambda: RunningMedian(self.window)).add(ratio)
+
+
+def check_time(value) -> tuple[float | None, str | None]:
+    """A clock reading as a finite float, or ``(None, reason)`` (see check_number)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None, "non-numeric"
+    number = float(value) if -1e300 < value < 1e300 else math.inf  # also NaN and huge ints
+    return (number, None) if math.isfinite(number) else (None, "non-finite")
 
 
 class CoRunLearner:
@@ -173,7 +219,8 @@ class CoRunLearner:
     ``baseline``: an :class:`AloneBaseline`; ``scheduler``: the node scheduler whose
     ``observe_corun`` learns (None: learn nothing there); ``warn(key, message)``: how a failing
     scheduler is reported (once per key). :meth:`learn` runs on the dispatcher thread;
-    :meth:`slowdowns` may be read from any thread.
+    :meth:`slowdowns` and :meth:`refused_counts` (what was not learned from, per reason; see
+    the module doc) may be read from any thread.
     """
 
     def __init__(self, baseline: AloneBaseline, scheduler=None,
@@ -183,45 +230,83 @@ class CoRunLearner:
         self.tracker = CoRunTracker()
         self._warn = warn or (lambda key, message: log.warning("%s", message))
         self._lock = threading.Lock()
-        self._learned: dict[tuple[str, tuple[str, ...], str], list[float]] = {}
+        self._learned: Lru = Lru(MAX_KEYS)  # (stage, partners, kind) -> [sum, n]
+        self.refused: Counter[str] = Counter()
+
+    def _refuse(self, why: str) -> None:
+        with self._lock:
+            self.refused[why] += 1
+
+    def refused_counts(self) -> dict[str, int]:
+        """A copy of ``refused`` (reason -> calls or rates refused), for feedback / metrics."""
+        with self._lock:
+            return dict(self.refused)
 
     def learn(self, stage: Stage, unit: ComputingUnit, start: float, end: float,
               run: CoRun) -> None:
         """A call of ``stage`` ran from ``start`` to ``end`` (perf_counter s) on ``unit``."""
-        elapsed_ms = (end - start) * 1000.0
-        if elapsed_ms <= 0:
+        (start, why_start), (end, why_end) = check_time(start), check_time(end)
+        why = why_start or why_end
+        elapsed_ms = None
+        if why is None:
+            elapsed_ms, why = check_ms((end - start) * 1000.0)
+        if why is not None:
+            self._refuse(f"elapsed-{why}")
             return
         if not run.node:  # ran with nothing else on the node: an alone sample
             self.baseline.add_alone(stage, unit, elapsed_ms)
             return
-        floor = MIN_OVERLAP_FRACTION * (end - start)
+        floor = MIN_OVERLAP_FRACTION * elapsed_ms / 1000.0
         partners = tuple(sorted(t for t, s in run.node.items() if s >= floor))
         if not partners:
             return  # overlapped, but too little to call it a co-run or alone
-        rate = self.baseline.alone_ms(stage, unit) / elapsed_ms
+        measured = self.baseline.measured(stage, unit)
+        # Against an estimate (not measured) a rate is only reported, never learned by the
+        # scheduler, and its size says more about the estimate than the co-run: only a
+        # non-number is refused there; against a measured baseline, the plausible range too.
+        rate, why = check_number(self.baseline.alone_ms(stage, unit) / elapsed_ms)
+        if why is None and measured and not MIN_CORUN_RATE <= rate <= MAX_CORUN_RATE:
+            why = "implausible"
+        if why is not None:
+            self._refuse(f"rate-{why}")
+            return
         with self._lock:
-            stats = self._learned.setdefault((stage.stage, partners, unit.kind), [0.0, 0])
+            stats = self._learned.touch((stage.stage, partners, unit.kind), lambda: [0.0, 0])
             stats[0] += rate
             stats[1] += 1
-        if unit.kind == "gpu" and self.baseline.measured(stage, unit):
+        if unit.kind == "gpu" and measured:
             # The scheduler learns from measured baselines only: estimates (the cost model's
             # K80-relative guesses, a user stage's neutral prior) are far from a GPU's real speed.
             same_gpu = [t for t, s in run.unit.items() if s >= floor]
             if len(same_gpu) == 1:
-                self.observe(stage.stage, same_gpu[0], unit.model, rate)
+                self._send(stage.stage, same_gpu[0], unit.model, min(1.0, rate))
 
     def out_of_memory(self, stage: str, unit: ComputingUnit, run: CoRun | None) -> None:
         """A call ran out of GPU memory: next to exactly one partner type, that pair cannot
-        co-run (rate 0)."""
+        co-run (rate 0). The one way a 0 reaches the scheduler: the executor calls this only
+        for an error it identified as a CUDA out-of-memory."""
         partners = set(run.unit) if run is not None else set()
         if len(partners) == 1:
-            self.observe(stage, partners.pop(), unit.model, 0.0)
+            self._send(stage, partners.pop(), unit.model, 0.0)
 
     def observe(self, stage: str, partner: str, gpu_model: str, rate: float) -> None:
+        """A measured co-run ``rate`` (alone / co-run time) of ``stage`` next to ``partner``
+        for the scheduler: refused and counted unless a finite number in [MIN_CORUN_RATE,
+        MAX_CORUN_RATE] (0 or below is not an OOM: that is :meth:`out_of_memory`); above 1
+        sent as 1."""
+        number, why = check_number(rate)
+        if why is None and not MIN_CORUN_RATE <= number <= MAX_CORUN_RATE:
+            why = "implausible"
+        if why is not None:
+            self._refuse(f"rate-{why}")
+            return
+        self._send(stage, partner, gpu_model, min(1.0, number))
+
+    def _send(self, stage: str, partner: str, gpu_model: str, rate: float) -> None:
         if self.scheduler is None:
             return
         try:
-            self.scheduler.observe_corun(stage, partner, gpu_model, min(1.0, max(0.0, rate)))
+            self.scheduler.observe_corun(stage, partner, gpu_model, rate)
         except Exception as exc:  # noqa: BLE001 - learning is best effort, running is not
             self._warn(f"observe:{type(exc).__name__}",
                        f"scheduler {self.scheduler!r} could not learn a co-run ({exc})")

@@ -7,7 +7,7 @@ video-analytics stages; a user's stage names would raise ``KeyError`` there.
 :class:`MeasuredStageCosts` answers the same questions from what this executor measured (per
 stage and batch, on this node; the router's per-task costs are ``placement.measured_costs``):
 
-- per (stage, unit kind, batch size): the running mean time of a call that ran alone on the node
+- per (stage, unit kind, batch size): the median time of the recent calls that ran alone on the node
   (the first alone call of each stage and kind is skipped: it pays one-off costs such as lazy
   initialisation), else of any call (co-runs included), else the affine fit across batch sizes
   (:class:`~interference.executor.batch_sizer.LatencyTable`);
@@ -22,6 +22,15 @@ stage and batch, on this node; the router's per-task costs are ``placement.measu
 - no GPU profile (user stages have no profiled GPU metrics: IAWP's cosine rule then sees no
   interference; its slowdown rule learns from measured co-runs instead) and no GPU memory
   estimate (0 MB: IAWP's threshold on the GPU's measured memory use still applies).
+
+Timings are checked before any table is touched: not a real number (None, strings, bools), not
+finite (NaN, inf, an int past a float's range), <= 0, outside 100 ns .. 1 h
+(:func:`~interference.executor.batch_sizer.check_ms`), a bad batch size or a stage this operator
+does not have: refused, counted in ``refused`` per reason, nothing else changes (the first alone
+call of a kind is skipped only when it was a good one). The per-size estimate is the median of
+its last ``window`` samples, so one extreme but believable sample (a 200 ms stall among 2 ms
+calls) moves no speed-up and no placement; every estimate is then > 0, so the speed-up is
+always defined.
 
 It is also the co-run learner's alone baseline (:class:`~interference.executor.corun
 .AloneBaseline`). Used on the dispatcher thread only.
@@ -43,13 +52,19 @@ Example::
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from typing import Mapping
 
-from interference.executor.batch_sizer import LatencyTable
+from interference.executor.batch_sizer import LatencyTable, check_ms, check_size, median
 from workload.estimates import StageCost
 from workload.model import ComputingUnit, Stage
 
-__all__ = ["MeasuredStageCosts"]
+__all__ = ["MeasuredStageCosts", "ROBUST_SAMPLES"]
+
+#: Alone samples of a size before their own median is its estimate: a median of three is the
+#: fewest that one extreme sample cannot move.
+ROBUST_SAMPLES = 3
 
 
 class MeasuredStageCosts:
@@ -58,7 +73,8 @@ class MeasuredStageCosts:
     ``devices``: stage name -> its device ("cpu", "gpu", "any"); ``default_ms``: a call's time
     before anything was measured; ``gpu_speedup_prior``: the assumed speed-up of "gpu" stages
     until measured on both kinds; ``repeats``: the work multiplier's repeats (scales the
-    default); ``window``: running-mean window.
+    default); ``window``: samples per size the median is over. ``refused``: timings refused,
+    per reason (see the module doc).
     """
 
     def __init__(self, devices: Mapping[str, str], default_ms: float = 1.0,
@@ -66,6 +82,11 @@ class MeasuredStageCosts:
         self.devices = dict(devices)
         self.default_ms = float(default_ms) * repeats
         self.gpu_speedup_prior = float(gpu_speedup_prior)
+        for name, value in (("default_ms", self.default_ms),
+                            ("gpu_speedup_prior", self.gpu_speedup_prior)):
+            if not (math.isfinite(value) and value > 0):  # a divisor of every speed-up
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        self.refused: Counter[str] = Counter()
         self.alone = LatencyTable(window)
         self.any_run = LatencyTable(window)
         self._skipped: set[tuple[str, str]] = set()
@@ -86,7 +107,20 @@ class MeasuredStageCosts:
 
     def add_run(self, stage: str, kind: str, batch_size: int, ms: float) -> None:
         """A call of ``batch_size`` inputs took ``ms`` (co-runners or not)."""
-        self.any_run.add((stage, kind), batch_size, ms)
+        number = self._check(stage, batch_size, ms)
+        if number is not None:
+            self.any_run.add((stage, kind), batch_size, number)
+
+    def _check(self, stage: str, batch_size, ms) -> float | None:
+        """``ms`` as a float, or None: refused and counted (see the module doc)."""
+        number, why = check_ms(ms)
+        if why is None and not check_size(batch_size):
+            why = "bad-size"
+        if why is None and stage not in self.devices:  # could never be asked: only memory
+            why = "unknown-stage"
+        if why is not None:
+            self.refused[why] += 1
+        return number if why is None else None
 
     def prior(self, stage: str) -> float:
         """The assumed GPU-over-CPU speed-up of ``stage`` until it is measured."""
@@ -105,6 +139,12 @@ class MeasuredStageCosts:
         return other / self.prior(stage) if kind == "gpu" else other * self.prior(stage)
 
     def _measured(self, stage: str, kind: str, n: int) -> float | None:
+        alone = self.alone.samples((stage, kind), n)
+        if 0 < len(alone) < ROBUST_SAMPLES:
+            # One or two alone samples are no median yet: one stalled call would be the
+            # estimate. Pooled with the same size's other calls (the executor adds every
+            # call there too), one sample among several cannot move it.
+            return median(alone + self.any_run.samples((stage, kind), n))
         estimate = self.alone.estimate((stage, kind), n)
         return estimate if estimate is not None else self.any_run.estimate((stage, kind), n)
 
@@ -119,7 +159,10 @@ class MeasuredStageCosts:
             raise KeyError(f"no calibration for stage {stage!r}")
         speedup = None
         if self.devices[stage] != "cpu":
-            speedup = self.batch_ms(stage, "cpu", 1) / self.batch_ms(stage, "gpu", 1)
+            gpu = self.batch_ms(stage, "gpu", 1)
+            # Estimates are > 0 by construction (checked samples, a positive default); the
+            # guard keeps a future path to 0 from raising in every scheduling pass.
+            speedup = self.batch_ms(stage, "cpu", 1) / gpu if gpu > 0 else self.prior(stage)
         return StageCost(stage, 0.0, 0.0, speedup, None, None)
 
     def cpu_ms(self, stage: str, input_size: int, cpu_speed: float = 1.0) -> float:
@@ -149,11 +192,15 @@ class MeasuredStageCosts:
         return bool(self.alone.measured((stage.stage, unit.kind)))
 
     def add_alone(self, stage: Stage, unit: ComputingUnit, elapsed_ms: float) -> None:
+        size = self._size_of(stage)
+        number = self._check(stage.stage, size, elapsed_ms)
+        if number is None:  # refused before the skip is spent: nothing half-written
+            return
         key = (stage.stage, unit.kind)
         if key not in self._skipped:  # the first alone call pays one-off costs (lazy init)
             self._skipped.add(key)
             return
-        self.alone.add(key, self._size_of(stage), elapsed_ms)
+        self.alone.add(key, size, number)
 
     def _size_of(self, stage: Stage) -> int:
         entry = self._batches.get(stage.task_id)

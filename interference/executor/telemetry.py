@@ -37,6 +37,15 @@ Power (:mod:`interference.executor.power`; issue 17): each sample also carries
   the executor names its units) its reading, else its calibration model's ``busy_w``; ``cpu``
   one busy core's ``busy_w``.
 
+GPU utilisation and memory readings fail closed: a reading that is not a real number, not
+finite, negative, above 100 % / above the GPU's memory, or that raised anything but
+``NVMLError`` (or, for memory, raised at all) reads as a busy / full GPU (1.0), never as an
+empty one (IAWP would place work on it); each is counted in
+:attr:`NodeTelemetry.readings_refused` per ``"util:<reason>"`` / ``"memory:<reason>"``, the
+last in :attr:`NodeTelemetry.reading_error`. An ``NVMLError`` from the utilisation counter
+keeps 0.0 as before (a MIG instance has none; IAWP reads only memory) and is counted too.
+Any exception from the power reading is a refused power reading.
+
 Without a GPU or NVML library the GPU numbers are 0.0 and ``gpus`` is empty (``nvmlInit``
 raises ``NVMLError_LibraryNotFound``, a subclass of ``pynvml.NVMLError``, which is caught).
 Samples are cached for ``min_interval_s`` (0.5 s), so calling :meth:`NodeTelemetry.sample` on
@@ -55,9 +64,11 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 
 import psutil
@@ -67,6 +78,7 @@ from interference.executor.devices import cpu_count, gpu_model_key
 from interference.executor.host_stats import HostCounters, HostStats
 
 __all__ = ["NodeTelemetry", "feedback_numbers", "visible_gpu_selectors", "host_utilisation",
+           "read_gpu_util", "read_gpu_memory",
            "MAX_LINK_BYTES_PER_S", "SOURCE_CGROUP", "SOURCE_PROCESS", "FEEDBACK_KEYS"]
 
 log = logging.getLogger(__name__)
@@ -138,6 +150,57 @@ def visible_gpu_selectors(environ=None) -> list[str] | None:
     return selectors
 
 
+def _bad_reading(value, high: float) -> str | None:
+    """Why an NVML number is not a reading in [0, ``high``], or None when it is one."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return "non-numeric"
+    try:
+        number = float(value)
+    except OverflowError:  # an int past a float's range
+        return "non-finite"
+    except (TypeError, ValueError):
+        return "non-numeric"
+    if not math.isfinite(number):
+        return "non-finite"
+    if number < 0:
+        return "negative"
+    return "implausible" if number > high else None
+
+
+def read_gpu_util(nvml, handle) -> tuple[float, str | None]:
+    """``(utilisation in [0, 1], None)``, or ``(value, why)`` for a refused reading: 0.0 for
+    an ``NVMLError`` (a MIG instance has no utilisation counter), else 1.0 (fail closed: a
+    broken reading reads busy, never idle)."""
+    try:
+        percent = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
+    except nvml.NVMLError as exc:
+        return 0.0, f"NVMLError: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a broken binding: busy, not idle
+        return 1.0, f"{type(exc).__name__}: {exc}"
+    why = _bad_reading(percent, 100.0)
+    return (1.0, why) if why is not None else (float(percent) / 100.0, None)
+
+
+def read_gpu_memory(nvml, handle) -> tuple[dict, str | None]:
+    """``({"mem_util", "mem_used_mb", "mem_total_mb"}, None)``, or for a refused reading
+    (anything raised, a non-number, total <= 0, used outside [0, total]) ``mem_util`` 1.0 and
+    used = total (fail closed: a full GPU gets no work) with why."""
+    try:
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        used, total = memory.used, memory.total
+    except Exception as exc:  # noqa: BLE001 - NVMLError (a lost GPU) or a broken binding
+        return {"mem_util": 1.0}, f"{type(exc).__name__}: {exc}"
+    why = _bad_reading(total, math.inf) or ("zero-total" if total == 0 else None)
+    if why is not None:
+        return {"mem_util": 1.0}, why
+    total_mb = float(total) / 2**20
+    why = _bad_reading(used, float(total))
+    if why is not None:
+        return {"mem_util": 1.0, "mem_used_mb": total_mb, "mem_total_mb": total_mb}, why
+    return {"mem_util": float(used) / float(total), "mem_used_mb": float(used) / 2**20,
+            "mem_total_mb": total_mb}, None
+
+
 def _clip(value: float) -> float:
     value = float(value)
     return min(1.0, max(0.0, value)) if math.isfinite(value) else 0.0
@@ -188,6 +251,11 @@ class NodeTelemetry:
         """GPU power readings refused (NVMLError, not finite, out of range) since start."""
         self.power_error: str | None = None
         """Why the last refused GPU power reading was refused."""
+        self.readings_refused: Counter[str] = Counter()
+        """GPU utilisation / memory readings refused (read as busy / full), per
+        ``"util:<reason>"`` / ``"memory:<reason>"``, since start."""
+        self.reading_error: str | None = None
+        """Why the last refused utilisation / memory reading was refused."""
         self._init_nvml()
 
     # ------------------------------------------------------------------ NVML
@@ -244,23 +312,26 @@ class NodeTelemetry:
         for index, uuid, handle in self._handles:
             row = {"index": index, "uuid": uuid, "util": 0.0, "mem_util": 0.0,
                    "mem_used_mb": 0.0, "mem_total_mb": 0.0, "power_w": None}
-            row["power_w"], why = power.read_gpu_power_w(nvml, handle)
+            try:
+                row["power_w"], why = power.read_gpu_power_w(nvml, handle)
+            except Exception as exc:  # noqa: BLE001 - a broken binding must not stop sampling
+                why = f"{type(exc).__name__}: {exc}"
             if why is not None:  # refused: counted, never published
                 self.power_ignored += 1
                 self.power_error = f"GPU {index}: {why}"
-            try:
-                row["util"] = _clip(nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0)
-            except nvml.NVMLError:  # e.g. a MIG instance has no utilisation counter
-                pass
-            try:
-                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-                row["mem_used_mb"] = memory.used / 2**20
-                row["mem_total_mb"] = memory.total / 2**20
-                row["mem_util"] = _clip(memory.used / memory.total) if memory.total else 0.0
-            except nvml.NVMLError:
-                pass
+            row["util"], why = read_gpu_util(nvml, handle)
+            if why is not None:
+                self._refuse(index, "util", why)
+            memory, why = read_gpu_memory(nvml, handle)
+            if why is not None:
+                self._refuse(index, "memory", why)
+            row.update(memory)
             out.append(row)
         return out
+
+    def _refuse(self, index: int, what: str, why: str) -> None:
+        self.readings_refused[f"{what}:{why.split(':')[0]}"] += 1
+        self.reading_error = f"GPU {index} {what}: {why}"
 
     # ------------------------------------------------------------------ sampling
     def sample(self) -> dict:

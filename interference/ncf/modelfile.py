@@ -20,10 +20,16 @@ the wrong type, or unknown or missing), arrays missing from or extra to the netw
 and shape describe, shapes that differ from it, observed values outside the model's range, a
 prior that is not the one the settings describe, and a model whose completion is not finite.
 The network's shape is worked out on torch's ``meta`` device first, so hostile settings (a
-hidden layer of a billion units) allocate nothing. The loaded model's ``complete()`` is
-bit-identical to the saved one's (the same float32 weights on the same code), and its
-``online_update`` takes the same steps (the paper NCF's prior target is recomputed from its
-restored MF prior exactly as ``fit`` computes it).
+hidden layer of a billion units) allocate nothing, and a fitted shape whose completion would
+hold more than :data:`MAX_COMPLETION_FLOATS` values at the network's widest layer is refused
+before anything is computed over it. What is finite but implausible is refused too (a
+learned model must not publish it): observed values outside the model's range (its ``clip``
+for matrix factorisation) or :data:`MAX_ABS_VALUE`, a ``clip`` beyond it, weights beyond
+:data:`MAX_ABS_WEIGHT`, MF's global mean outside its range, a paper NCF's lambda that its
+settings did not give it, and a model that cannot take one online step (tried on a copy).
+The loaded model's ``complete()`` is bit-identical to the saved one's (the same float32
+weights on the same code), and its ``online_update`` takes the same steps (the paper NCF's
+prior target is recomputed from its restored MF prior exactly as ``fit`` computes it).
 
 :func:`save_completion_model` parses the bytes back before writing them: a file it writes is a
 file it can read. The digest is not a signature (see :mod:`workload.arrayfile`).
@@ -43,6 +49,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import MISSING, asdict, fields
 from pathlib import Path
@@ -58,7 +65,8 @@ from workload.arrayfile import ArrayFileError, read_arrays, read_bounded, write_
 __all__ = ["save_completion_model", "load_completion_model", "parse_completion_model",
            "CompletionModelFileError", "MAGIC", "FORMAT_VERSION", "MAX_FILE_BYTES",
            "MAX_HEADER_BYTES", "MAX_MATRIX_SIDE", "MAX_SETTING_INT", "MAX_SETTING_ITEMS",
-           "MAX_TEXT_CHARS", "MAX_ONLINE_STEPS", "SETTING_BOUNDS"]
+           "MAX_TEXT_CHARS", "MAX_ONLINE_STEPS", "SETTING_BOUNDS", "MAX_COMPLETION_FLOATS",
+           "MAX_ABS_VALUE", "MAX_ABS_WEIGHT"]
 
 MAGIC = b"SPNCFM01"
 FORMAT_VERSION = 1
@@ -80,14 +88,30 @@ MAX_TEXT_CHARS = 200
 #: most SGD steps one ``online_update`` may take (the shipped models take 50): a file must not
 #: make every update after loading run for hours
 MAX_ONLINE_STEPS = 100_000
+#: most values one layer of the network may hold when it runs over every entry of the fitted
+#: matrix at once: rows x columns x the widest layer (what ``complete()`` does, and every online
+#: step of the paper NCF's prior term, forward and backward). 2^24 float32 is 64 MiB: a paper
+#: NCF (widest layer 128) of up to 131,072 entries (362 x 362, or an STDM of 11,900 rows),
+#: MF (5 factors) up to 3.3 million. The shipped matrices are 26 x 26, 58 x 58 with the online
+#: spare rows. Before this bound a 4 MiB file of a 600 x 600 paper NCF took 400 MiB to load.
+MAX_COMPLETION_FLOATS = 1 << 24
+#: largest magnitude of an observed value, a ``clip`` end, MF's global mean and a completed
+#: value: the models complete normalised throughputs and normalised STDMs, in [0, 1]; a model
+#: kept in raw units (``clip=None``) stays far below this
+MAX_ABS_VALUE = 1e6
+#: largest magnitude of a learned weight: the shipped models' are under 1 (L2-regularised
+#: training). A 3e38 one (finite) loaded, and every online update after it raised
+#: FloatingPointError; far above this a weight saturates a sigmoid or overflows a step.
+MAX_ABS_WEIGHT = 1e4
 #: [low, high] of the numeric settings whose constructors do not bound them (matrix
 #: factorisation and NeuMF check nothing): checked after the constructor, so its own message
 #: wins where it has one. Far beyond any tuned value; a negative ``init_std`` made torch raise
-#: RuntimeError, a 1e308 learning rate only failed at the first online_update.
+#: RuntimeError, a 1e308 learning rate only failed at the first online_update. ``clip``:
+#: (low, high) of a completion, within :data:`MAX_ABS_VALUE`.
 SETTING_BOUNDS = {"learning_rate": (1e-12, 1e3), "online_learning_rate": (1e-12, 1e3),
                   "l2": (0.0, 1e3), "init_std": (0.0, 100.0), "validation_share": (0.0, 0.9),
                   "prior_weight": (0.0, 1e6), "prior_weight_candidates": (0.0, 1e6),
-                  "online_steps": (0, MAX_ONLINE_STEPS)}
+                  "online_steps": (0, MAX_ONLINE_STEPS), "clip": (-MAX_ABS_VALUE, MAX_ABS_VALUE)}
 #: what rebuilding a model from checked settings may still raise (torch and numpy on values
 #: no check foresaw): refused as a CompletionModelFileError, never let out as it is
 _REBUILD_ERRORS = (TypeError, ValueError, RuntimeError, ArithmeticError, IndexError, KeyError,
@@ -208,14 +232,16 @@ def parse_completion_model(data: bytes, name: str = _KIND) -> tuple[CompletionMo
         unused = sorted(set(by_name) - used)
         if unused:
             _refuse(name, f"arrays {unused} belong to no part of the {model.name} model")
-        finite = bool(np.isfinite(model.complete()).all())
+        completion = model.complete()   # bounded: _import checked MAX_COMPLETION_FLOATS
+        if not np.isfinite(completion).all():
+            _refuse(name, f"the {model.name} model's completion is not finite: refused")
+        _check_plausible(model, completion, name)
+        _check_online_step(model, name)
     except CompletionModelFileError:
         raise
     except _REBUILD_ERRORS as exc:  # every check passed, yet the model cannot be rebuilt
         _refuse(name, f"the model cannot be rebuilt from the file: {type(exc).__name__}: "
                       f"{str(exc)[:200]}")
-    if not finite:
-        _refuse(name, f"the {model.name} model's completion is not finite: refused")
     return model, state["metadata"]
 
 
@@ -243,12 +269,19 @@ def _import(state, arrays: dict[str, np.ndarray], prefix: str, name: str, used: 
         _refuse(name, "the caller's metadata is not an object")
     model = _settings_model(cls, state["settings"], name)
     shape = _shape(state["shape"], name)
+    _check_work(model, shape, name)
     matrix, mask = _observed(state["observed"], shape, name)
     if isinstance(model, TorchCompletionModel):
         try:
             model._check_values(matrix[mask], "the file")
         except ValueError as exc:
             _refuse(name, str(exc))
+    low, high = _value_range(model)
+    observed = matrix[mask]
+    if observed.size and (observed.min() < low or observed.max() > high):
+        _refuse(name, f"the observed matrix holds values in [{observed.min():.3g}, "
+                      f"{observed.max():.3g}]; a {model.name} model with these settings holds "
+                      f"values in [{low:g}, {high:g}]")
     model._store(matrix, mask)
     if isinstance(model, PerJobMean):
         model._refresh()   # the means, computed from the exact float64 observations
@@ -299,12 +332,17 @@ def _paper_state(model: PaperNCF, state: dict, arrays, prefix: str, name: str,
     weight = state["prior_weight"]
     if not _is_number(weight) or weight < 0:
         _refuse(name, f"prior_weight {weight!r} is not a finite number >= 0")
+    # fit trains with the settings' lambda or one of its candidates, nothing else (a 1e300
+    # lambda loaded, and every online update after it raised FloatingPointError)
+    s = model.settings
+    if weight != s.prior_weight and weight not in s.prior_weight_candidates:
+        _refuse(name, f"prior_weight {repr(weight)[:40]} is neither the settings' prior_weight "
+                      f"{s.prior_weight!r} nor one of its candidates")
     model._prior_weight = weight
     model.fit_report = _fit_report(state["fit_report"], name)
     model.prior_model, model._prior_target = None, None
     if state["prior"] is None:
         return
-    s = model.settings
     if s.prior != "matrix_factorization":
         _refuse(name, f"the file holds an MF prior but its settings say prior={s.prior!r}")
     prior = _import(state["prior"], arrays, f"{prefix}prior.", name, used)
@@ -320,6 +358,92 @@ def _paper_state(model: PaperNCF, state: dict, arrays, prefix: str, name: str,
     rows, cols = np.divmod(np.arange(completed.size), completed.shape[1])
     model._prior_target = (torch.as_tensor(rows), torch.as_tensor(cols),
                            torch.as_tensor(completed.ravel(), dtype=torch.float32))
+
+
+# ---------------------------------------------------------------------------- plausibility
+def _widest(model: CompletionModel, shape: tuple[int, int]) -> int:
+    """Values per entry in the widest layer of ``model``'s network (1 without one), worked
+    out on the meta device (nothing allocated)."""
+    if not isinstance(model, TorchCompletionModel):
+        return 1
+    import torch
+    from torch import nn
+
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        skeleton = model.build_network(*shape, output_bias=0.0)
+    widths = [1]
+    for module in skeleton.modules():
+        if isinstance(module, nn.Linear):
+            widths += [module.in_features, module.out_features]
+        elif isinstance(module, nn.Embedding):
+            widths.append(module.embedding_dim)
+    return max(widths)
+
+
+def _check_work(model: CompletionModel, shape: tuple[int, int], name: str) -> None:
+    """Refuse a fitted shape whose completion would exceed :data:`MAX_COMPLETION_FLOATS`."""
+    widest = _widest(model, shape)
+    work = shape[0] * shape[1] * widest
+    if work > MAX_COMPLETION_FLOATS:
+        _refuse(name, f"a {shape[0]}x{shape[1]} {model.name} with a widest layer of {widest} "
+                      f"would hold {work:,} values per layer to complete (limit "
+                      f"{MAX_COMPLETION_FLOATS:,})")
+
+
+def _value_range(model: CompletionModel) -> tuple[float, float]:
+    """The values ``model`` can hold: a sigmoid model's range, MF's ``clip``, else
+    +-:data:`MAX_ABS_VALUE`."""
+    if isinstance(model, TorchCompletionModel) and model.value_range is not None:
+        return model.value_range
+    clip = getattr(model.settings, "clip", None)
+    return tuple(clip) if clip is not None else (-MAX_ABS_VALUE, MAX_ABS_VALUE)
+
+
+def _networks(model: CompletionModel):
+    """(array-name prefix, network) of the model and of its MF prior, if any."""
+    if getattr(model, "network", None) is not None:
+        yield "network.", model.network
+    prior = getattr(model, "prior_model", None)
+    if prior is not None:
+        yield "prior.network.", prior.network
+
+
+def _check_plausible(model: CompletionModel, completion: np.ndarray, name: str) -> None:
+    """Refuse a finite completion beyond :data:`MAX_ABS_VALUE`, weights beyond
+    :data:`MAX_ABS_WEIGHT`, and an MF global mean outside its model's values."""
+    if completion.size and float(np.abs(completion).max()) > MAX_ABS_VALUE:
+        _refuse(name, f"the {model.name} model completes values up to "
+                      f"{float(np.abs(completion).max()):.3g} (limit {MAX_ABS_VALUE:g})")
+    for prefix, network in _networks(model):
+        owner = model.prior_model if prefix.startswith("prior") else model
+        for key, tensor in network.state_dict().items():
+            array = tensor.detach().cpu().numpy()
+            if key == "global_mean":   # a value, not a weight: it must be one the model holds
+                low, high = _value_range(owner)
+                if not low <= float(array) <= high:
+                    _refuse(name, f"{prefix}global_mean {float(array):.3g} is outside the "
+                                  f"values [{low:g}, {high:g}] the model holds")
+            elif array.size and float(np.abs(array).max()) > MAX_ABS_WEIGHT:
+                _refuse(name, f"array {prefix}{key} holds a weight of magnitude "
+                              f"{float(np.abs(array).max()):.3g} (limit {MAX_ABS_WEIGHT:g})")
+
+
+def _check_online_step(model: CompletionModel, name: str) -> None:
+    """Refuse a model that cannot take one online SGD step: tried on a copy (the loaded model
+    is left as it is), on one observed entry and its own value (else entry (0, 0) and its
+    prediction). Bounded by :data:`MAX_COMPLETION_FLOATS`, one step is cheap."""
+    if not isinstance(model, TorchCompletionModel):
+        return   # online_update only records values and recomputes means
+    rows, cols = np.nonzero(model.mask)
+    row, col = (int(rows[0]), int(cols[0])) if rows.size else (0, 0)
+    value = float(model.matrix[row, col]) if rows.size else float(model.predict([0], [0])[0])
+    low, high = _value_range(model)
+    trial = copy.deepcopy(model)
+    try:
+        trial.online_update([row], [col], [min(max(value, low), high)], steps=1)
+    except (FloatingPointError, ValueError, RuntimeError) as exc:
+        _refuse(name, f"the {model.name} model cannot take one online step: "
+                      f"{type(exc).__name__}: {str(exc)[:120]}")
 
 
 # ------------------------------------------------------------------------------- validation

@@ -21,6 +21,15 @@ node observes (``observe_corun``); a stage is launched next to a running one onl
 predicted combined throughput of the pair is at least ``min_combined_throughput`` (sharing must
 beat taking turns), else it waits for the GPU to free up.
 
+What ``observe_corun`` learns from: a rate of exactly 0 is a launch that failed for lack of
+memory (how the executor and the simulator report it): "cannot co-run", learned at once. A
+positive rate must pass :func:`interference.slowdown.check_rate` (a finite real number, not a
+bool or a text, at most 10) and name two stages the scheduler's cost model knows (the node's
+operators' stages in the executor, the calibration's in the simulator), so made-up names cannot
+take the spare rows a real stage needs. Anything else is refused and counted in ``refused``
+(by reason), never raised and never learned: one bad record must not change where work goes.
+``observed`` counts the records accepted.
+
 Example::
 
     >>> scheduler = IawpScheduler()                      # the paper's rules
@@ -29,6 +38,8 @@ Example::
 
 from __future__ import annotations
 
+import numbers
+from collections import Counter
 from collections.abc import Sequence
 
 from interference.schedulers._checks import can_run, free_slots, ready_order
@@ -57,7 +68,8 @@ class IawpScheduler(PatsScheduler):
         self.interference = interference
         self.min_combined_throughput = min_combined_throughput
         self._model = interference_model
-        self.observed = 0
+        self.observed = 0                       # co-run records accepted (learned or held)
+        self.refused: Counter[str] = Counter()  # reason -> co-run records refused
         if interference == "slowdown":
             self.name = "iawp-slowdown"
 
@@ -96,10 +108,47 @@ class IawpScheduler(PatsScheduler):
 
     def observe_corun(self, stage: str, partner: str, gpu_model: str,
                       measured_rate: float) -> None:
+        """Learn that ``stage`` ran at ``measured_rate`` x its alone speed next to ``partner``
+        (0: its launch failed for lack of memory). Refused records are counted (module
+        docstring), never raised: the caller runs on."""
         if self.interference != "slowdown":
             return
+        from interference.slowdown import (CANNOT_CORUN_RATE, ObservationRefused,
+                                           check_rate)
+        failed = (isinstance(measured_rate, numbers.Real) and measured_rate == 0
+                  and not isinstance(measured_rate, bool))   # False is no report of a failure
+        try:
+            rate = None if failed else check_rate(measured_rate)
+            unknown = [n for n in (stage, partner) if not self._known_stage(n)]
+            if unknown:
+                raise ObservationRefused("unknown_stage", f"no stage {unknown[0]!r} here")
+            if failed:
+                self.model.observe_out_of_memory(stage, partner, gpu_model)
+            else:
+                # below CANNOT_CORUN_RATE a co-run is as good as impossible (and would be held
+                # as far below any prediction until confirmed); above 1 is the estimate's noise
+                self.model.observe(stage, partner, gpu_model,
+                                   min(1.0, max(CANNOT_CORUN_RATE, rate)))
+        except ObservationRefused as exc:
+            self.refused[exc.reason] += 1
+            return
+        except KeyError:   # no interference model serves this GPU model
+            self.refused["unknown_gpu_model"] += 1
+            return
+        except ArithmeticError:   # the update diverged; the completion model restored itself
+            self.refused["update_failed"] += 1
+            return
         self.observed += 1
-        self.model.observe(stage, partner, gpu_model, min(1.0, max(1e-3, measured_rate)))  # 0: OOM
+
+    def _known_stage(self, name) -> bool:
+        """Whether ``name`` is a stage the cost model knows (only such may claim a spare row)."""
+        if not isinstance(name, str):
+            return False
+        try:
+            self.costs.stage(name)
+        except Exception:  # noqa: BLE001 - any failure to describe it: not a stage we know
+            return False
+        return True
 
     # -- the rules ----------------------------------------------------------------------------
     def assign(self, ready: Sequence[Stage], units: Sequence[ComputingUnit],
