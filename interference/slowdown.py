@@ -40,8 +40,6 @@ Example::
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -50,6 +48,7 @@ import numpy as np
 from interference.ncf import COMPLETION_MODELS, CompletionModel, make_completion_model
 from interference.schedulers.mystic import cosine
 from interference.stdm import STDM
+from workload.limits import finite_real
 
 __all__ = ["InterferenceModel", "GroundTruthLeak", "ObservationRefused", "ground_truth_jobs",
            "cosine_priority", "check_rate", "DEFAULT_GPU_TYPES", "CANNOT_CORUN_RATE",
@@ -85,13 +84,8 @@ def check_rate(rate) -> float:
     """``rate`` as a float if it is a plausible measured co-run rate: a real number (a bool
     or a text is not), finite, > 0 and at most :data:`MAX_PLAUSIBLE_RATE`; else
     :class:`ObservationRefused` (reason ``"rate"``)."""
-    value = math.nan
-    if isinstance(rate, numbers.Real) and not isinstance(rate, (bool, np.bool_)):
-        try:
-            value = float(rate)
-        except (OverflowError, ValueError, TypeError):   # 10**400 has no float
-            value = math.nan
-    if not (math.isfinite(value) and 0.0 < value <= MAX_PLAUSIBLE_RATE):
+    value = finite_real(rate)   # None for bools, text, NaN and inf; 10**400 clamps
+    if value is None or not 0.0 < value <= MAX_PLAUSIBLE_RATE:
         raise ObservationRefused("rate", f"measured rate must be a number in (0, "
                                          f"{MAX_PLAUSIBLE_RATE:g}], got {repr(rate)[:40]}")
     return value

@@ -30,10 +30,11 @@ Example::
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
+
+from workload.limits import finite_real
 
 __all__ = ["STDM", "STDM_METRICS", "GPU_METRICS", "MAX_VALUE"]
 
@@ -138,13 +139,8 @@ class STDM:
     def check_value(self, value) -> float:
         """``value`` as a float if it is a plausible measurement (module docstring), else
         ValueError."""
-        number = math.nan
-        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
-            try:
-                number = float(value)
-            except (OverflowError, ValueError, TypeError):   # 10**400 has no float
-                number = math.nan
-        if not (math.isfinite(number) and 0.0 <= number <= self.max_value):
+        number = finite_real(value)   # None for bools, text, NaN and inf; 10**400 clamps
+        if number is None or not 0.0 <= number <= self.max_value:
             raise ValueError(f"measured value must be a number in [0, {self.max_value:g}], "
                              f"got {repr(value)[:40]}")
         return number
