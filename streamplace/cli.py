@@ -646,26 +646,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _data_error_line(exc: BaseException) -> str | None:
+    """One line for an error about a data file or folder, None for any other error. The trace
+    readers are imported here, not before every command: they need numpy, which the light
+    install (``pip install streamplace``, no extras) does not have."""
+    try:
+        from workload.traces.datadir import (DataDirError, DataNotFound, TraceFormatError,
+                                             describe_data_error)
+    except ImportError:
+        return None
+    if isinstance(exc, (TraceFormatError, DataNotFound, DataDirError)):
+        return describe_data_error(exc)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from streamplace.config import ConfigError
     from streamplace.processes import LaunchError
     from workload.cluster_spec import SpecError
-    from workload.traces.datadir import (DataDirError, DataNotFound, TraceFormatError,
-                                         describe_data_error)
     try:
         return int(args.func(args) or 0)
     except (ConfigError, LaunchError, SpecError) as exc:
         print(f"streamplace: {exc}", file=sys.stderr)
-        return 2
-    except (TraceFormatError, DataNotFound, DataDirError) as exc:  # a data file: say which
-        print(f"streamplace: {describe_data_error(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader left (``| head``): stop quietly; stdout goes to /dev/null so that the
         # interpreter's final flush does not fail a second time (Python's documented recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except (ValueError, OSError) as exc:
+        line = _data_error_line(exc)
+        if line is None:
+            raise
+        print(f"streamplace: {line}", file=sys.stderr)   # a data file or folder: say which
+        return 2
     except KeyboardInterrupt:
         print("streamplace: interrupted", file=sys.stderr)
         return 130
