@@ -272,6 +272,26 @@ def rest_client(rest_url: str) -> FlinkRestClient:
     return FlinkRestClient(rest_url, timeout_s=REST_TIMEOUT_S)
 
 
+def vertex_names(rest_url: str, job_id: str) -> dict[str, str]:
+    """Vertex id -> its operator names (cut to 80 characters), from Flink REST."""
+    job = rest_client(rest_url).get(f"/jobs/{job_id}")
+    return {v["id"]: v["name"][:80] for v in job["vertices"]}
+
+
+def operator_hosts(rest_url: str, job_id: str) -> dict:
+    """Operator name -> the TaskManagers its subtasks ran on (Flink REST; on emulated hosts a
+    TaskManager's id carries its host's address), e.g. which host the router shared."""
+    out = {}
+    try:
+        for vertex, name in vertex_names(rest_url, job_id).items():
+            body = rest_client(rest_url).get(f"/jobs/{job_id}/vertices/{vertex}/taskmanagers")
+            out[name] = sorted({tm.get("taskmanager-id") or tm.get("endpoint") or "?"
+                                for tm in body.get("taskmanagers", [])})
+    except Exception as exc:  # noqa: BLE001 - a diagnosis, never a failed run
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
 def router_gauges(rest_url: str, job_id: str, wait_s: float = 15.0) -> dict:
     """The router's gauges from REST (metrics appear a few seconds after they change); a
     gauge whose value is not a number is left out."""
@@ -335,9 +355,12 @@ def summarise_run(results: list[dict], sent_at: float, nodes=NODES) -> dict:
 class Bench:
     """Owns the broker, the cluster (restarted when the cluster mode changes) and the service."""
 
-    def __init__(self, spec: str = DEFAULT_SPEC, payloads: bool = False):
+    def __init__(self, spec: str = DEFAULT_SPEC, payloads: bool = False, router_host: str = ""):
         self.spec = spec
         self.payloads = payloads  # every task carries its real clip (RECORD_BYTES["payload"])
+        # the hook variants' router (with the source and sinks of its group) on this
+        # TaskManager; "": wherever Flink puts it, which may differ from run to run
+        self.router_host = router_host
         self.mode = None
         self.cfg = None
         self.broker = self.cluster = self.service = None
@@ -405,6 +428,20 @@ class Bench:
                 except Exception as exc:  # noqa: BLE001 - stop what can be stopped
                     print(f"stopping {part}: {exc}")
 
+    def job_settings(self, settings: dict) -> dict:
+        """The task pipeline's settings of one variant: the IAWP executor unless it says
+        otherwise; a hook variant gets the plan, the service and, with ``router_host``, its
+        router pinned (not the light-record overhead runs: they keep their own layouts)."""
+        extra = {"executor": "iawp", **settings}
+        if extra.get("placement") == "hook":
+            extra.setdefault("plan", plan_for(self.nodes))
+            extra["service_url"] = self.service.url
+            if self.token:
+                extra["service_token"] = self.token
+            if self.router_host and extra.get("executor") != "checksum":
+                extra["router_host"] = self.router_host
+        return extra
+
     def run(self, label: str, mode: str, settings: dict, tag: str, tasks: int, warmup: int,
             seed: int) -> dict:
         from streamplace.jobs import submit_task_pipeline
@@ -418,12 +455,7 @@ class Bench:
         cfg.job.topic_tasks, cfg.job.topic_results = f"{tag}-tasks", f"{tag}-results"
         cfg.job.topic_dead_letter, cfg.job.topic_feedback = f"{tag}-dlq", self.feedback_topic
         ensure_topics(cfg)
-        extra = {"executor": "iawp", **settings}
-        if extra.get("placement") == "hook":
-            extra.setdefault("plan", plan_for(self.nodes))
-            extra["service_url"] = self.service.url
-            if self.token:
-                extra["service_token"] = self.token
+        extra = self.job_settings(settings)
         job_id = submit_task_pipeline(cfg, self.cluster, topic_feedback=self.feedback_topic,
                                       group_id=f"{tag}-job", transactional_id_prefix=tag,
                                       executor_capacity=EXECUTOR_CAPACITY,
@@ -449,6 +481,9 @@ class Bench:
                 row["missing"] = tasks - row["results"]
             if extra.get("placement") == "hook":
                 row["router"] = router_gauges(self.cluster.rest_url, job_id)
+            # which TaskManager ran the source, router and sinks: they share one host's CPU
+            # and link with that host's executor, and Flink may pick another host every run
+            row["operator_hosts"] = operator_hosts(self.cluster.rest_url, job_id)
             return row
         finally:
             self.cluster.cancel_job(job_id)
@@ -717,9 +752,10 @@ def previous_layout() -> dict | None:
             "verdict": document.get("verdict")}
 
 
-def output_name(spec: str, quick: bool, payloads: bool = False) -> str:
+def output_name(spec: str, quick: bool, payloads: bool = False, router_host: str = "") -> str:
     """``flink_e2e`` + ``_<spec>`` for a non-default spec + ``-payload`` when the tasks carry
-    their clips + ``-quick`` for a quick run.
+    their clips + ``-quick`` for a quick run + ``_router-<host>`` when the hook's router was
+    pinned.
 
     Example::
 
@@ -727,10 +763,13 @@ def output_name(spec: str, quick: bool, payloads: bool = False) -> str:
         ('flink_e2e_hosts-quick', 'flink_e2e')
         >>> output_name("hosts", False, payloads=True)
         'flink_e2e_hosts-payload'
+        >>> output_name("hosts", False, payloads=True, router_host="tm_b")
+        'flink_e2e_hosts-payload_router-tm_b'
     """
     stem = Path(spec).stem if Path(spec).suffix else spec
     return ("flink_e2e" + (f"_{stem}" if spec != DEFAULT_SPEC else "")
-            + ("-payload" if payloads else "") + ("-quick" if quick else ""))
+            + ("-payload" if payloads else "") + ("-quick" if quick else "")
+            + (f"_router-{router_host}" if router_host else ""))
 
 
 def print_summary(summary: list[dict], title: str) -> None:
@@ -822,6 +861,10 @@ def main(argv=None) -> None:
     parser.add_argument("--only", default="", help="run only variants whose label contains "
                         "this text (a check; the committed results come from full runs)")
     parser.add_argument("--no-training", action="store_true", help="skip the LDWP training run")
+    parser.add_argument("--router-host", default="", help="run the hook variants' router (with "
+                        "its source and sinks) on this TaskManager, the same in every run "
+                        "(default: where Flink puts it, which may change from run to run); "
+                        "results named _router-<host>")
     parser.add_argument("--replot", action="store_true",
                         help="redraw the PNG from the committed JSON, run nothing")
     args = parser.parse_args(argv)
@@ -832,6 +875,9 @@ def main(argv=None) -> None:
         nodes = tuple(tm.id for tm in load_spec(args.spec).taskmanagers)
     except SpecError as exc:
         parser.error(str(exc))
+    if args.router_host and args.router_host not in nodes:
+        parser.error(f"--router-host {args.router_host!r} is none of the spec's TaskManagers "
+                     f"({', '.join(nodes)})")
     if args.workload != "tasks":
         from benchmarks import flink_e2e_examples
         return flink_e2e_examples.main(["--example", args.workload, "--runs", str(args.runs),
@@ -843,7 +889,7 @@ def main(argv=None) -> None:
 
 def _run(args, nodes) -> None:
     """The TaskEvent benchmark (or its replot / simulator part) for parsed ``args``."""
-    name = output_name(args.spec, args.quick, args.payloads)
+    name = output_name(args.spec, args.quick, args.payloads, args.router_host)
     if args.replot:
         import json
         document = json.loads((RESULTS / f"{name}.json").read_text())
@@ -855,7 +901,7 @@ def _run(args, nodes) -> None:
     from tqdm import tqdm
     runs, tasks = (1, 300) if args.quick else (args.runs, args.tasks)
     light_tasks = 3000 if args.quick else args.light_tasks
-    bench = Bench(args.spec, payloads=args.payloads)
+    bench = Bench(args.spec, payloads=args.payloads, router_host=args.router_host)
     rows, overhead_rows, training, isolation = [], [], None, None
     failed_runs: list[dict] = []
     started = time.time()
@@ -940,6 +986,7 @@ def _run(args, nodes) -> None:
                          else spec_record(args.spec)),
         "isolation": isolation,
         "previous_layout": previous_layout() if default_spec and not args.quick else None,
+        "router_host": args.router_host or None,
         "tasks_per_run": tasks, "rounds": runs, "warmup_tasks": args.warmup,
         "records": "payload" if args.payloads else "light",
         "light_tasks_per_run": light_tasks, "max_input_size": MAX_INPUT,

@@ -65,6 +65,7 @@ from pathlib import Path
 
 from benchmarks._common import RESULTS, description, exclusive_home, write_result
 from benchmarks.flink_e2e import confidence
+from benchmarks.flink_e2e import operator_hosts, vertex_names
 from benchmarks.flink_e2e import rest_client as _rest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -379,26 +380,6 @@ def checkpoint_summary(rest_url: str, job_id: str) -> dict:
     return {"completed": counts.get("completed"), "failed": counts.get("failed"),
             "p50": e2e.get("p50"), "p95": e2e.get("p95"), "max": e2e.get("max"),
             "slowest": slowest_checkpoint(rest_url, job_id, body.get("history") or [])}
-
-
-def vertex_names(rest_url: str, job_id: str) -> dict[str, str]:
-    """Vertex id -> its operator names (cut to 80 characters), from Flink REST."""
-    job = _rest(rest_url).get(f"/jobs/{job_id}")
-    return {v["id"]: v["name"][:80] for v in job["vertices"]}
-
-
-def operator_hosts(rest_url: str, job_id: str) -> dict:
-    """Operator name -> the TaskManagers its subtasks ran on (Flink REST; on emulated hosts a
-    TaskManager's id carries its host's address), e.g. which host the router shared."""
-    out = {}
-    try:
-        for vertex, name in vertex_names(rest_url, job_id).items():
-            body = _rest(rest_url).get(f"/jobs/{job_id}/vertices/{vertex}/taskmanagers")
-            out[name] = sorted({tm.get("taskmanager-id") or tm.get("endpoint") or "?"
-                                for tm in body.get("taskmanagers", [])})
-    except Exception as exc:  # noqa: BLE001 - a diagnosis, never a failed run
-        out["error"] = f"{type(exc).__name__}: {exc}"
-    return out
 
 
 def slowest_checkpoint(rest_url: str, job_id: str, history: list) -> dict:

@@ -86,6 +86,8 @@ class PipelineSettings:
     #                         memory (workload/limits.py)
     tenant_shares: str = ""  # hook: tenant quotas "a=3,b=1" (pyflink_jobs/tenant_quotas.py);
     #                          "" = none
+    router_host: str = ""  # hook: the TaskManager its router, source and sinks run on;
+    #                        "" = where Flink puts them
 
     def __post_init__(self) -> None:
         # Refused at parse time: quotas are the router's, so only the hook can enforce them.
@@ -93,6 +95,9 @@ class PipelineSettings:
         if self.tenant_shares.strip() and self.placement != "hook":
             raise ValueError(f"tenant_shares needs placement='hook' (the router enforces "
                              f"them), got placement={self.placement!r}")
+        if self.router_host and self.placement != "hook":
+            raise ValueError(f"router_host needs placement='hook' (only the hook has a router), "
+                             f"got placement={self.placement!r}")
 
 
 # --------------------------------------------------------------------------------------------
