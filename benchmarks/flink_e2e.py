@@ -12,6 +12,12 @@ the isolation mode actually in use (host, or the CPU-set fallback and why) and e
 Records are light (a 62-byte TaskEvent; the executor makes the frames) unless ``--payloads``: then
 every task carries its real clip (4-47 KB), so a task's size costs transfer time on shaped links.
 
+``--router-host tm_b``: the hook variants' router, with the source and sinks of its slot
+sharing group, run on that TaskManager in every run (the hook's ``router_host``). Without it
+Flink puts that group wherever a slot is free, which may be another host every run, and on
+emulated hosts the group then shares a different CPU quota and link from run to run. Every run
+records where Flink put each operator (``operator_hosts``). Results get ``_router-<host>``.
+
 Every ``--spec`` run also runs the same policies in the simulator on that spec
 (:func:`simulator.from_spec.cluster_from_spec`) with the same task mix and sizes, 5 seeds, 95%
 CI, under ``"simulator"`` in the same JSON, so the simulator and the real engines can be compared
@@ -111,6 +117,25 @@ OVERHEAD_VARIANTS = [
 #: TaskManagers and only the routing differs: the hook's overhead (issue 12: <= 10%).
 MIRRORED_VARIANT = ("hook on rebalance's layout, light records", "default",
                     {"placement": "hook", "policy": "least_outstanding", "executor": "checksum"})
+
+
+def run_plan(first_round: int, rounds: int) -> list[tuple[int, tuple]]:
+    """(round, variant) in the order they run: each round the variants rotated by its number,
+    then the light-record overhead runs (the mirrored hook right after the rebalance run whose
+    layout it copies). A run's tag is ``b<start>-<its index here>``.
+
+    >>> [v[0] for r, v in run_plan(1, 1)][:2]
+    ['Flink load-balance TASKS', 'capacity-weighted round-robin']
+    """
+    plan = []
+    for r in range(first_round, first_round + rounds):
+        order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
+        plan += [(r, v) for v in order]
+        rebalance, spread = OVERHEAD_VARIANTS
+        light = ([rebalance, MIRRORED_VARIANT, spread] if r % 2 == 0
+                 else [spread, rebalance, MIRRORED_VARIANT])
+        plan += [(r, v) for v in light]
+    return plan
 
 
 def overhead_verdict(overhead: list[dict]) -> dict:
@@ -916,15 +941,7 @@ def _run(args, nodes) -> None:
                                  args.warmup, 7)
             from placement.service.client import PlacementClient
             training["model_after"] = PlacementClient(bench.service.url, bench.token).latest()
-        plan = []
-        for r in range(args.first_round, args.first_round + runs):
-            order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
-            plan += [(r, v) for v in order]
-            # the mirrored hook right after the rebalance run whose layout it copies
-            rebalance, spread = OVERHEAD_VARIANTS
-            light = ([rebalance, MIRRORED_VARIANT, spread] if r % 2 == 0
-                     else [spread, rebalance, MIRRORED_VARIANT])
-            plan += [(r, v) for v in light]
+        plan = run_plan(args.first_round, runs)
         wanted = [w for w in args.only.split(",") if w]
         plan = [(r, v) for r, v in plan if not wanted or any(w in v[0] for w in wanted)]
         layout = None   # where Flink put the last rebalance run's instances (mirrored_plan)

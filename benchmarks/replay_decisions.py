@@ -71,14 +71,13 @@ def read_feedback(path: Path) -> list[dict]:
 
 
 def busy_rates(records: list[dict]) -> dict[str, float]:
-    """node -> tasks finished per second while it had work queued or in flight: the placement
-    service's rule (:class:`placement.service.burst_check.DrainRates`) over every record."""
+    """node -> tasks finished per second while it had work in the routers' view (from each
+    task's decision to its end): the placement service's rule
+    (:class:`placement.service.burst_check.DrainRates`) over every record."""
     from placement.service.burst_check import DrainRates
-    from placement.speed import timing_sample
     rates = DrainRates(window=MAX_RECORDS)
     for record in records:
-        rates.add(record, sum(1 for t in record.get("completed") or ()
-                              if isinstance(t, dict) and timing_sample(t) is not None))
+        rates.add(record)
     return rates.rates()
 
 

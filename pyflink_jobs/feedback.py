@@ -52,6 +52,7 @@ from typing import NamedTuple
 from interference.executor import power
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
 from workload.limits import wait_seconds
+from workload.refusals import bounded_refusals
 from workload.task_attributes import task_slo_from_attributes
 
 __all__ = ["FeedbackPublisher", "FinishedTask", "stage_batches", "MAX_STAGE_BATCHES",
@@ -324,7 +325,8 @@ class FeedbackPublisher:
                 "power_w": power_w, "power_source": power_source,
                 "completed_energy_j": completed_energy,
                 "completed_tenant": [p.tenant for p in taken],
-                "completed_deadline_met": [p.deadline_met for p in taken]}
+                "completed_deadline_met": [p.deadline_met for p in taken],
+                "learning_refused": bounded_refusals(snap.get("learning_refused"))}
 
     def _delivered(self, err, msg) -> None:
         if err is not None:

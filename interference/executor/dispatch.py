@@ -55,6 +55,7 @@ from interference.executor.telemetry import NodeTelemetry, feedback_numbers
 from interference.schedulers import validate_assignments
 from interference.schedulers.fcfs import FcfsScheduler
 from workload.model import Assignment, ComputingUnit, NodeScheduler, Stage
+from workload.refusals import learning_refusals
 
 __all__ = ["ExecutorCore"]
 
@@ -154,7 +155,17 @@ class ExecutorCore:
         """The node's state for the router's feedback: counts and utilisations in [0, 1]."""
         sample = self.telemetry.sample()
         return {"node_id": self.settings.node_id, **self._counts.read(),
-                **feedback_numbers(sample)}
+                **feedback_numbers(sample), "learning_refused": self.learning_refused()}
+
+    def learning_refused(self) -> dict[str, int]:
+        """What this node's learners refused to learn from, ``"<learner>:<reason>" -> count``
+        (:mod:`workload.refusals`; bounded): every one stays on its prior for those."""
+        return learning_refusals(self._refusal_sources())
+
+    def _refusal_sources(self) -> dict:
+        """Learner name -> its refusal counts (subclasses add their own learners)."""
+        return {"corun": self.learner.refused_counts(), "alone": self.learner.baseline,
+                "scheduler": self.scheduler, "gpu_reading": self.telemetry.readings_refused}
 
     def learned_slowdowns(self) -> dict:
         """Measured co-execution: ``{(stage, partner types, unit kind): {"mean_rate",

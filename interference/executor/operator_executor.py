@@ -146,6 +146,9 @@ class OperatorExecutor(ExecutorCore):
                 _ = scheduler.model
         self._start()
 
+    def _refusal_sources(self) -> dict:
+        return {**super()._refusal_sources(), "batch": self.sizer.refused_counts()}
+
     # ------------------------------------------------------------------ public API
     def submit(self, record_id: str, record,
                task_size: int = 0) -> concurrent.futures.Future[RecordOutcome]:

@@ -14,10 +14,28 @@ of the most recent task types and sizes (``burst`` of them) over the nodes as a 
 (each decision counts the task's estimated work against its node, nothing completes in
 between), once with the learned correction and once with the prior alone
 (``set_correction_scale(0)``: MCT's completion estimate with the learned costs). A node's
-**drain rate** is measured, not estimated: tasks finished per second over the gaps between
-two consecutive NodeFeedback reports that both show work queued or in flight (the newest
-``window`` gaps per node). A split takes ``max(count / rate)`` over the nodes to drain. The
-version passes when its split drains within ``tolerance`` of the prior's, or when there is
+**drain rate** is measured, not estimated, in the routers' view: a node has work while at
+least one of its newest ``window`` tasks is between its router's decision and its end; over
+each such busy period, the tasks that finished after its first one over the time from its
+first to its last finish. A split takes ``max(count / rate)`` over the nodes to drain.
+
+Why the routers' view and not the executor's (changed 2026-12-05): a host behind a thin link
+has work from the moment a router sends it a record, while its executor is often idle,
+waiting for the next record to cross the link. The rule before counted only the time between
+two reports that both showed work inside the executor, so it measured such a host's CPU, not
+its link (a host that finishes a record every 0.5 s, 10 ms of CPU each, shows work in almost
+no report). On the emulated hosts (tm_a: 0.9 core behind 8 Mbit/s, records of 4-47 KB) the
+versions one service published in the payload run of 2026-12-05 were all judged to drain a
+burst 6-25% faster than their prior; in the job they sent tm_a 53-68% of the tasks (MCT at
+measured speeds 39%) and made 0.77x MCT's throughput. In the routers' view the time records spend in the network buffers is work time, as it is in a task's latency
+(LDWP's reward). Each busy period's lead (from the first decision to the first finish: a
+record's transfer and a cold worker's start-up, 9-16 s at a job's start) is left out: over the
+whole span a recorded run's hosts read 45-68 tasks/s where they finished 119-261 a second
+once started (``benchmarks/results/replay/hosts_2026-12-03``; the rule before read 128-254).
+A node that got little work shows the pace of that little work, so the check leans toward
+splits like the ones measured: conservative, as a guard of the prior should be.
+
+The version passes when its split drains within ``tolerance`` of the prior's, or when there is
 not enough to judge (fewer than ``min_tasks`` recent tasks, or a node without a rate): the
 verdict says which. Why 2,000 tasks: a router holds at most ``executor_capacity`` tasks per
 executor before it treats every node as full, so in a short burst the first decisions weigh
@@ -29,7 +47,7 @@ latest measured rates; where it does better, it is published.
 Example::
 
     rates = DrainRates()
-    rates.add(feedback_record, done=3)           # its timings the learner accepted
+    rates.add_task("tm_a", decided_ms=1_000, finished_ms=1_400)   # per timing learned from
     check = BurstCheck(burst=2000)
     check.observe_task(task)                     # per example
     verdict = check.check(layers, metadata, cluster, costs, node_states, rates.rates())
@@ -49,38 +67,69 @@ __all__ = ["BurstCheck", "BurstVerdict", "DrainRates", "burst_split", "drain_s"]
 
 
 class DrainRates:
-    """Per node, tasks finished per second while it had work (see the module docstring)."""
+    """Per node, tasks finished per second while it had work in the routers' view (see the
+    module docstring), from the ``[decided, finished]`` spans of its newest ``window`` tasks.
+    Bounded: ``max_nodes`` nodes, spans of at most ``max_span_s``."""
 
-    def __init__(self, window: int = 240, max_nodes: int = 256, max_gap_s: float = 60.0):
-        self.window, self.max_nodes, self.max_gap_s = window, max_nodes, max_gap_s
-        self._last: dict[str, tuple[int, bool]] = {}       # node -> (emitted at ms, busy)
-        self._gaps: dict[str, deque] = {}                   # node -> (seconds, tasks done)
+    def __init__(self, window: int = 240, max_nodes: int = 256, max_span_s: float = 3600.0):
+        require_count("window", window, 1)
+        require_count("max_nodes", max_nodes, 1)
+        self.window, self.max_nodes, self.max_span_ms = window, max_nodes, 1000.0 * max_span_s
+        self._spans: dict[str, deque] = {}   # node -> (decided ms, finished ms), newest last
 
-    def add(self, record: Mapping, done: int) -> None:
-        """One NodeFeedback record and how many of its timings were learned from (a broken
-        one counts for no rate either); records must come in emission order per node."""
-        node, at = record.get("node_id"), record.get("emitted_at_ms")
-        if not isinstance(node, str) or isinstance(at, bool) or not isinstance(at, int):
-            return
-        if node not in self._last and len(self._last) >= self.max_nodes:
-            return   # bounded: hostile feedback cannot grow it without end
-        busy = any(isinstance(v, int) and not isinstance(v, bool) and v > 0
-                   for v in (record.get("queue_depth"), record.get("in_flight")))
-        previous = self._last.get(node)
-        if previous is not None and at <= previous[0]:
-            return   # a replay or an out-of-order report says nothing new
-        self._last[node] = (at, busy)
-        gap = (at - previous[0]) / 1000.0 if previous is not None else 0.0
-        if previous is not None and busy and previous[1] and gap <= self.max_gap_s:
-            self._gaps.setdefault(node, deque(maxlen=self.window)).append((gap, max(0, done)))
+    def add_task(self, node, decided_ms, finished_ms) -> bool:
+        """One finished task of ``node``: decided by its router at ``decided_ms``, finished at
+        ``finished_ms`` (epoch ms). False (nothing kept) for a non-text node, a non-finite or
+        non-numeric time, a span < 0 or over ``max_span_s``, or a node beyond ``max_nodes``."""
+        if not isinstance(node, str) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in (decided_ms, finished_ms)):
+            return False
+        if not 0.0 <= finished_ms - decided_ms <= self.max_span_ms:
+            return False
+        if node not in self._spans:
+            if len(self._spans) >= self.max_nodes:
+                return False   # bounded: hostile feedback cannot grow it without end
+            self._spans[node] = deque(maxlen=self.window)
+        self._spans[node].append((float(decided_ms), float(finished_ms)))
+        return True
+
+    def add(self, record: Mapping) -> int:
+        """Every timing of one NodeFeedback record (its span: ``finished_at_ms`` minus
+        ``queue_ms + service_ms``, the executors' waiting counted from the router's decision);
+        returns how many were kept. The service adds the timings it learned from one by one
+        (:meth:`add_task`); this is for recorded feedback."""
+        node, kept = record.get("node_id"), 0
+        for timing in record.get("completed") or ():
+            try:
+                finished = float(timing["finished_at_ms"])
+                latency = float(timing["queue_ms"]) + float(timing["service_ms"])
+            except (KeyError, TypeError, ValueError, OverflowError):
+                continue
+            kept += self.add_task(node, finished - latency, finished)
+        return kept
 
     def rates(self) -> dict[str, float]:
-        """node -> tasks/s over its kept busy gaps (nodes that finished nothing left out)."""
+        """node -> tasks/s over its busy periods (the module docstring): finishes after each
+        period's first over the time from its first to its last finish; nodes with no such
+        time left out."""
         out = {}
-        for node, gaps in self._gaps.items():
-            seconds, done = sum(g for g, _ in gaps), sum(d for _, d in gaps)
-            if seconds > 0 and done > 0:
-                out[node] = done / seconds
+        for node, spans in self._spans.items():
+            finished = paced_ms = 0.0
+            period_end, first, last = -math.inf, None, None
+            for decided, end in sorted(spans):
+                if decided > period_end:          # a new busy period: close the last one
+                    if first is not None:
+                        paced_ms += last - first
+                    period_end, first, last = end, end, end
+                else:
+                    period_end = max(period_end, end)
+                    first, last = min(first, end), max(last, end)
+                    finished += 1
+            if first is not None:
+                paced_ms += last - first
+            if paced_ms > 0.0:
+                out[node] = finished / (paced_ms / 1000.0)
         return out
 
 

@@ -31,6 +31,7 @@ from placement.speed import SPEED_FACTOR_LIMITS, ObservedSpeed, timing_sample
 from workload.feedback import (DEFAULT_LINK_MBPS, PER_TASK_ARRAYS, feedback_age_s,
                                feedback_emitted_at_ms, node_state_from_feedback)
 from workload.model import ClusterSpec, NodeSpec, NodeState, Task
+from workload.refusals import bounded_refusals
 
 __all__ = ["FeedbackExamples", "TrainingExample", "NodeHistory", "RATE_WINDOW",
            "RATE_MIN_SAMPLES", "MAX_PENDING", "MAX_KEPT_STAGE_BATCHES", "MAX_KEPT_TEXT",
@@ -71,6 +72,9 @@ def _kept_record(record: Mapping) -> dict:
     kept = {}
     for key, value in record.items():
         if key in _NOT_KEPT:
+            continue
+        if key == "learning_refused":  # keys cut, counts checked (workload.refusals)
+            kept[key] = bounded_refusals(value)
             continue
         if key == "stage_batches":
             rows = value[:MAX_KEPT_STAGE_BATCHES] if isinstance(value, list) else []
@@ -270,7 +274,7 @@ class FeedbackExamples:
         # whose decision-time numbers the feedback does not carry; with a MeasuredCosts it
         # feeds that model and every factor is 1 (the learned estimates hold the speeds)
         self.speeds = ObservedSpeed(cluster, costs)
-        self.drain = DrainRates()             # tasks/s while busy (burst_check)
+        self.drain = DrainRates()             # tasks/s while it had work (burst_check)
         # what one latency may teach: within 10x of its node and type's recent median
         self.latency_bounds = LatencyBounds()
         self._lock = threading.Lock()        # guards history, pending queue, rates
@@ -287,7 +291,6 @@ class FeedbackExamples:
                 self.history.add(record, state)
             for record, state in zip(records, reported):
                 node = record["node_id"]
-                queued_before = queued
                 queues = record.get("routed_queue") or []
                 backlogs = record.get("routed_backlog_ms") or []
                 speeds = record.get("routed_speed_factor") or []
@@ -320,14 +323,13 @@ class FeedbackExamples:
                     if len(self._pending) >= self.max_pending:
                         self._pending.popleft()
                         self._drop_example()
+                    self.drain.add_task(node, decided, finished)   # the routers' view
                     learned_ms = self.latency_bounds.bound(node, task.app_id, latency)
                     self._pending.append(TrainingExample(task, node, learned_ms, decided,
                                                          states, estimates))
                     rates = self._service_s.setdefault(node, deque(maxlen=RATE_WINDOW))
                     rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))
                     queued += 1
-                # the drain rate the burst check judges by counts what was learned from
-                self.drain.add(record, queued - queued_before)
                 if self.metrics is not None:  # the bounded count the history keeps
                     self.metrics.queue_depth.labels(node=node).set(state.queue_depth)
             self.records_taken += queued

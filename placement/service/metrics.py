@@ -18,6 +18,8 @@ import math
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from workload.refusals import refused_total
+
 __all__ = ["ServiceMetrics", "CONTENT_TYPE_LATEST"]
 
 
@@ -98,6 +100,10 @@ class ServiceMetrics:
             "read", ["node"], registry=r)
         # Per tenant (placement.service.tenants: at most 256 tenants + 3 pools, so the label
         # set is bounded), set from the report whenever /metrics is read.
+        self.node_learning_refused = Gauge(
+            p + "node_learning_refused", "observations a node's online learners refused to "
+            "learn from (non-finite or implausible; per learner and reason in GET /cluster), from "
+            "its latest feedback", ["node"], registry=r)
         self.tenant_completed = Gauge(
             p + "tenant_completed", "tasks completed per tenant (TaskEvent 'tenant' "
             "attribute; (none): no tenant)", ["tenant"], registry=r)
@@ -127,6 +133,8 @@ class ServiceMetrics:
         self.node_gpu_util.labels(node=node).set(_number(record.get("gpu_util")))
         self.node_gpu_mem_util.labels(node=node).set(_number(record.get("gpu_mem_util")))
         self.node_host_mem_util.labels(node=node).set(_number(record.get("host_mem_util")))
+        self.node_learning_refused.labels(node=node).set(
+            refused_total(record.get("learning_refused")))
 
     def set_tenants(self, summary: dict) -> None:
         """Export a :meth:`TenantReport.summary` (missing numbers as NaN)."""

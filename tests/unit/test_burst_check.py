@@ -22,38 +22,70 @@ RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "replay" 
     "hosts_2026-12-03"
 
 
-def report(node, at_ms, in_flight=0, queue=0):
-    return {"node_id": node, "emitted_at_ms": at_ms, "in_flight": in_flight, "queue_depth": queue}
-
-
-# Scenario table: reports of one node (busy = work queued or in flight) and the tasks learned
-# from in each -> its rate (tasks/s), or None when no gap had work at both ends.
+# Scenario table: the [decided, finished] spans (ms) of one node's tasks -> its rate (tasks/s):
+# in each busy period (spans that overlap), the finishes after its first over the time from its
+# first to its last finish; None when no period has two finishes at different times.
 RATE_CASES = [
-    ("busy throughout", [(0, 2, 0), (1000, 1, 5), (2000, 3, 3)], 4.0),
-    ("idle at the end: that gap is left out", [(0, 2, 0), (1000, 1, 5), (2000, 0, 3)], 5.0),
-    ("never busy", [(0, 0, 0), (1000, 0, 4)], None),
-    ("a replayed report says nothing", [(0, 2, 0), (1000, 1, 5), (1000, 1, 50)], 5.0),
-    ("a gap over a minute is a pause, not work", [(0, 2, 0), (61_000, 1, 5)], None),
+    ("one task says nothing", [(0, 500)], None),
+    ("a lead of 10 s is left out", [(0, 10_000), (0, 10_500), (0, 11_000)], 2 / 1.0),
+    ("back to back is one period", [(0, 1000), (1000, 2000)], 1.0),
+    ("two periods: their paced times add", [(0, 1000), (0, 1500), (60_000, 61_000),
+                                            (60_000, 62_000)], 2 / 1.5),
+    ("idle between periods is not work", [(0, 1000), (500, 2000), (90_000, 91_000),
+                                          (90_500, 92_000)], 2 / 2.0),
+    ("in any order", [(0, 2000), (500, 1000), (0, 1500)], 2 / 1.0),
+    ("finishing together: no time to measure", [(0, 1000), (0, 1000)], None),
 ]
 
 
-@pytest.mark.parametrize("name,reports,rate", RATE_CASES, ids=[c[0] for c in RATE_CASES])
-def test_drain_rates(name, reports, rate):
+@pytest.mark.parametrize("name,spans,rate", RATE_CASES, ids=[c[0] for c in RATE_CASES])
+def test_drain_rates(name, spans, rate):
     rates = DrainRates()
-    for at, in_flight, done in reports:
-        rates.add(report("a", at, in_flight=in_flight), done)
+    for decided, finished in spans:
+        assert rates.add_task("a", decided, finished)
     assert rates.rates().get("a") == (pytest.approx(rate) if rate is not None else None)
 
 
-def test_drain_rates_refuse_hostile_reports_and_stay_bounded():
-    rates = DrainRates(max_nodes=2)
-    for bad in ({"node_id": 5, "emitted_at_ms": 1}, {"node_id": "a", "emitted_at_ms": 1.5},
-                {"node_id": "a", "emitted_at_ms": True}, {}):
-        rates.add(bad, 3)
+def test_a_host_whose_executor_idles_behind_a_thin_link_drains_at_the_links_pace():
+    """A burst of 20 records sent at once crosses the link one every 0.5 s and each runs in
+    10 ms: the executor has work 2% of the time (its reports rarely show any, so the rule
+    before had almost no gap to measure, or ~100 tasks/s), the node finishes 2 a second."""
+    rates = DrainRates()
+    for i in range(20):
+        rates.add_task("tm_a", 0, 500 * (i + 1) + 10)
+    assert rates.rates()["tm_a"] == pytest.approx(19 / 9.5)
+
+
+def test_recorded_feedback_gives_spans_from_the_routers_decision():
+    """``add`` reads a report's timings: span = finished - (queue + service)."""
+    rates = DrainRates()
+    record = {"node_id": "a", "completed": [
+        {"finished_at_ms": 2000, "queue_ms": 1500.0, "service_ms": 500.0},
+        {"finished_at_ms": 3000, "queue_ms": 1000.0, "service_ms": 1000.0},
+        {"finished_at_ms": "x", "queue_ms": 0.0, "service_ms": 1.0},     # broken: skipped
+        {"queue_ms": 0.0}]}
+    assert rates.add(record) == 2   # spans [0, 2000] and [1000, 3000]: one busy period
+    assert rates.rates()["a"] == pytest.approx(1 / 1.0)
+
+
+@pytest.mark.parametrize("node,decided,finished", [
+    (5, 0, 1), (None, 0, 1), ("a", float("nan"), 1), ("a", 0, float("inf")), ("a", True, 5),
+    ("a", "0", 5), ("a", 10, 5), ("a", 0, 3_600_001)])
+def test_drain_rates_refuse_hostile_spans(node, decided, finished):
+    rates = DrainRates()
+    assert not rates.add_task(node, decided, finished)
+    assert rates.rates() == {}
+
+
+def test_drain_rates_stay_bounded():
+    rates = DrainRates(window=3, max_nodes=2)
     for i in range(10):
-        rates.add(report(f"n{i}", 0, in_flight=1), 1)
-        rates.add(report(f"n{i}", 1000, in_flight=1), 1)
+        rates.add_task(f"n{i}", 0, 1000)
+        rates.add_task(f"n{i}", 0, 2000)
     assert set(rates.rates()) == {"n0", "n1"}
+    for i in range(100):   # only the newest 3 spans of a node count
+        rates.add_task("n0", 0, 1000 * i)
+    assert rates.rates()["n0"] == pytest.approx(2 / 2.0)
 
 
 class ByEstimate:
@@ -158,14 +190,12 @@ def _recorded(smoothing: float):
     rates, tasks, newest = DrainRates(), [], {}
     for record in read_feedback(RUN / "feedback.jsonl.gz"):
         newest[record["node_id"]] = record
-        done = 0
         for timing in record.get("completed") or ():
             sample = timing_sample(timing)
             if sample is not None:
                 costs.observe(record["node_id"], *sample)
                 tasks.append(Task(timing["task_id"], sample[0], sample[1]))
-                done += 1
-        rates.add(record, done)
+        rates.add(record)
     states = [node_state_from_feedback(newest[n.node_id], n.uplink_mbps, n.downlink_mbps)
               for n in cluster.nodes]
     return cluster, costs, rates.rates(), tasks[-2000:], states

@@ -372,9 +372,10 @@ def _published(tasks: int) -> dict:
     return publisher.build_record()
 
 
-#: NodeFeedback fields appended after the v2 release (power and energy, then tenants)
+#: NodeFeedback fields appended after the v2 release (power and energy, then tenants, then
+#: the learners' refusals)
 AFTER_V2 = ("power_w", "power_source", "completed_energy_j", "completed_tenant",
-            "completed_deadline_met")
+            "completed_deadline_met", "learning_refused")
 
 
 @pytest.mark.parametrize("tasks", [0, 1, 2, 7])

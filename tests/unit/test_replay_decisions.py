@@ -18,20 +18,22 @@ RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 RUN = RESULTS / "replay" / "hosts_2026-12-03"
 
 
-def report(node, at_ms, in_flight=0, queue=0, done=0):
-    return {"node_id": node, "emitted_at_ms": at_ms, "in_flight": in_flight,
-            "queue_depth": queue,
+def report(node, at_ms, spans=()):
+    """A report of ``node`` at ``at_ms`` whose timings have these (decided, finished) spans."""
+    return {"node_id": node, "emitted_at_ms": at_ms, "in_flight": 0, "queue_depth": 0,
             "completed": [{"task_id": f"{node}-{at_ms}-{i}", "app_id": "op", "input_size": 10,
-                           "queue_ms": 1.0, "service_ms": 2.0, "finished_at_ms": at_ms}
-                          for i in range(done)]}
+                           "queue_ms": float(finished - decided) - 2.0, "service_ms": 2.0,
+                           "finished_at_ms": finished}
+                          for i, (decided, finished) in enumerate(spans)]}
 
 
-def test_busy_rates_count_only_gaps_with_work_at_both_ends():
-    records = [report("a", 0, in_flight=2), report("a", 1000, in_flight=1, done=5),
-               report("a", 2000, done=3),                       # idle at the end: not counted
-               report("a", 3000, queue=4), report("a", 3500, queue=1, done=2),
-               report("b", 0), report("b", 1000, done=4)]        # never busy
-    assert busy_rates(records) == {"a": pytest.approx(7 / 1.5)}
+def test_busy_rates_are_the_services_rule_over_every_record():
+    """The service's DrainRates over the spans from each task's decision: per busy period,
+    the finishes after its first over its first-to-last finish time."""
+    records = [report("a", 1000, [(0, 400), (0, 1000)]), report("a", 2000, [(0, 1500)]),
+               report("a", 90_000, [(89_000, 89_500), (89_000, 90_000)]),   # a second period
+               report("b", 1000, [(0, 900)])]                  # one finish: no pace to measure
+    assert busy_rates(records) == {"a": pytest.approx(3 / 1.6)}
 
 
 @pytest.mark.parametrize("split,rates,expected", [
