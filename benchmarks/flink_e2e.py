@@ -170,14 +170,16 @@ def mirrored_plan(per_node: dict, instances: int = 3, capacity: dict | None = No
     rebalance run's results, in proportion to them (largest remainder, at least one each),
     at most ``capacity[node]`` on a node (the executor units its TaskManager offers: a plan
     beyond them can never be scheduled, and the job would fail for lack of resources); the
-    plan may then hold fewer than ``instances``.
+    plan may then hold fewer than ``instances``. A node that ran nothing is planned ``=0``:
+    the hook gives a node its plan has no count for one instance, so before 2026-12-05 this
+    "same layout" spread the hook over every TaskManager (2 / 1 / 1) while rebalance ran on one.
 
     >>> mirrored_plan({"tm_a": 0, "tm_b": 20000, "tm_c": 0})
-    'tm_b=3'
+    'tm_a=0,tm_b=3,tm_c=0'
     >>> mirrored_plan({"tm_a": 10, "tm_b": 20, "tm_c": 0})
-    'tm_a=1,tm_b=2'
+    'tm_a=1,tm_b=2,tm_c=0'
     >>> mirrored_plan({"tm_a": 0, "tm_b": 20000, "tm_c": 0}, capacity={"tm_b": 2})
-    'tm_b=2'
+    'tm_a=0,tm_b=2,tm_c=0'
     """
     used = {n: c for n, c in sorted(per_node.items()) if c > 0}
     if not used:
@@ -190,7 +192,9 @@ def mirrored_plan(per_node: dict, instances: int = 3, capacity: dict | None = No
         if sum(counts.values()) >= instances:
             break
         counts[n] = min(room[n], counts[n] + 1)
-    return ",".join(f"{n}={k}" for n, k in counts.items())
+    return ",".join(f"{n}={counts.get(n, 0)}" for n in sorted(per_node))
+
+
 CLUSTER_MODES = {"default": {}, "tasks_mode": {"taskmanager.load-balance.mode": "TASKS"}}
 
 
@@ -884,7 +888,7 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=90)
     parser.add_argument("--light-tasks", type=int, default=20_000)
     parser.add_argument("--only", default="", help="run only variants whose label contains "
-                        "this text (a check; the committed results come from full runs)")
+                        "this text (comma-separated); written apart, as <name>_only-<text>.json")
     parser.add_argument("--no-training", action="store_true", help="skip the LDWP training run")
     parser.add_argument("--router-host", default="", help="run the hook variants' router (with "
                         "its source and sinks) on this TaskManager, the same in every run "
@@ -980,7 +984,16 @@ def _run(args, nodes) -> None:
     if args.only:
         for s in summary + overhead:
             print(f"  {s['variant']:32s} {s['throughput_per_s']['mean']:7.1f}/s")
-        print("(--only: a check, nothing written)")
+        # a subset is kept apart from the full runs' file, named by its filter
+        only = "".join(c if c.isalnum() else "-" for c in args.only).strip("-")[:40]
+        path = write_result(f"{name}_only-{only}", {
+            "only": args.only, "router_host": args.router_host or None,
+            "rounds": runs, "tasks_per_run": tasks, "light_tasks_per_run": light_tasks,
+            "summary": summary, "overhead": overhead,
+            "verdict": overhead_verdict(overhead) if overhead else {},
+            "runs": rows, "overhead_runs": overhead_rows, "failed_runs": failed_runs,
+            "real_engine_wall_s": real_wall})
+        print(f"(--only: a subset, written apart from the full runs: {path.name})")
         return
     verdict = verdict_of(summary)
     curve = learning_curve(bench.model_dir) if bench.model_dir else []

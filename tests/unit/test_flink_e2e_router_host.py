@@ -54,3 +54,20 @@ def test_a_router_host_without_the_hook_is_refused(placement):
     # only the hook has a router: a pinned host asked of Flink's own placement would be ignored
     with pytest.raises(ValueError, match="router_host"):
         PipelineSettings(placement=placement, router_host="tm_b")
+
+
+@pytest.mark.parametrize("per_node,expected", [
+    ({"tm_a": 1500, "tm_b": 0, "tm_c": 0}, {"tm_a": 2}),            # all on one 2-slot host
+    ({"tm_a": 0, "tm_b": 500, "tm_c": 1000}, {"tm_b": 1, "tm_c": 2}),
+    ({"tm_a": 500, "tm_b": 500, "tm_c": 500}, {"tm_a": 1, "tm_b": 1, "tm_c": 1}),
+])
+def test_the_mirrored_hook_runs_only_where_rebalance_ran(per_node, expected):
+    """Before 2026-12-05 the mirrored plan named only the hosts rebalance used, and the hook
+    gave every other host one executor: the "same layout" run was spread over all three."""
+    from benchmarks.flink_e2e import mirrored_plan
+    from pyflink_jobs.hook import parse_plan
+    from pyflink_jobs.router import RouterNode
+    plan = mirrored_plan(per_node, capacity={"tm_a": 2, "tm_b": 2, "tm_c": 2})
+    settings = HookSettings(nodes=[RouterNode(n) for n in sorted(per_node)],
+                            plan=parse_plan(plan))
+    assert {n.node_id: n.instances for n in settings.resolved_nodes()} == expected
