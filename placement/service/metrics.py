@@ -98,12 +98,12 @@ class ServiceMetrics:
         self.feedback_age = Gauge(
             p + "node_feedback_age_seconds", "age of each node's latest NodeFeedback when last "
             "read", ["node"], registry=r)
-        # Per tenant (placement.service.tenants: at most 256 tenants + 3 pools, so the label
-        # set is bounded), set from the report whenever /metrics is read.
         self.node_learning_refused = Gauge(
             p + "node_learning_refused", "observations a node's online learners refused to "
             "learn from (non-finite or implausible; per learner and reason in GET /cluster), from "
             "its latest feedback", ["node"], registry=r)
+        # Per tenant (placement.service.tenants: at most 256 tenants + 3 pools, so the label
+        # set is bounded), set from the report whenever /metrics is read.
         self.tenant_completed = Gauge(
             p + "tenant_completed", "tasks completed per tenant (TaskEvent 'tenant' "
             "attribute; (none): no tenant)", ["tenant"], registry=r)
