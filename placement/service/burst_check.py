@@ -30,20 +30,21 @@ and lost to it in the job, pass under both rules: the check's split of the prior
 finishing during the burst, is not the split the router makes while work finishes (README,
 "On three emulated hosts"; open). In the routers' view the time records spend in the network
 buffers is work time, as it is in a task's latency (LDWP's reward). Each busy period's lead
-(from the first decision to the first finish: a record's transfer and a cold worker's
-start-up, 9-16 s at a job's start) is left out: over the whole span a recorded run's hosts read 45-68 tasks/s where they finished 119-261 a second
-once started (``benchmarks/results/replay/hosts_2026-12-03``; the rule before read 128-254).
-A node that got little work shows the pace of that little work, so the check leans toward
-splits like the ones measured: conservative, as a guard of the prior should be.
+(from the first decision to the first finish: a record's transfer and a cold worker's start-up,
+9-16 s at a job's start) is left out: over the whole span a recorded run's hosts read 45-68
+tasks/s where they finished 119-261 a second once started
+(``benchmarks/results/replay/hosts_2026-12-03``; the rule before read 128-254). A node that got
+little work shows the pace of that little work, so the check leans toward splits like the ones
+measured: conservative, as a guard of the prior should be.
 
 The version passes when its split drains within ``tolerance`` of the prior's, or when there is
 not enough to judge (fewer than ``min_tasks`` recent tasks, or a node without a rate): the
 verdict says which. Why 2,000 tasks: a router holds at most ``executor_capacity`` tasks per
 executor before it treats every node as full, so in a short burst the first decisions weigh
 most; at 300 tasks the verdicts on the recorded versions flipped with the first few choices,
-at 2,000 they agreed with the routers' replayed splits. A version that fails is refused like any other (the learner rolls back to
-the last good weights), so the published correction never does worse than its prior on the
-latest measured rates; where it does better, it is published.
+at 2,000 they agreed with the routers' replayed splits. A version that fails is refused like
+any other (the learner rolls back to the last good weights), so the published correction never
+does worse than its prior on the latest measured rates; where it does better, it is published.
 
 Example::
 
