@@ -29,6 +29,7 @@ from pathlib import Path
 
 from benchmarks._common import description, write_result
 from benchmarks.replay_decisions import read_feedback
+from workload.feedback import timing_latency
 
 __all__ = ["run_spans", "balance", "main"]
 
@@ -40,15 +41,11 @@ def run_spans(records: list[dict]) -> dict[str, dict[str, list[tuple[float, floa
     for record in records:
         node = record.get("node_id")
         for timing in record.get("completed") or ():
-            task_id = timing.get("task_id") if isinstance(timing, dict) else None
-            if not isinstance(task_id, str) or "-run-" not in task_id:
-                continue   # warm-up tasks and other jobs' tasks
-            try:
-                finished = float(timing["finished_at_ms"])
-                decided = finished - float(timing["queue_ms"]) - float(timing["service_ms"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            runs[task_id.rsplit("-run-", 1)[0]][node].append((decided, finished))
+            fields = timing_latency(timing)
+            if fields is None or "-run-" not in fields[0]:
+                continue   # unusable, or a warm-up task or another job's
+            task_id, latency, finished = fields
+            runs[task_id.rsplit("-run-", 1)[0]][node].append((finished - latency, finished))
     return {run: dict(nodes) for run, nodes in runs.items()}
 
 

@@ -50,7 +50,7 @@ from workload.limits import finite_real
 from workload.model import NodeState
 
 __all__ = ["PER_TASK_ARRAYS", "node_state_from_feedback", "feedback_emitted_at_ms",
-           "feedback_age_s",
+           "feedback_age_s", "timing_latency",
            "feedback_fraction", "feedback_count", "DEFAULT_LINK_MBPS", "MAX_QUEUE_DEPTH",
            "MAX_AGE_S", "MAX_EMITTED_AT_MS", "BYTES_PER_S_PER_MBPS"]
 
@@ -124,6 +124,30 @@ def feedback_age_s(emitted_at_ms: int, now_ms: float) -> float:
     if now is None:
         return MAX_AGE_S  # no clock to compare with: as stale as ages go
     return min(MAX_AGE_S, max(0.0, (now - float(emitted_at_ms)) / 1000.0))
+
+
+def timing_latency(timing) -> tuple[str, float, int] | None:
+    """(task id, latency ms, finished at ms) of one ``completed`` TaskTiming, or None when they
+    are unusable (missing, not finite, negative latency parts). The latency is ``queue_ms +
+    service_ms``: for a routed task its waiting counts from the router's decision, so
+    ``finished - latency`` is when the decision was made.
+
+    >>> timing_latency({"task_id": "t", "queue_ms": 2.0, "service_ms": 3.0,
+    ...                 "finished_at_ms": 1005})
+    ('t', 5.0, 1005)
+    >>> timing_latency({"task_id": "t", "queue_ms": -1, "service_ms": 3, "finished_at_ms": 9})
+    """
+    try:
+        task_id = timing["task_id"]
+        queue_ms, service_ms = float(timing["queue_ms"]), float(timing["service_ms"])
+        finished = float(timing["finished_at_ms"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if not isinstance(task_id, str) or not all(math.isfinite(v) for v in
+                                                (queue_ms, service_ms, finished)) \
+            or queue_ms < 0.0 or service_ms < 0.0:
+        return None
+    return task_id, queue_ms + service_ms, int(finished)
 
 
 def _link_bytes_per_s(mbps: float, name: str) -> float:

@@ -62,6 +62,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Mapping
 
+from workload.feedback import timing_latency
 from workload.limits import require_count
 from workload.model import NodeState, Observation, Task, offered_nodes
 
@@ -97,18 +98,16 @@ class DrainRates:
         return True
 
     def add(self, record: Mapping) -> int:
-        """Every timing of one NodeFeedback record (its span: ``finished_at_ms`` minus
-        ``queue_ms + service_ms``, the executors' waiting counted from the router's decision);
+        """Every usable timing of one NodeFeedback record (its span: from ``finished_at_ms``
+        minus its latency, :func:`workload.feedback.timing_latency`, to ``finished_at_ms``);
         returns how many were kept. The service adds the timings it learned from one by one
         (:meth:`add_task`); this is for recorded feedback."""
         node, kept = record.get("node_id"), 0
         for timing in record.get("completed") or ():
-            try:
-                finished = float(timing["finished_at_ms"])
-                latency = float(timing["queue_ms"]) + float(timing["service_ms"])
-            except (KeyError, TypeError, ValueError, OverflowError):
-                continue
-            kept += self.add_task(node, finished - latency, finished)
+            fields = timing_latency(timing)
+            if fields is not None:
+                _, latency, finished = fields
+                kept += self.add_task(node, finished - latency, finished)
         return kept
 
     def rates(self) -> dict[str, float]:

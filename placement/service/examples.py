@@ -29,7 +29,8 @@ from placement.service.burst_check import DrainRates
 from placement.service.latency_bounds import LatencyBounds
 from placement.speed import SPEED_FACTOR_LIMITS, ObservedSpeed, timing_sample
 from workload.feedback import (DEFAULT_LINK_MBPS, PER_TASK_ARRAYS, feedback_age_s,
-                               feedback_emitted_at_ms, node_state_from_feedback)
+                               feedback_emitted_at_ms, node_state_from_feedback,
+                               timing_latency)
 from workload.model import ClusterSpec, NodeSpec, NodeState, Task
 from workload.refusals import bounded_refusals
 
@@ -219,22 +220,6 @@ def _real(value) -> bool:
         math.isfinite(value)
 
 
-def _timing_example_fields(timing: Mapping) -> tuple[str, float, int] | None:
-    """(task id, latency ms, finished at ms) of a timing, or None when they are unusable
-    (missing, not finite, negative latency parts)."""
-    try:
-        task_id = timing["task_id"]
-        queue_ms, service_ms = float(timing["queue_ms"]), float(timing["service_ms"])
-        finished = float(timing["finished_at_ms"])
-    except (KeyError, TypeError, ValueError, OverflowError):
-        return None
-    if not isinstance(task_id, str) or not all(math.isfinite(v) for v in
-                                                (queue_ms, service_ms, finished)) \
-            or queue_ms < 0.0 or service_ms < 0.0:
-        return None
-    return task_id, queue_ms + service_ms, int(finished)
-
-
 class FeedbackExamples:
     """Steps 1 and 2 of :mod:`placement.service.learner`: NodeFeedback records in, node
     histories and queued :class:`TrainingExample` out. Thread-safe: ``take`` runs on the
@@ -295,7 +280,7 @@ class FeedbackExamples:
                 backlogs = record.get("routed_backlog_ms") or []
                 speeds = record.get("routed_speed_factor") or []
                 for i, timing in enumerate(record.get("completed") or ()):
-                    sample, fields_ = timing_sample(timing), _timing_example_fields(timing)
+                    sample, fields_ = timing_sample(timing), timing_latency(timing)
                     if sample is None or fields_ is None or fields_[1] > self.max_latency_ms \
                             or sample[1] > self.max_task_size:
                         self.reject_timing()

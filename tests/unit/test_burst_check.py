@@ -57,12 +57,14 @@ def test_a_host_whose_executor_idles_behind_a_thin_link_drains_at_the_links_pace
 
 
 def test_recorded_feedback_gives_spans_from_the_routers_decision():
-    """``add`` reads a report's timings: span = finished - (queue + service)."""
+    """``add`` reads a report's usable timings (the service's rule,
+    ``workload.feedback.timing_latency``): span = finished - (queue + service)."""
     rates = DrainRates()
     record = {"node_id": "a", "completed": [
-        {"finished_at_ms": 2000, "queue_ms": 1500.0, "service_ms": 500.0},
-        {"finished_at_ms": 3000, "queue_ms": 1000.0, "service_ms": 1000.0},
-        {"finished_at_ms": "x", "queue_ms": 0.0, "service_ms": 1.0},     # broken: skipped
+        {"task_id": "t1", "finished_at_ms": 2000, "queue_ms": 1500.0, "service_ms": 500.0},
+        {"task_id": "t2", "finished_at_ms": 3000, "queue_ms": 1000.0, "service_ms": 1000.0},
+        {"task_id": "t3", "finished_at_ms": "x", "queue_ms": 0.0, "service_ms": 1.0},  # broken
+        {"task_id": "t4", "finished_at_ms": 2500, "queue_ms": -5.0, "service_ms": 1.0},  # < 0
         {"queue_ms": 0.0}]}
     assert rates.add(record) == 2   # spans [0, 2000] and [1000, 3000]: one busy period
     assert rates.rates()["a"] == pytest.approx(1 / 1.0)
