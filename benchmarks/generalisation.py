@@ -15,6 +15,10 @@ paper cluster's tuning seeds), a rule and not a model, with its paired change ov
   spec speed 8; calibrated since the MIG axis, with the reference GPU's co-location, so it runs
   exactly as it did uncalibrated), one V100 (never in training), one CPU-only;
 - ``alibaba_17`` and ``alibaba_100``: 17 and 100 nodes sampled from Alibaba's GPU inventory;
+- ``paper_plus_unseen_v100``: the training cluster and one node of a type it never saw (8
+  cores, 64 GB, one V100). Added 2026-12-06: here the trust rule before pooling
+  (``placement.ldwp.evidence``) put LDWP 16.7% behind MCT on these seeds (found with them; the
+  pooled rule has no setting that was tuned);
 - ``paper_training``: the training cluster itself (evaluation seeds only).
 
 Saturated arrivals (throughput = what the cluster does flat out), 1,500 tasks, five evaluation
@@ -45,7 +49,7 @@ POLICIES = ("ldwp", "mct", "mct_drain", "least_loaded", "random", "size_agnostic
 #: the fine-tuning episode of the transferred paper network (a training seed, never evaluated)
 FINE_TUNE_TASKS, FINE_TUNE_SEED = 1500, 150
 CLUSTERS = ("two_cpu_3x", "five_mixed_unseen_gpu", "alibaba_17", "alibaba_100",
-            "paper_training")
+            "paper_plus_unseen_v100", "paper_training")
 METRICS = ("throughput_per_min", "latency_p99_s", "gpu_utilisation")
 
 
@@ -67,6 +71,10 @@ def make_cluster(name: str):
         return alibaba_cluster(17, seed=3)
     if name == "alibaba_100":
         return alibaba_cluster(100, seed=4)
+    if name == "paper_plus_unseen_v100":
+        base = paper_cluster()
+        return ClusterSpec(base.nodes + (NodeSpec("v100-new", 8, 64, gpus=(GpuSpec("v100", 16),)),),
+                           name=name)
     if name == "paper_training":
         return paper_cluster()
     raise ValueError(f"unknown cluster {name!r}; known: {', '.join(CLUSTERS)}")

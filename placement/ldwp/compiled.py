@@ -101,7 +101,8 @@ def _node_scoring_q(numbers, fixed, slope, size, size_feature, template, units, 
     (M, width): the node set's and task type's constant columns; ``units`` (M,): parallel units;
     ``own``/``context`` (width, H1): the first layer split; ``base`` (M, H1): the first layer on
     the template alone, context and bias included (``CompiledNodeScoring.template_part``);
-    ``weights``/``biases``: the later layers; ``trust`` (M,) or empty: the evidence weights;
+    ``weights``/``biases``: the later layers; ``trust`` (M,) or empty: the evidence weights
+    (pooled over the nodes as ``placement.ldwp.evidence.pooled_correction`` does);
     ``fparams``: the clamps low (9) and high (9), the log divisors (4), the completion scale;
     ``iparams``: the size column, the first node column, the mode (RESIDUAL_MODES). (Packed:
     numba's dispatcher takes about 60 ns per argument, and the decision is measured in µs.)
@@ -180,16 +181,34 @@ def _node_scoring_q(numbers, fixed, slope, size, size_feature, template, units, 
         for i in range(m):
             for j in range(hidden.shape[1]):
                 hidden[i, j] += bias[j]
+    # the correction each node uses, pooled over the nodes by their trust
+    # (placement.ldwp.evidence.pooled_correction): top * own where every trust is the same
+    top, total = 1.0, 0.0
+    pooled_g, pooled_h = 0.0, 0.0
+    if trust.shape[0]:
+        top = 0.0
+        for i in range(m):
+            if trust[i] > top:
+                top = trust[i]
+            total += trust[i]
+            pooled_g += trust[i] * hidden[i, 0]
+            if mode == 2:
+                pooled_h += trust[i] * hidden[i, 1]
+        if total > 0.0:
+            pooled_g /= total
+            pooled_h /= total
     q = np.empty(m)
     for i in range(m):
         weight = trust[i] if trust.shape[0] else 1.0
+        spare = top - weight if top > 0.0 else 0.0   # 0 when every node has the same trust
         if mode == 2:
-            g = hidden[i, 0] * weight
-            h = hidden[i, 1] * weight
+            g = hidden[i, 0] * weight + spare * pooled_g
+            h = hidden[i, 1] * weight + spare * pooled_h
             q[i] = -math.log1p(math.exp(g) * wait_estimate[i, 0]
                                + math.exp(h) * wait_estimate[i, 1])
         elif mode == 1:
-            q[i] = hidden[i, 0] * weight - completion_scale * rows[i, first_column + 9]
+            q[i] = hidden[i, 0] * weight + spare * pooled_g \
+                - completion_scale * rows[i, first_column + 9]
         else:
             q[i] = hidden[i, 0]
     best, runner = 0, -1

@@ -10,11 +10,26 @@ and task type::
                     count(s, a) * exp(-(|spec(row) - s| / bandwidth)^2)   for a = the row's type
     trust(row)    = evidence / (evidence + evidence_half)
 
-and the decision uses the correction times ``trust`` (the scaled residual's log-factors g, h
-times trust; the additive one's correction times trust). With no evidence the model decides
-exactly as its prior, MCT; with plenty it decides as trained. Training is unchanged (the
-network fits the whole correction); every example the agent learns from is recorded here, so
-online learning on a new cluster raises the trust of its nodes as outcomes come in.
+and the decision uses, per node, the correction pooled by :func:`pooled_correction`::
+
+    T = max over the decision's nodes of trust
+    pooled = sum_j trust_j * correction_j / sum_j trust_j
+    used_i = trust_i * correction_i + (T - trust_i) * pooled         (0 when T = 0)
+
+(the scaled residual's log-factors g, h; the additive one's correction). With no evidence for
+any node the model decides exactly as its prior, MCT; with plenty for all it decides as
+trained; where every node has the same trust this is ``trust * correction``, as before
+2026-12-06. A node the model has no evidence for gets the trusted nodes' mean correction, not
+none: why (measured 2026-12-06): the corrections the shipped model learned on the paper cluster
+are large and mostly common to every node (the prior underestimates how long work waits), so a
+node decided on its bare prior looked several times cheaper than the nodes beside it. One
+V100 node (never seen in training) added to the paper cluster put LDWP 16.5% behind MCT (12.9%
+ahead, pooled), with no more tasks sent to the V100 than MCT sent (README, "Trained models
+that ship"; ``benchmarks/trust_pooling.py``). Shrinking an unknown node's correction toward
+the others' (partial pooling) instead of toward zero keeps every node's Q on one scale.
+Training is unchanged (the network fits the whole correction); every example the agent learns
+from is recorded here, so online learning on a new cluster raises the trust of its nodes as
+outcomes come in.
 
 A node's signature is its static spec columns in the encoded row (``node_spec_features``:
 cores, GPUs, GPU memory, host memory, CPU speed, mean GPU speed, all scaled to about [0, 1]);
@@ -44,8 +59,9 @@ import numpy as np
 
 from placement.ldwp.features import APPS, NODE_ROW_SIZE, NODE_SPEC_SIZE, TYPE_HASH_SIZE
 
-__all__ = ["Evidence", "EvidenceError", "MAX_SIGNATURES", "EVIDENCE_HALF", "BANDWIDTH",
-           "BANDWIDTH_RANGE", "EVIDENCE_HALF_RANGE", "evidence_columns", "model_evidence"]
+__all__ = ["Evidence", "EvidenceError", "pooled_correction", "MAX_SIGNATURES", "EVIDENCE_HALF",
+           "BANDWIDTH", "BANDWIDTH_RANGE", "EVIDENCE_HALF_RANGE", "evidence_columns",
+           "model_evidence"]
 
 #: examples of a (node signature, task type) at which the correction gets half weight
 EVIDENCE_HALF = 50.0
@@ -62,6 +78,28 @@ MAX_SIGNATURES = 4096
 #: most examples one entry may claim (about 30 years of one task a second)
 MAX_COUNT = 1e9
 DIGITS = 4  # signatures are rounded so float noise does not split one node type in two
+
+
+def pooled_correction(correction: np.ndarray, trust: np.ndarray) -> np.ndarray:
+    """The learned correction each node's decision uses (module docstring): ``correction``
+    (M, C), one row per node of one decision; ``trust`` (M,) in [0, 1]. A new float64 array.
+
+    >>> pooled_correction(np.array([[2.0], [4.0], [9.0]]), np.array([1.0, 1.0, 0.0]))[:, 0]
+    array([2., 4., 3.])
+    >>> pooled_correction(np.array([[2.0], [4.0]]), np.array([0.5, 0.5]))[:, 0]
+    array([1., 2.])
+    >>> pooled_correction(np.array([[2.0], [4.0]]), np.zeros(2))[:, 0]
+    array([0., 0.])
+    """
+    correction = np.asarray(correction, dtype=np.float64)
+    trust = np.asarray(trust, dtype=np.float64)
+    top = float(trust.max()) if trust.size else 0.0
+    if not top > 0.0:
+        return np.zeros_like(correction)
+    if float(trust.min()) == top:   # one trust for all (a cluster of one node type): no pooling
+        return top * correction
+    pooled = (trust @ correction) / trust.sum()
+    return trust[:, None] * correction + (top - trust)[:, None] * pooled[None, :]
 
 
 class EvidenceError(ValueError):

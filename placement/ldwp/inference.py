@@ -58,7 +58,8 @@ from placement.ldwp.features import (APPS, COMPLETION_SCALE, NODE_ROW_SIZE, NODE
                                      node_spec_features, paper_vector, scaled_completion_q,
                                      task_estimates, task_size_feature, type_code)
 from placement.ldwp.compiled import compiled_scorer
-from placement.ldwp.evidence import BANDWIDTH, EVIDENCE_HALF, EvidenceError, model_evidence
+from placement.ldwp.evidence import (BANDWIDTH, EVIDENCE_HALF, EvidenceError, model_evidence,
+                                     pooled_correction)
 from placement.ldwp.model_settings import read_model_settings
 from placement.ldwp.modelfile import ModelFileError, load_model, parse_model
 from workload.estimates import CostModel
@@ -184,7 +185,7 @@ def _fused_q(fused, encoded: tuple, kind: str, q_prior: str, residual: str,
     if q_prior != "completion":
         return out[:, 0]
     if trust is not None:
-        out *= trust[:, None]
+        out = pooled_correction(out, trust)
     if residual == "additive":
         return out[:, 0] + completion_prior(rows)
     # -log(1 + e^g wait + e^h estimate) from the exact wait and estimate (the shared path
@@ -548,7 +549,7 @@ class NumpyLDWPPolicy(Policy):
         if self.q_prior != "completion":
             return out[:, 0]
         if self.evidence is not None:
-            out *= self.evidence.trust(state)[:, None]
+            out = pooled_correction(out, self.evidence.trust(state))
         if self.residual == "scaled":
             return scaled_completion_q(state, out)
         return out[:, 0] + completion_prior(state)

@@ -28,13 +28,25 @@ import numpy as np
 import torch
 from torch import nn
 
+from placement.ldwp.evidence import pooled_correction
 from placement.ldwp.features import NODE_ROW_SIZE, completion_prior, scaled_completion_q
 
 __all__ = ["PaperQNetwork", "NodeScoringQNetwork", "NumpyQ", "numpy_forward", "export_layers",
-           "load_layers", "completion_prior"]
+           "load_layers", "completion_prior", "pooled_correction_torch"]
 
 PRIORS = ("none", "completion")
 RESIDUALS = ("additive", "scaled")
+
+
+def pooled_correction_torch(correction: torch.Tensor, trust: torch.Tensor) -> torch.Tensor:
+    """:func:`placement.ldwp.evidence.pooled_correction` on tensors: ``correction`` (..., M, C),
+    ``trust`` (..., M); the same rule per decision (the leading dimensions)."""
+    weights = trust.to(correction.dtype).unsqueeze(-1)                    # (..., M, 1)
+    top = weights.amax(dim=-2, keepdim=True)                               # (..., 1, 1)
+    total = weights.sum(dim=-2, keepdim=True)
+    pooled = (weights * correction).sum(dim=-2, keepdim=True) / \
+        torch.where(total > 0, total, torch.ones_like(total))            # 0 where no trust
+    return weights * correction + (top - weights) * pooled
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -88,11 +100,12 @@ class NodeScoringQNetwork(nn.Module):
 
     def forward(self, rows: torch.Tensor,
                 trust: torch.Tensor | None = None) -> torch.Tensor:  # (..., M, F) -> (..., M)
-        """Q per node; ``trust`` (..., M) in [0, 1] weights the learned correction when deciding
-        (placement.ldwp.evidence): 0 gives the prior alone. Training passes none."""
+        """Q per node; ``trust`` (..., M) in [0, 1] weights the learned correction when deciding,
+        pooled across the nodes (placement.ldwp.evidence.pooled_correction): all 0 gives the
+        prior alone. Training passes none."""
         out = self.body(self.with_context(rows))
         if trust is not None and self.prior != "none":
-            out = out * trust.unsqueeze(-1)
+            out = pooled_correction_torch(out, trust)
         if self.prior == "completion" and self.residual == "scaled":
             return scaled_completion_q(rows, out, lib=torch)
         q = out.squeeze(-1)
@@ -146,7 +159,7 @@ class NumpyQ:
         np.maximum(hidden, 0.0, out=hidden)
         out = numpy_forward(self.layers[1:], hidden)
         if trust is not None:
-            out = out * trust[:, None]
+            out = pooled_correction(out, trust)
         if self.q_prior == "completion" and self.residual == "scaled":
             return scaled_completion_q(state, out, lib=np)
         q = out[:, 0]

@@ -1,6 +1,8 @@
 """LDWP trusts its learned correction only as far as it has evidence (placement.ldwp.evidence):
-where it has none (a node never seen, a node 3x faster than any in training, a node with no
-GPU, a task type never learned) it decides exactly as its prior, MCT."""
+where no node of a decision has any (nodes never seen, a task type never learned) it decides
+exactly as its prior, MCT; a node without evidence beside nodes with evidence (a node never
+seen, a node 3x faster than any in training, a node with no GPU) gets their pooled correction,
+so that every node's Q is on one scale."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ import torch
 
 from placement.ldwp.agent import LDWPPolicy, LDWPSettings
 from placement.ldwp.evidence import (MAX_SIGNATURES, Evidence, EvidenceError, evidence_columns,
-                                     model_evidence)
-from placement.ldwp.features import completion_prior
+                                     model_evidence, pooled_correction)
+from placement.ldwp.features import completion_prior, scaled_completion_q
 from placement.ldwp.modelfile import ModelFileError
 from placement.policies import make_policy
 from simulator import paper_cluster
@@ -78,26 +80,90 @@ NO_EVIDENCE = [
 ]
 
 
+def raw_correction(agent: LDWPPolicy, state: np.ndarray) -> np.ndarray:
+    """The network's learned correction per node row, before any trust (float64)."""
+    net = agent.q_network
+    with torch.no_grad():
+        rows = torch.from_numpy(state)[None]
+        return net.body(net.with_context(rows))[0].double().numpy()
+
+
 @pytest.mark.parametrize("name,cluster,unseen", NO_EVIDENCE, ids=[c[0] for c in NO_EVIDENCE])
-def test_without_evidence_a_node_gets_exactly_the_prior(costs, name, cluster, unseen):
+def test_a_node_without_evidence_gets_the_pooled_correction(costs, name, cluster, unseen):
     agent = trained_like(cluster, costs, on=TRAINING)
     rng = random.Random(1)
     for _ in range(20):
         obs = observation(cluster, rng)
         state = agent.encode(obs)
         trust = agent.evidence.trust(state)
+        raw = raw_correction(agent, state)
         q, prior = agent.q_values(state), completion_prior(state.astype(np.float64))
+        seen = [i for i, node in enumerate(obs.node_ids) if node not in unseen]
         for i, node in enumerate(obs.node_ids):
             if node in unseen:
                 assert trust[i] == pytest.approx(0.0, abs=1e-9)
-                assert q[i] == pytest.approx(prior[i], rel=1e-5, abs=1e-6)
             else:
                 assert trust[i] > 0.9  # 1,000 examples of that node type and task type
+        if not seen:   # nothing known: the prior alone
+            np.testing.assert_allclose(q, prior, rtol=1e-5, atol=1e-6)
+            continue
+        top = trust.max()
+        pooled = (trust[seen] @ raw[seen]) / trust[seen].sum()
+        for i, node in enumerate(obs.node_ids):
+            used = trust[i] * raw[i] + (top - trust[i]) * pooled
+            expected = scaled_completion_q(state[i:i + 1].astype(np.float64), used[None, :],
+                                           lib=np)[0]
+            assert q[i] == pytest.approx(expected, rel=1e-4, abs=1e-6), node
     if unseen == set(cluster.node_ids):
         mct = make_policy("mct", cluster, costs)
         same = sum(agent.decide(o).node == mct.decide(o).node
                    for o in (observation(cluster, rng) for _ in range(40)))
         assert same >= 38  # MCT's exact estimate vs the agent's affine fit may split a tie
+
+
+# (name, corrections per node (M, 2), trust (M,), the corrections the decision uses)
+POOLING = [
+    ("one trust for all: trust x correction, as before pooling",
+     [[1.0, 2.0], [3.0, -1.0]], [0.5, 0.5], [[0.5, 1.0], [1.5, -0.5]]),
+    ("an unknown node gets the known nodes' mean",
+     [[1.0, 2.0], [3.0, 4.0], [50.0, -50.0]], [1.0, 1.0, 0.0], [[1.0, 2.0], [3.0, 4.0],
+                                                                  [2.0, 3.0]]),
+    ("the mean is weighted by trust, the unknown node raised to the top trust",
+     [[0.0, 0.0], [4.0, 8.0], [9.0, 9.0]], [0.25, 0.75, 0.0], [[1.5, 3.0], [3.0, 6.0],
+                                                                [2.25, 4.5]]),
+    ("no trust anywhere: the prior alone", [[5.0, 5.0], [-5.0, 1.0]], [0.0, 0.0],
+     [[0.0, 0.0], [0.0, 0.0]]),
+    ("a single node", [[2.0, -3.0]], [0.4], [[0.8, -1.2]]),
+]
+
+
+@pytest.mark.parametrize("name,correction,trust,expected", POOLING, ids=[p[0] for p in POOLING])
+def test_pooled_correction_scenarios(name, correction, trust, expected):
+    correction, trust = np.array(correction), np.array(trust)
+    np.testing.assert_allclose(pooled_correction(correction, trust), expected, atol=1e-12)
+    from placement.ldwp.networks import pooled_correction_torch
+    batch = pooled_correction_torch(torch.from_numpy(correction)[None],
+                                    torch.from_numpy(trust)[None])[0].numpy()
+    np.testing.assert_allclose(batch, expected, atol=1e-12)
+
+
+def test_a_correction_common_to_every_node_leaves_an_unknown_node_on_the_same_scale(costs):
+    """The shipped model's corrections are large and mostly common to all nodes (the prior
+    underestimates waits everywhere). Pooled, a node without evidence is as slow as the
+    others in the model's eyes; trusted as zero (the rule before), it looked 20x cheaper and
+    took every task, however long its queue."""
+    from placement.ldwp.features import COMPLETION_COLUMN, COMPLETION_SCALE, ESTIMATE_COLUMN
+    wait = np.array([1.0, 2.0, 15.0])          # s: node "new" (no evidence) has the longest queue
+    estimate = np.array([0.5, 0.5, 0.5])
+    rows = np.zeros((3, max(COMPLETION_COLUMN, ESTIMATE_COLUMN) + 1))
+    rows[:, ESTIMATE_COLUMN] = np.log1p(estimate) / COMPLETION_SCALE
+    rows[:, COMPLETION_COLUMN] = np.log1p(wait + estimate) / COMPLETION_SCALE
+    common = np.full((3, 2), math.log(20.0))
+    trust = np.array([1.0, 1.0, 0.0])
+    q_new = scaled_completion_q(rows, pooled_correction(common, trust), lib=np)
+    q_old = scaled_completion_q(rows, common * trust[:, None], lib=np)
+    assert int(np.argmax(q_new)) == 0          # MCT's choice: the shortest completion
+    assert int(np.argmax(q_old)) == 2          # the bare prior of the new node undercut it
 
 
 def test_with_evidence_the_correction_changes_decisions(costs):

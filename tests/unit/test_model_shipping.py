@@ -57,6 +57,9 @@ def test_generalisation_clusters_are_the_ones_the_issue_names():
     assert len(make_cluster("alibaba_100").nodes) == 100
     five = make_cluster("five_mixed_unseen_gpu")
     assert {g.model for n in five.nodes for g in n.gpus} == {"k80", "p4", "v100", "a100"}
+    plus = make_cluster("paper_plus_unseen_v100")   # the training cluster and one unseen type
+    assert plus.node_ids[:-1] == make_cluster("paper_training").node_ids
+    assert [g.model for g in plus.nodes[-1].gpus] == ["v100"]
     with pytest.raises(ValueError, match="unknown cluster"):
         make_cluster("nope")
 
