@@ -144,17 +144,23 @@ class LDWPPolicy(Policy):
         return self.encoder(observation, estimates_s)
 
     def q_values(self, state: np.ndarray, use_numpy: bool = False) -> np.ndarray:
-        """Q per node for deciding: the learned correction weighted by its evidence."""
+        """Q per node for deciding: the learned correction weighted by its evidence, pooled over
+        the nodes (placement.ldwp.evidence) once the agent is frozen (``training`` False, how
+        every benchmark, the router and the service decide). While it learns it acts on each
+        node's own trust: the rule the shipped files were trained with, so that each rebuilds
+        bit for bit from its recorded command (docs/ldwp.md)."""
         trust = self.evidence.trust(state) if self.evidence is not None else None
+        pooled = not self.training
         if use_numpy:
             if self._numpy_layers is None:  # reset to None after every training step
                 s = self.settings
                 self._numpy_layers = NumpyQ(self.q_network, s.network, s.q_prior, s.residual)
-            return self._numpy_layers(state, trust)
+            return self._numpy_layers(state, trust, pooled)
         with torch.no_grad():
             batch = torch.from_numpy(state).unsqueeze(0)
             out = self.q_network(batch) if trust is None else \
-                self.q_network(batch, trust=torch.from_numpy(trust[None, :].astype(np.float32)))
+                self.q_network(batch, trust=torch.from_numpy(trust[None, :].astype(np.float32)),
+                               pooled=pooled)
         return out[0].numpy()
 
     # -- acting -----------------------------------------------------------------------------

@@ -98,14 +98,16 @@ class NodeScoringQNetwork(nn.Module):
         context = rows.mean(dim=-2, keepdim=True).expand_as(rows)
         return torch.cat([rows, context], dim=-1)
 
-    def forward(self, rows: torch.Tensor,
-                trust: torch.Tensor | None = None) -> torch.Tensor:  # (..., M, F) -> (..., M)
+    def forward(self, rows: torch.Tensor, trust: torch.Tensor | None = None,
+                pooled: bool = True) -> torch.Tensor:  # (..., M, F) -> (..., M)
         """Q per node; ``trust`` (..., M) in [0, 1] weights the learned correction when deciding,
-        pooled across the nodes (placement.ldwp.evidence.pooled_correction): all 0 gives the
-        prior alone. Training passes none."""
+        pooled across the nodes (placement.ldwp.evidence.pooled_correction; ``pooled=False``:
+        each node's correction times its own trust, the rule a learning agent acts on): all 0
+        gives the prior alone. The training loss passes no trust."""
         out = self.body(self.with_context(rows))
         if trust is not None and self.prior != "none":
-            out = pooled_correction_torch(out, trust)
+            out = pooled_correction_torch(out, trust) if pooled else \
+                out * trust.to(out.dtype).unsqueeze(-1)
         if self.prior == "completion" and self.residual == "scaled":
             return scaled_completion_q(rows, out, lib=torch)
         q = out.squeeze(-1)
@@ -151,7 +153,8 @@ class NumpyQ:
             self.split_first = (np.ascontiguousarray(weight[:, :half].T),
                                 np.ascontiguousarray(weight[:, half:].T), bias)
 
-    def __call__(self, state: np.ndarray, trust: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, state: np.ndarray, trust: np.ndarray | None = None,
+                 pooled: bool = True) -> np.ndarray:
         if self.network != "node_scoring":
             return numpy_forward(self.layers, state[None, :])[0]
         own, context, bias = self.split_first
@@ -159,7 +162,7 @@ class NumpyQ:
         np.maximum(hidden, 0.0, out=hidden)
         out = numpy_forward(self.layers[1:], hidden)
         if trust is not None:
-            out = pooled_correction(out, trust)
+            out = pooled_correction(out, trust) if pooled else out * trust[:, None]
         if self.q_prior == "completion" and self.residual == "scaled":
             return scaled_completion_q(state, out, lib=np)
         q = out[:, 0]

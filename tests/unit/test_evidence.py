@@ -121,6 +121,27 @@ def test_a_node_without_evidence_gets_the_pooled_correction(costs, name, cluster
         assert same >= 38  # MCT's exact estimate vs the agent's affine fit may split a tie
 
 
+def test_a_learning_agent_acts_on_each_nodes_own_trust_a_frozen_one_on_the_pooled(costs):
+    """While it learns (``training``), the agent acts as the shipped files were trained (each
+    node's correction times its own trust), so they rebuild bit for bit; frozen, it pools."""
+    cluster = NO_EVIDENCE[1][1]                      # the training nodes and a GPU-less node
+    agent = trained_like(cluster, costs, on=TRAINING)
+    state = agent.encode(observation(cluster, random.Random(6)))
+    trust, raw = agent.evidence.trust(state), raw_correction(agent, state)
+    prior = completion_prior(state.astype(np.float64))
+    unseen = cluster.node_ids.index("cpu")
+    agent.training = True
+    learning = agent.q_values(state)
+    assert learning[unseen] == pytest.approx(prior[unseen], rel=1e-5, abs=1e-6)
+    expected = scaled_completion_q(state.astype(np.float64), raw * trust[:, None], lib=np)
+    np.testing.assert_allclose(learning, expected, rtol=1e-4, atol=1e-6)
+    agent.training = False
+    frozen = agent.q_values(state)
+    np.testing.assert_allclose(frozen, scaled_completion_q(
+        state.astype(np.float64), pooled_correction(raw, trust), lib=np), rtol=1e-4, atol=1e-6)
+    assert frozen[unseen] != pytest.approx(prior[unseen], rel=1e-3)
+
+
 # (name, corrections per node (M, 2), trust (M,), the corrections the decision uses)
 POOLING = [
     ("one trust for all: trust x correction, as before pooling",
