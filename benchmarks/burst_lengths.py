@@ -38,7 +38,8 @@ SEEDS = tuple(range(3001, 3011))
 CLUSTERS = {"paper": (1, None), "paper_x2": (2, None), "paper_x6": (6, None),
             "paper_first5": (1, 5)}
 
-__all__ = ["LENGTHS", "SEEDS", "CLUSTERS", "make_cluster", "run_one", "changes", "main"]
+__all__ = ["LENGTHS", "SEEDS", "CLUSTERS", "make_cluster", "run_one", "changes",
+           "parse_seeds", "main"]
 
 
 def make_cluster(name: str):
@@ -114,7 +115,9 @@ def plot(summary: list[dict], path: Path, cluster: str = "paper") -> None:
     fig.savefig(path, dpi=100)
 
 
-def _seeds(text: str) -> tuple[int, ...]:
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """Seeds from a range (``3001-3010``) or a comma-separated list (``5,7``); ValueError
+    for anything else."""
     if "-" in text:
         first, last = (int(part) for part in text.split("-", 1))
         return tuple(range(first, last + 1))
@@ -149,7 +152,7 @@ def main(argv=None) -> None:
     if missing:
         parser.error(f"no such model file: {', '.join(missing)}")
     try:
-        seeds = _seeds(args.seeds)
+        seeds = parse_seeds(args.seeds)
         lengths = [int(n) for n in args.lengths.split(",") if n.strip()]
     except ValueError as error:
         parser.error(f"--seeds / --lengths: {error}")

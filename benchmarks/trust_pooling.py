@@ -33,6 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from benchmarks._common import RESULTS, description, write_result
 from benchmarks.baselines import EVALUATION_SEEDS, confidence_interval
+from benchmarks.burst_lengths import parse_seeds
 from benchmarks.generalisation import CLUSTERS, make_cluster
 
 __all__ = ["RULES", "run_one", "summarise", "main"]
@@ -131,13 +132,6 @@ def plot(rows: list[dict], path) -> None:
     plt.close(fig)
 
 
-def _seeds(text: str) -> tuple[int, ...]:
-    if "-" in text:
-        first, last = (int(v) for v in text.split("-", 1))
-        return tuple(range(first, last + 1))
-    return tuple(int(v) for v in text.split(",") if v.strip())
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="300 tasks, 2 seeds")
@@ -153,7 +147,7 @@ def main(argv=None) -> None:
     if not clusters or set(clusters) - set(CLUSTERS):
         parser.error(f"--clusters takes clusters from {', '.join(CLUSTERS)}")
     try:
-        seeds = _seeds(args.seeds) if args.seeds else EVALUATION_SEEDS
+        seeds = parse_seeds(args.seeds) if args.seeds else EVALUATION_SEEDS
     except ValueError:
         parser.error(f"--seeds: {args.seeds!r} is not a range (2001-2005) or a list")
     if args.quick:

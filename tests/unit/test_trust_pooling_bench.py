@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.trust_pooling import _per_node_rule, _seeds, summarise
+from benchmarks.burst_lengths import parse_seeds
+from benchmarks.trust_pooling import _per_node_rule, summarise
 from placement.ldwp import networks
 
 
@@ -36,5 +37,5 @@ def test_the_summary_pairs_every_rule_with_mct_per_seed():
 
 
 def test_seed_ranges_and_lists():
-    assert _seeds("2001-2003") == (2001, 2002, 2003)
-    assert _seeds("5,7") == (5, 7)
+    assert parse_seeds("2001-2003") == (2001, 2002, 2003)
+    assert parse_seeds("5,7") == (5, 7)
