@@ -11,9 +11,9 @@ ways on the same tasks, paired per seed, with MCT (its prior) beside them:
 - ``per-node`` (the rule before): ``trust_i * correction_i``;
 - ``pooled`` (the rule the code runs): see ``placement.ldwp.evidence``.
 
-The rule before is put back for its runs only, by swapping the one function the decision calls
-(``placement.ldwp.networks.pooled_correction_torch``, the simulator's agent path) inside this
-process: the model file, the tasks and everything else are the same.
+The rule before is the frozen agent's ``trust_rule = "per_node"`` for its runs
+(``placement.ldwp.evidence.TRUST_RULES``): the model file, the tasks and everything else are
+the same.
 
 Clusters: the generalisation benchmark's (``benchmarks.generalisation.make_cluster``), the
 training cluster included; HEFT on every node, saturated arrivals, 1,500 tasks, the evaluation
@@ -27,7 +27,6 @@ Writes benchmarks/results/trust_pooling.json (``--name``) and a PNG beside it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -40,19 +39,6 @@ __all__ = ["RULES", "run_one", "summarise", "main"]
 
 #: the trust rules compared, and MCT (the prior) on the same tasks
 RULES = ("pooled", "per-node", "mct")
-
-
-@contextlib.contextmanager
-def _per_node_rule():
-    """The rule before 2026-12-06 in this process: each node's correction times its own trust."""
-    from placement.ldwp import networks
-    pooled = networks.pooled_correction_torch
-    networks.pooled_correction_torch = lambda correction, trust: \
-        correction * trust.to(correction.dtype).unsqueeze(-1)
-    try:
-        yield
-    finally:
-        networks.pooled_correction_torch = pooled
 
 
 def run_one(job: tuple) -> dict:
@@ -70,9 +56,10 @@ def run_one(job: tuple) -> dict:
     policy = (make_policy("mct", cluster, costs, seed=seed) if rule == "mct"
               else LDWPPolicy.from_file(shipped_model("residual"), cluster, costs))
     started = time.perf_counter()
-    with (_per_node_rule() if rule == "per-node" else contextlib.nullcontext()):
-        result = Simulator(costs).run(policy, make_node_scheduler("heft", costs, seed=seed),
-                                      cluster, saturated_workload(tasks, seed=seed), seed=seed)
+    if rule == "per-node":   # the rule before 2026-12-06: each node's own trust
+        policy.trust_rule = "per_node"
+    result = Simulator(costs).run(policy, make_node_scheduler("heft", costs, seed=seed),
+                                  cluster, saturated_workload(tasks, seed=seed), seed=seed)
     shares: dict[str, int] = {}
     for _, decision in result.decisions:
         shares[decision.node] = shares.get(decision.node, 0) + 1

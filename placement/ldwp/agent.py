@@ -106,6 +106,9 @@ class LDWPPolicy(Policy):
             cluster, self.costs, s.network, s.task_encoding, s.spec_features,
             paper_nodes=self.q_network.nodes if s.network == "paper" else None)
         self._numpy_layers = None
+        #: how a frozen agent weighs its correction by trust (placement.ldwp.evidence
+        #: TRUST_RULES); a learning one acts on ``settings.learning_trust_rule``
+        self.trust_rule = "pooled"
         # examples learned per (node signature, task type): how far decisions trust the
         # learned correction (placement.ldwp.evidence); None: no prior, or full trust
         self.evidence = correction_evidence(self.settings)
@@ -144,23 +147,24 @@ class LDWPPolicy(Policy):
         return self.encoder(observation, estimates_s)
 
     def q_values(self, state: np.ndarray, use_numpy: bool = False) -> np.ndarray:
-        """Q per node for deciding: the learned correction weighted by its evidence, pooled over
-        the nodes (placement.ldwp.evidence) once the agent is frozen (``training`` False, how
-        every benchmark, the router and the service decide). While it learns it acts on each
-        node's own trust: the rule the shipped files were trained with, so that each rebuilds
-        bit for bit from its recorded command (docs/ldwp.md)."""
+        """Q per node for deciding: the learned correction weighted by its evidence
+        (placement.ldwp.evidence), by ``trust_rule`` ("pooled" over the nodes) once the agent
+        is frozen (``training`` False, how every benchmark, the router and the service decide).
+        While it learns it acts on ``settings.learning_trust_rule``: by default each node's own
+        trust, the rule the shipped files were trained with, so that each rebuilds bit for bit
+        from its recorded command (docs/ldwp.md)."""
         trust = self.evidence.trust(state) if self.evidence is not None else None
-        pooled = not self.training
+        rule = self.settings.learning_trust_rule if self.training else self.trust_rule
         if use_numpy:
             if self._numpy_layers is None:  # reset to None after every training step
                 s = self.settings
                 self._numpy_layers = NumpyQ(self.q_network, s.network, s.q_prior, s.residual)
-            return self._numpy_layers(state, trust, pooled)
+            return self._numpy_layers(state, trust, rule)
         with torch.no_grad():
             batch = torch.from_numpy(state).unsqueeze(0)
             out = self.q_network(batch) if trust is None else \
                 self.q_network(batch, trust=torch.from_numpy(trust[None, :].astype(np.float32)),
-                               pooled=pooled)
+                               rule=rule)
         return out[0].numpy()
 
     # -- acting -----------------------------------------------------------------------------

@@ -29,6 +29,8 @@ def agent_metadata(settings, node_ids, updates: int, evidence) -> dict:
     if settings.energy_weight == 0:  # off: the header files had before the setting
         for key in ("energy_weight", "energy_scale_j"):
             header.pop(key)
+    if settings.learning_trust_rule == "per_node":  # the default: as files before the setting
+        header.pop("learning_trust_rule")
     return {"kind": settings.network, "nodes": list(node_ids),
             "settings": header, "updates": updates,
             "task_types": task_encoding_metadata(settings.task_encoding),

@@ -59,7 +59,8 @@ import numpy as np
 
 from placement.ldwp.features import APPS, NODE_ROW_SIZE, NODE_SPEC_SIZE, TYPE_HASH_SIZE
 
-__all__ = ["Evidence", "EvidenceError", "pooled_correction", "MAX_SIGNATURES", "EVIDENCE_HALF",
+__all__ = ["Evidence", "EvidenceError", "pooled_correction", "per_node_correction",
+           "trusted_correction", "TRUST_RULES", "MAX_SIGNATURES", "EVIDENCE_HALF",
            "BANDWIDTH", "BANDWIDTH_RANGE", "EVIDENCE_HALF_RANGE", "evidence_columns",
            "model_evidence"]
 
@@ -100,6 +101,32 @@ def pooled_correction(correction: np.ndarray, trust: np.ndarray) -> np.ndarray:
         return top * correction
     pooled = (trust @ correction) / trust.sum()
     return trust[:, None] * correction + (top - trust)[:, None] * pooled[None, :]
+
+
+def per_node_correction(correction: np.ndarray, trust: np.ndarray) -> np.ndarray:
+    """Each node's own correction times its own trust: the rule before 2026-12-06, still the one
+    a learning agent acts on by default (``LDWPSettings.learning_trust_rule``), because the
+    shipped files were trained with it and must rebuild bit for bit.
+
+    >>> per_node_correction(np.array([[2.0], [4.0], [9.0]]), np.array([1.0, 1.0, 0.0]))[:, 0]
+    array([2., 4., 0.])
+    """
+    correction = np.asarray(correction, dtype=np.float64)
+    return np.asarray(trust, dtype=np.float64)[:, None] * correction
+
+
+#: how a decision weighs its nodes' learned corrections by their trust
+TRUST_RULES = {"pooled": pooled_correction, "per_node": per_node_correction}
+
+
+def trusted_correction(correction: np.ndarray, trust: np.ndarray,
+                       rule: str = "pooled") -> np.ndarray:
+    """The correction each node's decision uses under ``rule`` (a :data:`TRUST_RULES` name)."""
+    try:
+        return TRUST_RULES[rule](correction, trust)
+    except KeyError:
+        raise ValueError(f"trust rule must be one of {sorted(TRUST_RULES)}, got {rule!r}") \
+            from None
 
 
 class EvidenceError(ValueError):

@@ -28,11 +28,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from placement.ldwp.evidence import pooled_correction
+from placement.ldwp.evidence import TRUST_RULES, trusted_correction
 from placement.ldwp.features import NODE_ROW_SIZE, completion_prior, scaled_completion_q
 
 __all__ = ["PaperQNetwork", "NodeScoringQNetwork", "NumpyQ", "numpy_forward", "export_layers",
-           "load_layers", "completion_prior", "pooled_correction_torch"]
+           "load_layers", "completion_prior", "pooled_correction_torch",
+           "trusted_correction_torch"]
 
 PRIORS = ("none", "completion")
 RESIDUALS = ("additive", "scaled")
@@ -47,6 +48,17 @@ def pooled_correction_torch(correction: torch.Tensor, trust: torch.Tensor) -> to
     pooled = (weights * correction).sum(dim=-2, keepdim=True) / \
         torch.where(total > 0, total, torch.ones_like(total))            # 0 where no trust
     return weights * correction + (top - weights) * pooled
+
+
+def trusted_correction_torch(correction: torch.Tensor, trust: torch.Tensor,
+                             rule: str = "pooled") -> torch.Tensor:
+    """:func:`placement.ldwp.evidence.trusted_correction` on tensors (``rule``: "pooled" or
+    "per_node", a :data:`placement.ldwp.evidence.TRUST_RULES` name)."""
+    if rule == "pooled":
+        return pooled_correction_torch(correction, trust)
+    if rule == "per_node":
+        return correction * trust.to(correction.dtype).unsqueeze(-1)
+    raise ValueError(f"trust rule must be one of {sorted(TRUST_RULES)}, got {rule!r}")
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -99,15 +111,14 @@ class NodeScoringQNetwork(nn.Module):
         return torch.cat([rows, context], dim=-1)
 
     def forward(self, rows: torch.Tensor, trust: torch.Tensor | None = None,
-                pooled: bool = True) -> torch.Tensor:  # (..., M, F) -> (..., M)
+                rule: str = "pooled") -> torch.Tensor:  # (..., M, F) -> (..., M)
         """Q per node; ``trust`` (..., M) in [0, 1] weights the learned correction when deciding,
-        pooled across the nodes (placement.ldwp.evidence.pooled_correction; ``pooled=False``:
-        each node's correction times its own trust, the rule a learning agent acts on): all 0
-        gives the prior alone. The training loss passes no trust."""
+        by ``rule`` (placement.ldwp.evidence.TRUST_RULES: "pooled" across the nodes, or
+        "per_node", each node's correction times its own trust): all 0 gives the prior alone.
+        The training loss passes no trust."""
         out = self.body(self.with_context(rows))
         if trust is not None and self.prior != "none":
-            out = pooled_correction_torch(out, trust) if pooled else \
-                out * trust.to(out.dtype).unsqueeze(-1)
+            out = trusted_correction_torch(out, trust, rule)
         if self.prior == "completion" and self.residual == "scaled":
             return scaled_completion_q(rows, out, lib=torch)
         q = out.squeeze(-1)
@@ -154,7 +165,7 @@ class NumpyQ:
                                 np.ascontiguousarray(weight[:, half:].T), bias)
 
     def __call__(self, state: np.ndarray, trust: np.ndarray | None = None,
-                 pooled: bool = True) -> np.ndarray:
+                 rule: str = "pooled") -> np.ndarray:
         if self.network != "node_scoring":
             return numpy_forward(self.layers, state[None, :])[0]
         own, context, bias = self.split_first
@@ -162,7 +173,7 @@ class NumpyQ:
         np.maximum(hidden, 0.0, out=hidden)
         out = numpy_forward(self.layers[1:], hidden)
         if trust is not None:
-            out = pooled_correction(out, trust) if pooled else out * trust[:, None]
+            out = trusted_correction(out, trust, rule)
         if self.q_prior == "completion" and self.residual == "scaled":
             return scaled_completion_q(state, out, lib=np)
         q = out[:, 0]

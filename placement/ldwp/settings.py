@@ -99,6 +99,10 @@ class LDWPSettings:
     #                                    (placement.ldwp.evidence); "full" always trusts it
     evidence_half: float = 50.0        # examples at which the correction gets half weight
     evidence_bandwidth: float = 0.05   # spec-column distance at which evidence fades to 1/e
+    learning_trust_rule: str = "per_node"  # (ours) how a LEARNING agent weighs the correction
+    #                                    by trust (placement.ldwp.evidence.TRUST_RULES): each
+    #                                    node's own ("per_node", how the shipped files were
+    #                                    trained) or "pooled"; a frozen agent decides "pooled"
     energy_weight: float = 0.0         # (ours) lambda: outcome reward minus lambda x the task's
     #                                    busy joules / energy_scale_j; 0 = off (the latency
     #                                    reward exactly). Needs reward task_latency or drain_time
@@ -133,6 +137,9 @@ class LDWPSettings:
         if self.correction_trust not in ("evidence", "full"):
             raise ValueError(f"correction_trust must be 'evidence' or 'full', got "
                              f"{self.correction_trust!r}")
+        if self.learning_trust_rule not in ("per_node", "pooled"):
+            raise ValueError(f"learning_trust_rule must be 'per_node' or 'pooled', got "
+                             f"{self.learning_trust_rule!r}")
         if self.latency_transform not in ("linear", "log"):
             raise ValueError(f"latency_transform must be 'linear' or 'log', got "
                              f"{self.latency_transform!r}")

@@ -140,6 +140,31 @@ def test_a_learning_agent_acts_on_each_nodes_own_trust_a_frozen_one_on_the_poole
     np.testing.assert_allclose(frozen, scaled_completion_q(
         state.astype(np.float64), pooled_correction(raw, trust), lib=np), rtol=1e-4, atol=1e-6)
     assert frozen[unseen] != pytest.approx(prior[unseen], rel=1e-3)
+    agent.settings.learning_trust_rule, agent.training = "pooled", True
+    np.testing.assert_allclose(agent.q_values(state), frozen, rtol=1e-6)  # learns as it decides
+    agent.settings.learning_trust_rule, agent.training = "per_node", False
+    agent.trust_rule = "per_node"                       # a frozen agent on the rule before
+    np.testing.assert_allclose(agent.q_values(state), learning, rtol=1e-6)
+    np.testing.assert_allclose(agent.q_values(state, use_numpy=True), learning, rtol=1e-4,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("rule,in_header", [("per_node", False), ("pooled", True)])
+def test_the_learning_rule_is_in_a_model_file_only_when_it_is_not_the_default(rule, in_header):
+    """Files trained before the setting keep their bytes; one trained pooled says so."""
+    from placement.ldwp.agent_file import agent_metadata
+    settings = LDWPSettings(network="node_scoring", q_prior="completion", residual="scaled",
+                            learning_trust_rule=rule)
+    header = agent_metadata(settings, ["a"], 0, None)["settings"]
+    assert ("learning_trust_rule" in header) is in_header
+    assert LDWPSettings(**{**header, "hidden_sizes": tuple(header["hidden_sizes"])}) \
+        .learning_trust_rule == rule
+
+
+@pytest.mark.parametrize("bad", ["median", "", None, 1])
+def test_an_unknown_learning_rule_is_refused(bad):
+    with pytest.raises(ValueError, match="learning_trust_rule"):
+        LDWPSettings(network="node_scoring", q_prior="completion", learning_trust_rule=bad)
 
 
 # (name, corrections per node (M, 2), trust (M,), the corrections the decision uses)
