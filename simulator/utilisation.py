@@ -101,15 +101,14 @@ class UtilisationMeter:
         interval) with exact task counts and estimated backlogs, like the Flink router."""
         now = self.queue.now
         states = []
+        # what a router that measures per task type and node knows (none: every factor 1,
+        # and x 1.0 is exact, so a run without measured factors is unchanged)
         factor = self.measured_factors
         for node_id, node in self.nodes.items():
             base = node.sample_state or NodeState(node_id)
-            if factor:  # what a router that measures per task type and node knows
-                backlog = sum(t.estimate_left_s * factor.get((node_id, t.task.app_id), 1.0)
-                              for t in node.tasks.values())
-                speed = factor.get((node_id, task.app_id), 1.0)
-            else:
-                backlog, speed = sum(t.estimate_left_s for t in node.tasks.values()), 1.0
+            backlog = sum(t.estimate_left_s * factor.get((node_id, t.task.app_id), 1.0)
+                          for t in node.tasks.values())
+            speed = factor.get((node_id, task.app_id), 1.0)
             states.append(NodeState(
                 node_id, base.cpu_util, base.gpu_util, base.host_mem_util, base.gpu_mem_util,
                 base.uplink_util, base.downlink_util, queue_depth=len(node.tasks),
