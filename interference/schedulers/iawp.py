@@ -21,6 +21,12 @@ node observes (``observe_corun``); a stage is launched next to a running one onl
 predicted combined throughput of the pair is at least ``min_combined_throughput`` (sharing must
 beat taking turns), else it waits for the GPU to free up.
 
+Both rules hold apart a pair that failed to launch together on a GPU model
+(:class:`interference.schedulers.failed_pairs.FailedPairs`: a hold that starts at 30 s, doubles
+on each further failure, at most 10 min, forgotten once the two are measured side by side):
+a queued stage held apart from what runs on a GPU is passed over for the next one. Without it
+the cosine rule launched a pair the GPU cannot hold at every scheduling instant.
+
 What ``observe_corun`` learns from: a rate of exactly 0 is a launch that failed for lack of
 memory (how the executor and the simulator report it): "cannot co-run", learned at once. A
 positive rate must pass :func:`interference.slowdown.check_rate` (a finite real number, not a
@@ -43,6 +49,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from interference.schedulers._checks import can_run, free_slots, ready_order
+from interference.schedulers.failed_pairs import FailedPairs
 from interference.schedulers.mystic import cosine
 from interference.schedulers.pats import PatsScheduler
 from workload.model import Assignment, ComputingUnit, Stage
@@ -70,6 +77,9 @@ class IawpScheduler(PatsScheduler):
         self._model = interference_model
         self.observed = 0                       # co-run records accepted (learned or held)
         self.refused: Counter[str] = Counter()  # reason -> co-run records refused
+        self.failed_pairs = FailedPairs()       # pairs that failed to launch together
+        self._now_s = 0.0                       # the last scheduling instant (observe_corun
+        #                                         has no clock; a failure is reported at once)
         if interference == "slowdown":
             self.name = "iawp-slowdown"
 
@@ -111,8 +121,6 @@ class IawpScheduler(PatsScheduler):
         """Learn that ``stage`` ran at ``measured_rate`` x its alone speed next to ``partner``
         (0: its launch failed for lack of memory). Refused records are counted (module
         docstring), never raised: the caller runs on."""
-        if self.interference != "slowdown":
-            return
         from interference.slowdown import (CANNOT_CORUN_RATE, ObservationRefused,
                                            check_rate)
         failed = (isinstance(measured_rate, numbers.Real) and measured_rate == 0
@@ -122,6 +130,15 @@ class IawpScheduler(PatsScheduler):
             unknown = [n for n in (stage, partner) if not self._known_stage(n)]
             if unknown:
                 raise ObservationRefused("unknown_stage", f"no stage {unknown[0]!r} here")
+            if not isinstance(gpu_model, str) or len(gpu_model) > 200:
+                raise ObservationRefused("unknown_gpu_model", "no GPU model named")
+            if failed:
+                self.failed_pairs.failed(stage, partner, gpu_model, self._now_s)
+            elif rate > 0:
+                self.failed_pairs.succeeded(stage, partner, gpu_model)
+            if self.interference != "slowdown":
+                self.observed += 1
+                return
             if failed:
                 self.model.observe_out_of_memory(stage, partner, gpu_model)
             else:
@@ -153,6 +170,7 @@ class IawpScheduler(PatsScheduler):
     # -- the rules ----------------------------------------------------------------------------
     def assign(self, ready: Sequence[Stage], units: Sequence[ComputingUnit],
                now_s: float) -> list[Assignment]:
+        self._now_s = now_s
         ordered = ready_order(ready)
         speedups = {id(s): self.speedup(s, units) for s in ordered}
         # Every GPU keeps a queue (the paper's fixed-length queues), full or not: the stages in
@@ -179,9 +197,12 @@ class IawpScheduler(PatsScheduler):
                     view = ComputingUnit(gpu.unit_id, "gpu", gpu.speed, gpu.model,
                                          tuple(running), gpu.capacity)
                     # Only stages whose predicted device memory fits under the threshold.
-                    fitting = [s for s in queue if not gpu.memory_mb or used_mb
+                    # ... and not held apart from what runs there (a failed launch)
+                    fitting = [s for s in queue if (not gpu.memory_mb or used_mb
                                + self.costs.gpu_memory_mb(s.stage, s.input_size)
-                               <= self.gpu_memory_threshold * gpu.memory_mb]
+                               <= self.gpu_memory_threshold * gpu.memory_mb)
+                               and not self.failed_pairs.held(s.stage, running, gpu.model,
+                                                              now_s)]
                     if not fitting:
                         break
                     scored = [(self._priority(s, view), i, s) for i, s in enumerate(fitting)]
