@@ -92,7 +92,8 @@ def _agent(variant: str, cluster, costs, seed: int = 0, **overrides):
                                                    **{**settings, **overrides}))
 
 
-def train_variant(job: tuple, check=None, check_every: int = 1) -> dict:
+def train_variant(job: tuple, check=None, check_every: int = 1,
+                  overrides: dict | None = None) -> dict:
     """Pre-train (or not) and train one variant online; save it; return its curves.
 
     ``job``: (variant, pretrained, episodes, tasks, out_dir[, extra metadata for the file]).
@@ -101,13 +102,15 @@ def train_variant(job: tuple, check=None, check_every: int = 1) -> dict:
     with ``check`` (as :func:`train_residual`'s) the best-scoring checkpoint is, the
     pre-trained agent (episode 0) included. The residual variants go to
     :func:`train_residual` / ``benchmarks.energy_ldwp.train_energy`` (``check`` passed on,
-    else their own)."""
+    else their own). ``overrides``: LDWPSettings on top of the variant's (residual only)."""
     variant, pretrained, episodes, tasks, out_dir = job[:5]
     extra = job[5] if len(job) > 5 else {}
     # the residual trainers keep their own check and cadence unless one is given
     passed_on = {} if check is None else {"check": check, "check_every": check_every}
+    if overrides and variant != "residual":
+        raise ValueError(f"settings overrides are for the residual variant, not {variant!r}")
     if variant == "residual":
-        return train_residual(job, **passed_on)
+        return train_residual(job, overrides=overrides, **passed_on)
     if variant == "residual_energy":  # the energy-aware residual (benchmarks.energy_ldwp)
         from benchmarks.energy_ldwp import train_energy
         return train_energy(job, **passed_on)

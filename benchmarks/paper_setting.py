@@ -14,7 +14,8 @@ throughput and +14.7% GPU utilisation over the mean of Random / ETC / PATS; issu
 +30%. Gains are computed per seed (LDWP over the mean of the three on the same tasks) with a
 95% Student-t interval over the seeds.
 
-Writes benchmarks/results/paper_setting.json (``paper_setting-quick.json``) and a PNG beside it.
+Writes benchmarks/results/paper_setting.json (``paper_setting-quick.json``; with ``--model`` of
+another file ``paper_setting-<its name>.json``) and a PNG beside it.
 """
 
 from __future__ import annotations
@@ -102,7 +103,11 @@ def main(argv=None) -> None:
     ours = f"LDWP+{chosen.upper()}"
     headline = {metric: gains(runs, ours, metric)
                 for metric in ("throughput_per_min", "gpu_utilisation")}
-    name = "paper_setting-quick" if args.quick else "paper_setting"
+    # another model's result never replaces the shipped model's headline file
+    other = args.model is not None and \
+        Path(args.model).resolve() != Path(shipped_model("residual")).resolve()
+    name = ("paper_setting-quick" if args.quick else "paper_setting") + \
+        (f"-{Path(model).stem}" if other else "")
     path = write_result(name, {
         "model": Path(model).name, "tasks": tasks, "evaluation_seeds": list(seeds),
         "tuning_seeds": list(TUNING_SEEDS), "tuning_throughput_per_min": tuned,

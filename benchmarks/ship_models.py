@@ -132,7 +132,8 @@ def training_data_hash(variant: str, episodes: int, tasks: int | tuple[int, ...]
     return digest.hexdigest()
 
 
-def ship_metadata(name: str, episodes: int | None = None) -> dict:
+def ship_metadata(name: str, episodes: int | None = None,
+                  learning_trust_rule: str | None = None) -> dict:
     """What a shipped file's header records beside its settings: the command that rebuilds
     it, its name, the hash of its training data (and, for ``energy``, how lambda was chosen;
     for the models trained on short bursts, their episodes' lengths and how the checkpoint was
@@ -140,7 +141,9 @@ def ship_metadata(name: str, episodes: int | None = None) -> dict:
     variant = TRAINED_AS[name][0]
     episodes = episodes or episodes_of(name)
     command = f"python -m benchmarks.ship_models --models {name}" + (
-        "" if episodes == episodes_of(name) else f" --episodes {episodes}")
+        "" if episodes == episodes_of(name) else f" --episodes {episodes}") + (
+        f" --learning-trust-rule {learning_trust_rule} --out FILE"
+        if learning_trust_rule else "")
     extra = {"command": command, "shipped_as": name,
              "training_data_sha256": training_data_hash(variant, episodes, tasks_of(name))}
     if name in SHORT_BURSTS:
@@ -165,17 +168,25 @@ def ship_metadata(name: str, episodes: int | None = None) -> dict:
     return extra
 
 
-def ship(name: str, episodes: int | None = None, out: Path | None = None) -> dict:
-    """Train one shipped model and write it to ``out`` (default: its place in the package)."""
+def ship(name: str, episodes: int | None = None, out: Path | None = None,
+         learning_trust_rule: str | None = None) -> dict:
+    """Train one shipped model and write it to ``out`` (default: its place in the package).
+    ``learning_trust_rule`` (residual only, an experiment: needs ``out``): the trust rule the
+    agent acts on while it learns, instead of the default ``per_node`` (docs/ldwp.md)."""
     from benchmarks.ldwp import train_variant
+    if learning_trust_rule and (name != "residual" or out is None):
+        raise ValueError("learning_trust_rule is an experiment on the residual model: it needs "
+                         "name 'residual' and an output file other than the shipped one")
     variant, pretrained = TRAINED_AS[name]
     episodes = episodes or episodes_of(name)
     out = out or MODELS / SHIPPED_MODELS[name]
-    extra = ship_metadata(name, episodes)
+    extra = ship_metadata(name, episodes, learning_trust_rule)
+    overrides = {"learning_trust_rule": learning_trust_rule} if learning_trust_rule else None
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ship-models-") as tmp:
         job = (variant, pretrained, episodes, tasks_of(name), tmp, extra)
-        trained = train_variant(job, check=checkpoint_check(name), check_every=1)
+        trained = train_variant(job, check=checkpoint_check(name), check_every=1,
+                                overrides=overrides)
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(trained["model"], out)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
@@ -268,6 +279,9 @@ def main(argv=None) -> None:
                         help="training episodes (default: each model's own)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output file (only with a single --models name)")
+    parser.add_argument("--learning-trust-rule", choices=("per_node", "pooled"), default=None,
+                        help="residual only, with --out (an experiment, never shipped): the "
+                             "trust rule the agent acts on while it learns (default per_node)")
     parser.add_argument("--check", action="store_true",
                         help="rebuild into a temporary folder and compare byte for byte with "
                              "the shipped files; exit 1 naming those that differ")
@@ -278,6 +292,11 @@ def main(argv=None) -> None:
         parser.error(f"unknown model(s) {unknown}; shipped: {', '.join(TRAINED_AS)}, ncf")
     if args.out and (len(names) != 1 or names == ["ncf"] or args.check):
         parser.error("--out needs exactly one --models name (not ncf), and no --check")
+    if args.learning_trust_rule and (names != ["residual"] or not args.out
+                                     or (MODELS / SHIPPED_MODELS["residual"]).resolve()
+                                     == args.out.resolve()):
+        parser.error("--learning-trust-rule needs --models residual and --out FILE (not the "
+                     "shipped file)")
     if args.check:
         differ = check(names, args.episodes)
         for path in differ:
@@ -292,7 +311,7 @@ def main(argv=None) -> None:
                   f"{report['sha256'][:16]}) in {report['wall_s']:.1f} s")
         names.remove("ncf")
     for name in names:
-        report = ship(name, args.episodes, args.out)
+        report = ship(name, args.episodes, args.out, args.learning_trust_rule)
         print(f"wrote {report['file']} ({report['bytes']} bytes, sha256 "
               f"{report['sha256'][:16]}) in {report['wall_s']:.0f} s"
               + (f"; checkpoint episode {report['chosen_episode']}, tuning throughput "

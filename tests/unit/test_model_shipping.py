@@ -184,3 +184,40 @@ def test_the_check_command_names_a_shipped_file_that_is_not_what_its_command_bui
         main(["--check", "--models", "ncf"])
     assert stop.value.code == 1
     assert capsys.readouterr().out.strip() == f"differs from its rebuild: {edited}"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--models", "residual", "--learning-trust-rule", "pooled"],            # no --out
+    ["--models", "energy", "--learning-trust-rule", "pooled", "--out", "x.spm"],
+    ["--models", "residual", "--learning-trust-rule", "median", "--out", "x.spm"],
+])
+def test_the_learning_rule_experiment_never_overwrites_a_shipped_file(argv):
+    """Training while acting on another trust rule is an experiment: it needs an output file of
+    its own, the residual model, and a rule that exists (argparse exits 2 before training)."""
+    from benchmarks.ship_models import main
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+
+
+def test_the_learning_rule_experiment_refuses_the_shipped_path():
+    from benchmarks.ship_models import SHIPPED_RESIDUAL, main, ship
+    with pytest.raises(SystemExit) as stop:
+        main(["--models", "residual", "--learning-trust-rule", "pooled",
+              "--out", str(SHIPPED_RESIDUAL)])
+    assert stop.value.code == 2
+    with pytest.raises(ValueError, match="experiment"):
+        ship("energy", out=SHIPPED_RESIDUAL.with_name("x.spm"), learning_trust_rule="pooled")
+
+
+def test_the_experiment_file_says_how_it_was_trained():
+    """benchmarks/results/models/ldwp_residual_trained_pooled.spm (README: "Trained models that
+    ship"): its header names the rule and the command that rebuilds it."""
+    from pathlib import Path
+
+    from placement.ldwp.modelfile import load_model
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "models" / \
+        "ldwp_residual_trained_pooled.spm"
+    _, metadata = load_model(path)
+    assert metadata["settings"]["learning_trust_rule"] == "pooled"
+    assert "--learning-trust-rule pooled" in metadata["command"]
