@@ -320,3 +320,26 @@ def test_non_finite_rows_are_never_counted_and_the_table_is_bounded():
         r[spec[0]] = i / 1000.0
         evidence.record(r)
     assert len(evidence.counts) == MAX_SIGNATURES
+
+
+@pytest.mark.parametrize("value", ["median", "", None, 7, ["pooled"], "pooled" * 1000])
+def test_a_file_naming_an_unknown_learning_rule_is_refused_by_both_loaders(costs, tmp_path,
+                                                                          value):
+    from placement.ldwp.inference import NumpyLDWPPolicy
+    from placement.ldwp.modelfile import load_model, save_model
+    trained_like(TRAINING, costs).save(tmp_path / "m.spm")
+    layers, metadata = load_model(tmp_path / "m.spm")
+    settings = {**metadata["settings"], "learning_trust_rule": value}
+    save_model(tmp_path / "bad.spm", layers, {**metadata, "settings": settings})
+    with pytest.raises(ModelFileError, match="learning_trust_rule"):
+        LDWPPolicy.from_file(tmp_path / "bad.spm", TRAINING, costs)
+    with pytest.raises(ModelFileError, match="learning_trust_rule"):
+        NumpyLDWPPolicy.from_file(tmp_path / "bad.spm", TRAINING, costs)
+
+
+def test_a_file_trained_pooled_decides_pooled_frozen_and_learns_pooled(costs, tmp_path):
+    agent = trained_like(TRAINING, costs)
+    agent.settings.learning_trust_rule = "pooled"
+    agent.save(tmp_path / "m.spm")
+    loaded = LDWPPolicy.from_file(tmp_path / "m.spm", TRAINING, costs)
+    assert loaded.settings.learning_trust_rule == "pooled" and loaded.trust_rule == "pooled"
