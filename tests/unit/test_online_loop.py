@@ -1,0 +1,50 @@
+"""benchmarks/online_loop.py: the service's learner closed in the simulator. Every completion
+reaches the learner as a NodeFeedback timing, routers switch to the versions it publishes,
+runs are deterministic per seed, and the prior-only variant never switches."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from benchmarks.online_loop import VARIANTS, paired_against, run_variant, summarise
+
+
+@pytest.fixture(autouse=True)
+def _quiet_learner():
+    logging.getLogger("placement.service").setLevel(logging.ERROR)
+    yield
+    logging.getLogger("placement.service").setLevel(logging.NOTSET)
+
+
+def test_the_online_variant_learns_from_every_completion_and_uses_its_versions():
+    rows = run_variant(VARIANTS[2], "hosts", 120, 3, 0, work_scale=4.0, publish_every=100,
+                       records="payload")
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert all(sum(r["per_node"].values()) == 120 for r in rows)
+    # the first version comes after 200 records (the end of round 1): round 2 is decided by it
+    assert rows[0]["version_at_start"] is None and rows[2]["version_at_start"] is not None
+    assert rows[-1]["versions_published"] >= 2
+    assert rows == run_variant(VARIANTS[2], "hosts", 120, 3, 0, work_scale=4.0,
+                               publish_every=100, records="payload")   # deterministic
+
+
+def test_the_prior_variant_learns_costs_but_never_switches_model():
+    rows = run_variant(VARIANTS[1], "hosts", 120, 2, 1, work_scale=4.0, publish_every=100,
+                       records="payload")
+    assert all(r["version_at_start"] is None and r["version_at_end"] is None for r in rows)
+    assert rows[-1]["versions_published"] is not None   # the learner ran; its versions unused
+
+
+def test_the_summary_pairs_each_round_with_the_same_seed_and_round_of_the_baseline():
+    rows = [{"variant": v, "seed": s, "round": k, "throughput_per_s": value}
+            for v, values in ((VARIANTS[0], (10.0, 20.0, 10.0, 20.0)),
+                              (VARIANTS[2], (10.0, 18.0, 12.0, 22.0)))
+            for (s, k), value in zip(((0, 0), (0, 1), (1, 0), (1, 1)), values)]
+    paired = paired_against(rows, VARIANTS[2], VARIANTS[0])
+    assert paired["n"] == 2                       # round 0 is left out: nothing learned yet
+    assert paired["mean"] == pytest.approx(0.0)   # -10% and +10%
+    rounds = {(s["variant"], s["round"]): s["throughput_per_s"]["mean"]
+              for s in summarise(rows)}
+    assert rounds[(VARIANTS[2], 1)] == pytest.approx(20.0)
