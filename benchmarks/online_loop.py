@@ -186,18 +186,21 @@ def _setup(spec: str, work_scale: float, records: str = "light"):
 
 def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                 work_scale: float = 1.0, publish_every: int = 300,
-                records: str = "light", learning: dict | None = None) -> list[dict]:
+                records: str = "light", learning: dict | None = None,
+                burst_tolerance: float = 0.05) -> list[dict]:
     """One variant's ``rounds`` consecutive runs on ``spec`` (seed ``seed``): per round its
     throughput (tasks/s), per-node task counts, and the model versions the routers used.
     ``records`` and ``work_scale`` as ``benchmarks.flink_e2e --simulate`` takes them (payload
     records at work scale 4 put MCT at the real payload run's rate: README); ``learning``:
-    ``service.learning`` settings on top of the service's defaults."""
+    ``service.learning`` settings on top of the service's defaults; ``burst_tolerance``: the
+    burst check's (``placement.service.burst_check``; inf: no check)."""
     import torch
 
     from benchmarks.flink_e2e import SIM_NODE_SCHEDULER, sim_tasks
     from interference.schedulers import make_node_scheduler
     from placement.measured_costs import MeasuredCosts
     from placement.policies import make_policy
+    from placement.service.burst_check import BurstCheck
     from placement.service.learner import OnlineLearner
     from placement.service.settings import ServiceSettings
     from placement.service.store import ModelStore
@@ -212,7 +215,8 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
             learner = OnlineLearner(truth, ModelStore(Path(tmp), keep=10_000),
                                     {**settings.learning, **(learning or {}), "seed": seed},
                                     publish_every=publish_every, min_records_first_version=200,
-                                    costs=learned)
+                                    costs=learned,
+                                    burst_check=BurstCheck(tolerance=burst_tolerance))
             policy = OnlineRouted(learner, truth, learned, learn=variant == VARIANTS[2])
         for round_ in range(rounds):
             workload = sim_tasks(tasks, seed=100 + 10 * seed + round_)
@@ -305,6 +309,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--learning", default="{}",
                         help="JSON object of service.learning settings (LDWPSettings) on top of "
                              "the service's defaults, e.g. '{\"evidence_half\": 500}'")
+    parser.add_argument("--burst-tolerance", type=float, default=0.05,
+                        help="the service's burst check tolerance (inf: no check)")
     parser.add_argument("--name", default=None, help="result file name (default online_loop_"
                                                      "<spec>)")
     args = parser.parse_args(argv)
@@ -313,7 +319,7 @@ def main(argv=None) -> dict:
     except ValueError:
         parser.error(f"--seeds must be integers separated by commas, got {args.seeds!r}")
     if not seeds or args.tasks < 1 or args.rounds < 1 or args.publish_every < 1 \
-            or not args.work_scale > 0:
+            or not args.work_scale > 0 or not args.burst_tolerance >= 0:
         parser.error("need a seed, --tasks, --rounds and --publish-every >= 1, --work-scale > 0")
     from concurrent.futures import ProcessPoolExecutor
 
@@ -326,7 +332,7 @@ def main(argv=None) -> dict:
     except ValueError as exc:
         parser.error(f"--learning must be a JSON object: {exc}")
     jobs = [(v, args.spec, args.tasks, args.rounds, s, args.work_scale, args.publish_every,
-             args.records, learning) for v in VARIANTS for s in seeds]
+             args.records, learning, args.burst_tolerance) for v in VARIANTS for s in seeds]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         rows = [r for batch in tqdm(pool.map(_job, jobs), total=len(jobs), desc="online loop",
@@ -340,6 +346,9 @@ def main(argv=None) -> dict:
         "spec": args.spec, "tasks": args.tasks, "rounds": args.rounds, "seeds": seeds,
         "work_scale": args.work_scale, "publish_every": args.publish_every,
         "records": args.records, "learning": learning,
+        # None: no burst check (an infinite tolerance, which JSON cannot carry)
+        "burst_tolerance": args.burst_tolerance if args.burst_tolerance != float("inf")
+        else None,
         "feedback_interval_s": FEEDBACK_INTERVAL_S, "wall_s": time.perf_counter() - started,
         "verdict": verdict, "summary": summary, "runs": rows})
     plot(summary, RESULTS / f"{name}.png")
