@@ -189,7 +189,8 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                 records: str = "light", learning: dict | None = None,
                 burst_tolerance: float = 0.05) -> list[dict]:
     """One variant's ``rounds`` consecutive runs on ``spec`` (seed ``seed``): per round its
-    throughput (tasks/s), per-node task counts, and the model versions the routers used.
+    throughput (tasks/s), task counts per node and per (task type, node), and the model
+    versions the routers used.
     ``records`` and ``work_scale`` as ``benchmarks.flink_e2e --simulate`` takes them (payload
     records at work scale 4 put MCT at the real payload run's rate: README); ``learning``:
     ``service.learning`` settings on top of the service's defaults; ``burst_tolerance``: the
@@ -225,10 +226,15 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
             scheduler = make_node_scheduler(SIM_NODE_SCHEDULER, costs, seed=seed)
             # a burst is decided within its first second: the version at its start decides it
             at_start = policy.version if policy is not None else None
-            metrics = simulator.run(current, scheduler, truth, workload, seed=seed).metrics
+            result = simulator.run(current, scheduler, truth, workload, seed=seed)
+            metrics, app_of = result.metrics, {t.task_id: t.app_id for t in workload}
+            per_app_node: dict[str, dict[str, int]] = {}
+            for task_id, decision in result.decisions:   # where each task type went
+                by_node = per_app_node.setdefault(app_of[task_id], {})
+                by_node[decision.node] = by_node.get(decision.node, 0) + 1
             row = {"variant": variant, "seed": seed, "round": round_,
                    "throughput_per_s": metrics.throughput_per_min / 60.0,
-                   "per_node": dict(metrics.per_node_tasks)}
+                   "per_node": dict(metrics.per_node_tasks), "per_app_node": per_app_node}
             if policy is not None:
                 row["version_at_start"], row["version_at_end"] = at_start, policy.version
                 row["versions_published"] = (policy.learner.store.latest() or {}).get("version")

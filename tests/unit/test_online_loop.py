@@ -23,6 +23,7 @@ def test_the_online_variant_learns_from_every_completion_and_uses_its_versions()
                        records="payload")
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert all(sum(r["per_node"].values()) == 120 for r in rows)
+    assert all(sum(sum(n.values()) for n in r["per_app_node"].values()) == 120 for r in rows)
     # the first version comes after 200 records (the end of round 1): round 2 is decided by it
     assert rows[0]["version_at_start"] is None and rows[2]["version_at_start"] is not None
     assert rows[-1]["versions_published"] >= 2
