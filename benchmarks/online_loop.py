@@ -66,10 +66,14 @@ class OnlineRouted(Policy):
     name = "ldwp-online"
 
     def __init__(self, learner, cluster, costs, learn: bool = True,
-                 feedback_interval_s: float = FEEDBACK_INTERVAL_S):
+                 feedback_interval_s: float = FEEDBACK_INTERVAL_S,
+                 correction_scale: float = 1.0):
         from placement.ldwp.inference import NumpyLDWPPolicy
         self.learner, self.cluster, self.costs, self.learn_online = learner, cluster, costs, learn
         self.interval_s = feedback_interval_s
+        # how much of each published version's learned correction the routers apply
+        # (NumpyLDWPPolicy.set_correction_scale; 1: all of it, as the real routers do)
+        self.correction_scale = correction_scale
         with tempfile.TemporaryDirectory(prefix="online-loop-") as tmp:
             start = Path(tmp) / "start.spm"
             learner.agent.save(start)
@@ -165,6 +169,7 @@ class OnlineRouted(Policy):
         self.version = latest["version"]
         self.router = NumpyLDWPPolicy.from_bytes(self.learner.store.read_bytes(self.version),
                                                  self.cluster, self.costs)
+        self.router.set_correction_scale(self.correction_scale)
         self.versions_used.append(self.version)
 
 
@@ -187,14 +192,15 @@ def _setup(spec: str, work_scale: float, records: str = "light"):
 def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                 work_scale: float = 1.0, publish_every: int = 300,
                 records: str = "light", learning: dict | None = None,
-                burst_tolerance: float = 0.05) -> list[dict]:
+                burst_tolerance: float = 0.05, correction_scale: float = 1.0) -> list[dict]:
     """One variant's ``rounds`` consecutive runs on ``spec`` (seed ``seed``): per round its
     throughput (tasks/s), task counts per node and per (task type, node), and the model
     versions the routers used.
     ``records`` and ``work_scale`` as ``benchmarks.flink_e2e --simulate`` takes them (payload
     records at work scale 4 put MCT at the real payload run's rate: README); ``learning``:
     ``service.learning`` settings on top of the service's defaults; ``burst_tolerance``: the
-    burst check's (``placement.service.burst_check``; inf: no check)."""
+    burst check's (``placement.service.burst_check``; inf: no check); ``correction_scale``: the
+    share of each version's learned correction the routers apply."""
     import torch
 
     from benchmarks.flink_e2e import SIM_NODE_SCHEDULER, sim_tasks
@@ -218,7 +224,8 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                                     publish_every=publish_every, min_records_first_version=200,
                                     costs=learned,
                                     burst_check=BurstCheck(tolerance=burst_tolerance))
-            policy = OnlineRouted(learner, truth, learned, learn=variant == VARIANTS[2])
+            policy = OnlineRouted(learner, truth, learned, learn=variant == VARIANTS[2],
+                                  correction_scale=correction_scale)
         for round_ in range(rounds):
             workload = sim_tasks(tasks, seed=100 + 10 * seed + round_)
             current = policy if policy is not None else make_policy("mct", truth, costs,
@@ -317,6 +324,8 @@ def main(argv=None) -> dict:
                              "the service's defaults, e.g. '{\"evidence_half\": 500}'")
     parser.add_argument("--burst-tolerance", type=float, default=0.05,
                         help="the service's burst check tolerance (inf: no check)")
+    parser.add_argument("--correction-scale", type=float, default=1.0,
+                        help="share of each version's learned correction the routers apply")
     parser.add_argument("--name", default=None, help="result file name (default online_loop_"
                                                      "<spec>)")
     args = parser.parse_args(argv)
@@ -325,8 +334,10 @@ def main(argv=None) -> dict:
     except ValueError:
         parser.error(f"--seeds must be integers separated by commas, got {args.seeds!r}")
     if not seeds or args.tasks < 1 or args.rounds < 1 or args.publish_every < 1 \
-            or not args.work_scale > 0 or not args.burst_tolerance >= 0:
-        parser.error("need a seed, --tasks, --rounds and --publish-every >= 1, --work-scale > 0")
+            or not args.work_scale > 0 or not args.burst_tolerance >= 0 \
+            or not 0 <= args.correction_scale <= 1:
+        parser.error("need a seed, --tasks, --rounds and --publish-every >= 1, --work-scale > 0, "
+                     "--burst-tolerance >= 0 and --correction-scale in [0, 1]")
     from concurrent.futures import ProcessPoolExecutor
 
     from tqdm import tqdm
@@ -338,7 +349,8 @@ def main(argv=None) -> dict:
     except ValueError as exc:
         parser.error(f"--learning must be a JSON object: {exc}")
     jobs = [(v, args.spec, args.tasks, args.rounds, s, args.work_scale, args.publish_every,
-             args.records, learning, args.burst_tolerance) for v in VARIANTS for s in seeds]
+             args.records, learning, args.burst_tolerance, args.correction_scale)
+            for v in VARIANTS for s in seeds]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         rows = [r for batch in tqdm(pool.map(_job, jobs), total=len(jobs), desc="online loop",
@@ -354,7 +366,7 @@ def main(argv=None) -> dict:
         "records": args.records, "learning": learning,
         # None: no burst check (an infinite tolerance, which JSON cannot carry)
         "burst_tolerance": args.burst_tolerance if args.burst_tolerance != float("inf")
-        else None,
+        else None, "correction_scale": args.correction_scale,
         "feedback_interval_s": FEEDBACK_INTERVAL_S, "wall_s": time.perf_counter() - started,
         "verdict": verdict, "summary": summary, "runs": rows})
     plot(summary, RESULTS / f"{name}.png")

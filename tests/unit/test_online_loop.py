@@ -49,3 +49,14 @@ def test_the_summary_pairs_each_round_with_the_same_seed_and_round_of_the_baseli
     rounds = {(s["variant"], s["round"]): s["throughput_per_s"]["mean"]
               for s in summarise(rows)}
     assert rounds[(VARIANTS[2], 1)] == pytest.approx(20.0)
+
+
+def test_a_zero_correction_scale_decides_as_the_prior_does():
+    """With none of the learned correction applied, the learning variant's routers decide as
+    the prior-only variant's (same seed, same learned costs)."""
+    online = run_variant(VARIANTS[2], "hosts", 120, 3, 0, work_scale=4.0, publish_every=100,
+                         records="payload", correction_scale=0.0)
+    prior = run_variant(VARIANTS[1], "hosts", 120, 3, 0, work_scale=4.0, publish_every=100,
+                        records="payload")
+    assert online[2]["version_at_start"] is not None      # a version decided round 2 ...
+    assert [r["per_app_node"] for r in online] == [r["per_app_node"] for r in prior]
