@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import statistics
 import tempfile
 import time
 from pathlib import Path
