@@ -77,8 +77,8 @@ log = logging.getLogger(__name__)
 #: seconds each Flink REST request of the engine benchmarks' diagnostics may take
 REST_TIMEOUT_S = 10.0
 
-__all__ = ["main", "Bench", "bench_config", "simulate", "spec_record", "VARIANTS",
-           "SIM_POLICIES", "DEFAULT_SPEC"]
+__all__ = ["main", "Bench", "bench_config", "simulate", "spec_simulator", "spec_record",
+           "VARIANTS", "SIM_POLICIES", "DEFAULT_SPEC"]
 
 #: Node ids of the default spec; a run on another spec takes its ids from that spec.
 NODES = ("tm_a", "tm_b", "tm_c")
@@ -557,6 +557,23 @@ def sim_tasks(count: int, seed: int) -> list:
             for i, e in enumerate(events_for(count, seed=seed, prefix="sim"))]
 
 
+def spec_simulator(loaded, records: str = "light", work_scale: float = 1.0):
+    """(the cost model, the simulator) for a loaded cluster spec: tasks move the bytes their
+    real records have (``records``: :data:`RECORD_BYTES`), every stage's compute time is
+    ``work_scale`` times the calibration's, and the spec's hidden per-type slowdowns hold."""
+    from simulator import SimulationConfig, Simulator
+    from simulator.from_spec import hidden_task_type_factors
+    from workload.estimates import CostModel
+    costs = CostModel(work_scale=work_scale)  # the executor's calibration, the router's prior
+    bytes_per_unit, fixed_bytes = RECORD_BYTES[records]
+    # The real "MCT at measured speeds" and LDWP's prior time work per task type and node, so
+    # they see a host's slowdown for one application once measured: here they are told it.
+    return costs, Simulator(costs, SimulationConfig(
+        bytes_per_unit=bytes_per_unit, fixed_bytes=fixed_bytes,
+        hidden_task_type_factors=hidden_task_type_factors(loaded),
+        policies_measure_type_factors=True))
+
+
 def simulate(spec: str, isolation: str | None, tasks: int, seeds=SIM_SEEDS,
              link_view: str = "truth", records: str = "light", work_scale: float = 1.0) -> dict:
     """The real variants' policies in the simulator on ``spec`` (mode ``isolation``, as the
@@ -576,12 +593,10 @@ def simulate(spec: str, isolation: str | None, tasks: int, seeds=SIM_SEEDS,
     from placement.ldwp.agent import LDWPPolicy
     from placement.ldwp.shipped import shipped_model
     from placement.policies import make_policy
-    from simulator import SimulationConfig, Simulator
     from simulator.from_spec import cluster_from_spec, hidden_task_type_factors
-    from workload.estimates import CostModel
     torch.set_num_threads(1)  # 2 shared cores; the network is tiny
     loaded = load_spec(spec)
-    costs = CostModel(work_scale=work_scale)  # the executor's calibration, the router's prior
+    costs, simulator = spec_simulator(loaded, records, work_scale)
     views = {view: cluster_from_spec(loaded, isolation, view) for view in ("truth", "told")}
     truth = views["truth"]
     if link_view == "told":  # same cores and speeds, every link at the unshaped default
@@ -591,12 +606,6 @@ def simulate(spec: str, isolation: str | None, tasks: int, seeds=SIM_SEEDS,
                                 downlink_mbps=told_links[n.node_id].downlink_mbps)
             for n in truth.nodes))
     bytes_per_unit, fixed_bytes = RECORD_BYTES[records]
-    # The real "MCT at measured speeds" and LDWP's prior time work per task type and node, so
-    # they see a host's slowdown for one application once measured: here they are told it.
-    simulator = Simulator(costs, SimulationConfig(
-        bytes_per_unit=bytes_per_unit, fixed_bytes=fixed_bytes,
-        hidden_task_type_factors=hidden_task_type_factors(loaded),
-        policies_measure_type_factors=True))
     rows = []
     for k in seeds:
         workload = sim_tasks(tasks, seed=100 + k)

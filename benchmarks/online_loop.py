@@ -85,13 +85,12 @@ class OnlineRouted(Policy):
         self._timings: dict[str, list] = collections.defaultdict(list)
         self._states: dict[str, object] = {}
         self._last_flush_s = 0.0
-        self.versions_used: list[int] = []
         self._specs = {n.node_id: n for n in cluster.nodes}
 
     # -- rounds -------------------------------------------------------------------------------
     def next_round(self) -> None:
         """Flush what is left and move the clock past this round (each run starts at 0 s)."""
-        self._flush(force=True)
+        self._flush()
         self.offset_ms += (self.now_s + 10.0) * 1000.0
         self.now_s, self._last_flush_s = 0.0, 0.0
 
@@ -128,7 +127,7 @@ class OnlineRouted(Policy):
         if self.now_s - self._last_flush_s >= self.interval_s:
             self._flush()
 
-    def _flush(self, force: bool = False) -> None:
+    def _flush(self) -> None:
         self._last_flush_s = self.now_s
         emitted = int(self.offset_ms + self.now_s * 1000.0)
         records = []
@@ -169,23 +168,15 @@ class OnlineRouted(Policy):
         self.router = NumpyLDWPPolicy.from_bytes(self.learner.store.read_bytes(self.version),
                                                  self.cluster, self.costs)
         self.router.set_correction_scale(self.correction_scale)
-        self.versions_used.append(self.version)
 
 
 def _setup(spec: str, work_scale: float, records: str = "light"):
-    from benchmarks.flink_e2e import RECORD_BYTES, load_spec
-    from simulator import SimulationConfig, Simulator
-    from simulator.from_spec import cluster_from_spec, hidden_task_type_factors
-    from workload.estimates import CostModel
+    """(cost model, true cluster, simulator) as ``benchmarks.flink_e2e --simulate`` builds them."""
+    from benchmarks.flink_e2e import load_spec, spec_simulator
+    from simulator.from_spec import cluster_from_spec
     loaded = load_spec(spec)
-    costs = CostModel(work_scale=work_scale)
-    truth = cluster_from_spec(loaded, None, "truth")
-    bytes_per_unit, fixed_bytes = RECORD_BYTES[records]
-    simulator = Simulator(costs, SimulationConfig(
-        bytes_per_unit=bytes_per_unit, fixed_bytes=fixed_bytes,
-        hidden_task_type_factors=hidden_task_type_factors(loaded),
-        policies_measure_type_factors=True))
-    return costs, truth, simulator
+    costs, simulator = spec_simulator(loaded, records, work_scale)
+    return costs, cluster_from_spec(loaded, None, "truth"), simulator
 
 
 def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
