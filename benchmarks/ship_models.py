@@ -168,15 +168,28 @@ def ship_metadata(name: str, episodes: int | None = None,
     return extra
 
 
+def experiment_problem(name: str, out: Path | None, learning_trust_rule: str | None) -> str:
+    """Why training ``name`` into ``out`` with ``learning_trust_rule`` is refused ("" when it
+    is not): that rule is an experiment on the residual model, never written over a shipped
+    file."""
+    if not learning_trust_rule:
+        return ""
+    if name != "residual" or out is None or \
+            Path(out).resolve() == (MODELS / SHIPPED_MODELS["residual"]).resolve():
+        return ("learning_trust_rule is an experiment on the residual model: it needs "
+                "--models residual and --out FILE other than the shipped file")
+    return ""
+
+
 def ship(name: str, episodes: int | None = None, out: Path | None = None,
          learning_trust_rule: str | None = None) -> dict:
     """Train one shipped model and write it to ``out`` (default: its place in the package).
     ``learning_trust_rule`` (residual only, an experiment: needs ``out``): the trust rule the
     agent acts on while it learns, instead of the default ``per_node`` (docs/ldwp.md)."""
     from benchmarks.ldwp import train_variant
-    if learning_trust_rule and (name != "residual" or out is None):
-        raise ValueError("learning_trust_rule is an experiment on the residual model: it needs "
-                         "name 'residual' and an output file other than the shipped one")
+    problem = experiment_problem(name, out, learning_trust_rule)
+    if problem:
+        raise ValueError(problem)
     variant, pretrained = TRAINED_AS[name]
     episodes = episodes or episodes_of(name)
     out = out or MODELS / SHIPPED_MODELS[name]
@@ -292,11 +305,10 @@ def main(argv=None) -> None:
         parser.error(f"unknown model(s) {unknown}; shipped: {', '.join(TRAINED_AS)}, ncf")
     if args.out and (len(names) != 1 or names == ["ncf"] or args.check):
         parser.error("--out needs exactly one --models name (not ncf), and no --check")
-    if args.learning_trust_rule and (names != ["residual"] or not args.out
-                                     or (MODELS / SHIPPED_MODELS["residual"]).resolve()
-                                     == args.out.resolve()):
-        parser.error("--learning-trust-rule needs --models residual and --out FILE (not the "
-                     "shipped file)")
+    problem = experiment_problem(names[0] if len(names) == 1 else "", args.out,
+                                 args.learning_trust_rule)
+    if problem:
+        parser.error(problem)
     if args.check:
         differ = check(names, args.episodes)
         for path in differ:
