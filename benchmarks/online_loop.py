@@ -338,6 +338,14 @@ def main(argv=None) -> dict:
             raise ValueError("not an object")
     except ValueError as exc:
         parser.error(f"--learning must be a JSON object: {exc}")
+    from benchmarks.flink_e2e import load_spec
+    from placement.service.learner import learning_settings
+    from workload.cluster_spec import SpecError
+    try:   # refused here, in one line, not as a worker's traceback
+        learning_settings(learning)
+        load_spec(args.spec)
+    except (SpecError, ValueError, TypeError) as exc:
+        parser.error(str(exc))
     jobs = [(v, args.spec, args.tasks, args.rounds, s, args.work_scale, args.publish_every,
              args.records, learning, args.burst_tolerance, args.correction_scale)
             for v in VARIANTS for s in seeds]

@@ -60,3 +60,14 @@ def test_a_zero_correction_scale_decides_as_the_prior_does():
                         records="payload")
     assert online[2]["version_at_start"] is not None      # a version decided round 2 ...
     assert [r["per_app_node"] for r in online] == [r["per_app_node"] for r in prior]
+
+
+@pytest.mark.parametrize("argv", [["--learning", '{"bogus": 1}'], ["--learning", "[1]"],
+                                  ["--learning", '{"learning_rate": -1}'],
+                                  ["--spec", "nosuch"], ["--correction-scale", "2"],
+                                  ["--burst-tolerance", "nan"], ["--seeds", "a"]])
+def test_bad_arguments_are_refused_before_any_run(argv):
+    from benchmarks.online_loop import main
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
