@@ -9,17 +9,20 @@ the simulator runs those decisions, and every completion goes back to the same l
 NodeFeedback record, as the executors' feedback does:
 
 - the learner is :class:`placement.service.learner.OnlineLearner` with the service's defaults
-  (learning settings, first version after 200 records, then every ``publish_every``, its gates
-  and burst check) and one :class:`placement.measured_costs.MeasuredCosts` that the routers
-  share: both learn task times per type and node from the timings, as on the real engines;
+  (learning settings, first version after 1,000 records, then every ``publish_every``, its
+  gates and burst check, which holds versions it cannot judge yet) and one
+  :class:`placement.measured_costs.MeasuredCosts` that the routers share: both learn task times per type and node from the timings, as on the real engines;
 - a router (:class:`OnlineRouted`) decides with ``NumpyLDWPPolicy`` on the newest version,
   with that cost model (so the observation's speed factor is 1: the learned estimates hold the
-  speeds, as the real router's do); before the first version, with the learner's starting
+  speeds, as the real router's do) and, as the real router, its own ledger of the work it
+  sent: each node's backlog is the learned estimates of its tasks in flight
+  (``pyflink_jobs.in_flight``); before the first version, with the learner's starting
   weights (the untrained residual: MCT at the learned costs);
 - feedback: per finished task a TaskTiming (queue and service time; service time is the task's
   stage busy time, at most its latency), with the routed node's queue, backlog and speed as the
   router saw them, flushed to the learner every ``feedback_interval_s`` of simulated time, and
-  node states from each decision's observation.
+  node states from each decision's observation; after each round, every node idle (the
+  simulator ran the round to its end).
 
 Variants, ``rounds`` consecutive runs of ``tasks`` tasks each (the learner and the cost model
 carry over from round to round, as the service does across a benchmark's rounds; MCT has
@@ -86,10 +89,16 @@ class OnlineRouted(Policy):
         self._states: dict[str, object] = {}
         self._last_flush_s = 0.0
         self._specs = {n.node_id: n for n in cluster.nodes}
+        # the router's ledger (pyflink_jobs.in_flight): estimated work in flight per node
+        self._backlog_s = dict.fromkeys(cluster.node_ids, 0.0)
+        self._work_s: dict[str, float] = {}
 
     # -- rounds -------------------------------------------------------------------------------
     def next_round(self) -> None:
-        """Flush what is left and move the clock past this round (each run starts at 0 s)."""
+        """Flush what is left, every node idle, and move the clock past this round (each run
+        starts at 0 s)."""
+        self._states = {n: dataclasses.replace(s, queue_depth=0)
+                        for n, s in self._states.items()}
         self._flush()
         self.offset_ms += (self.now_s + 10.0) * 1000.0
         self.now_s, self._last_flush_s = 0.0, 0.0
@@ -97,12 +106,19 @@ class OnlineRouted(Policy):
     # -- the router ----------------------------------------------------------------------------
     def decide(self, observation: Observation) -> Decision:
         self._advance(observation.now_s)
-        # the learned estimates hold each node's speed (MeasuredCosts), as on the real router
-        nodes = tuple(dataclasses.replace(s, speed_factor=1.0) for s in observation.nodes)
+        # the learned estimates hold each node's speed (MeasuredCosts), and the backlog is the
+        # router's own ledger, as on the real router
+        nodes = tuple(dataclasses.replace(s, speed_factor=1.0,
+                                          backlog_s=self._backlog_s.get(s.node_id, 0.0))
+                      for s in observation.nodes)
         for state in nodes:
             self._states[state.node_id] = state
         decision = self.router.decide(dataclasses.replace(observation, nodes=nodes))
         chosen = next(s for s in nodes if s.node_id == decision.node)
+        task = observation.task
+        work = self.costs.estimate_s(decision.node, task.app_id, task.input_size, explore=False)
+        self._work_s[task.task_id] = work
+        self._backlog_s[decision.node] += work
         self._decided[observation.task.task_id] = (
             observation.now_s, observation.task,
             (chosen.queue_depth, chosen.backlog_s * 1000.0, chosen.speed_factor))
@@ -113,6 +129,8 @@ class OnlineRouted(Policy):
 
     def observe_completion(self, task_id: str, latency_s: float, node_id: str) -> None:
         decided_s, task, routed = self._decided.pop(task_id)
+        self._backlog_s[node_id] = max(0.0, self._backlog_s[node_id]
+                                       - self._work_s.pop(task_id, 0.0))
         finished_s = decided_s + latency_s
         service_s = min(latency_s, self._stage_s.pop(task_id, latency_s))
         self._timings[node_id].append((
@@ -182,7 +200,8 @@ def _setup(spec: str, work_scale: float, records: str = "light"):
 def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                 work_scale: float = 1.0, publish_every: int = 300,
                 records: str = "light", learning: dict | None = None,
-                burst_tolerance: float = 0.05, correction_scale: float = 1.0) -> list[dict]:
+                burst_tolerance: float = 0.0, correction_scale: float = 1.0,
+                judge: str = "drain", first_version: int = 1000) -> list[dict]:
     """One variant's ``rounds`` consecutive runs on ``spec`` (seed ``seed``): per round its
     throughput (tasks/s), task counts per node and per (task type, node), and the model
     versions the routers used.
@@ -190,7 +209,10 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
     records at work scale 4 put MCT at the real payload run's rate: README); ``learning``:
     ``service.learning`` settings on top of the service's defaults; ``burst_tolerance``: the
     burst check's (``placement.service.burst_check``; inf: no check); ``correction_scale``: the
-    share of each version's learned correction the routers apply."""
+    share of each version's learned correction the routers apply; ``judge``: the learner's
+    outcome of an example, "drain" or "latency" (``placement.service.drain_judge``);
+    ``first_version``: records before the first version, and the fewest tasks the burst check
+    judges a version on (the service's ``min_records_first_version``)."""
     import torch
 
     from benchmarks.flink_e2e import SIM_NODE_SCHEDULER, sim_tasks
@@ -211,9 +233,12 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
             learned = MeasuredCosts(truth, prior=costs)
             learner = OnlineLearner(truth, ModelStore(Path(tmp), keep=10_000),
                                     {**settings.learning, **(learning or {}), "seed": seed},
-                                    publish_every=publish_every, min_records_first_version=200,
+                                    publish_every=publish_every,
+                                    min_records_first_version=first_version,
                                     costs=learned,
-                                    burst_check=BurstCheck(tolerance=burst_tolerance))
+                                    burst_check=BurstCheck(tolerance=burst_tolerance,
+                                                           min_tasks=first_version),
+                                    judge=judge)
             policy = OnlineRouted(learner, truth, learned, learn=variant == VARIANTS[2],
                                   correction_scale=correction_scale)
         for round_ in range(rounds):
@@ -234,9 +259,10 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                    "per_node": dict(metrics.per_node_tasks), "per_app_node": per_app_node}
             if policy is not None:
                 row["version_at_start"], row["version_at_end"] = at_start, policy.version
+                policy.next_round()   # the round's last feedback: the learner's counts after it
                 row["versions_published"] = (policy.learner.store.latest() or {}).get("version")
                 row["versions_refused"] = policy.learner.models_rejected
-                policy.next_round()
+                row["versions_held"] = policy.learner.versions_held
             rows.append(row)
     return rows
 
@@ -312,7 +338,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--learning", default="{}",
                         help="JSON object of service.learning settings (LDWPSettings) on top of "
                              "the service's defaults, e.g. '{\"evidence_half\": 500}'")
-    parser.add_argument("--burst-tolerance", type=float, default=0.05,
+    parser.add_argument("--judge", choices=("drain", "latency"), default="drain",
+                        help="what the learner learns of each task: its node's drain time "
+                             "(default) or its own latency")
+    parser.add_argument("--burst-tolerance", type=float, default=0.0,
                         help="the service's burst check tolerance (inf: no check)")
     parser.add_argument("--correction-scale", type=float, default=1.0,
                         help="share of each version's learned correction the routers apply")
@@ -347,7 +376,7 @@ def main(argv=None) -> dict:
     except (SpecError, ValueError, TypeError) as exc:
         parser.error(str(exc))
     jobs = [(v, args.spec, args.tasks, args.rounds, s, args.work_scale, args.publish_every,
-             args.records, learning, args.burst_tolerance, args.correction_scale)
+             args.records, learning, args.burst_tolerance, args.correction_scale, args.judge)
             for v in VARIANTS for s in seeds]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
@@ -364,7 +393,7 @@ def main(argv=None) -> dict:
         "records": args.records, "learning": learning,
         # None: no burst check (an infinite tolerance, which JSON cannot carry)
         "burst_tolerance": args.burst_tolerance if args.burst_tolerance != float("inf")
-        else None, "correction_scale": args.correction_scale,
+        else None, "correction_scale": args.correction_scale, "judge": args.judge,
         "feedback_interval_s": FEEDBACK_INTERVAL_S, "wall_s": time.perf_counter() - started,
         "verdict": verdict, "summary": summary, "runs": rows})
     plot(summary, RESULTS / f"{name}.png")

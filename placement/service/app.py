@@ -765,7 +765,7 @@ class PlacementService:
             publish_every=self.settings.publish_every,
             min_records_first_version=self.settings.min_records_first_version,
             initial_model=self.settings.initial_model, metrics=self.metrics,
-            history_per_node=self.settings.history_per_node)
+            history_per_node=self.settings.history_per_node, judge=self.settings.judge)
         self.tenants = TenantReport()
         self.ingest = FeedbackIngest(self.learner, self.metrics, self.settings.dedup_capacity,
                                      reports=[self.tenants])

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from placement.ldwp.features import is_live_costs
 from placement.service.burst_check import DrainRates
+from placement.service.drain_judge import JUDGES, DrainJudge
 from placement.service.latency_bounds import LatencyBounds
 from placement.speed import SPEED_FACTOR_LIMITS, ObservedSpeed, timing_sample
 from workload.feedback import (DEFAULT_LINK_MBPS, PER_TASK_ARRAYS, feedback_age_s,
@@ -227,7 +228,9 @@ class FeedbackExamples:
 
     ``costs`` is the learner's cost model (a MeasuredCosts is taught by every timing);
     ``max_unknown_nodes``, ``max_latency_s`` and ``max_task_size`` bound what hostile feedback
-    can make it learn from.
+    can make it learn from. ``judge``: what an example's outcome is, "drain" (default: the
+    time its node took to work off what it had when the task was sent, plus the task,
+    :mod:`placement.service.drain_judge`; examples wait for it) or "latency" (the task's own).
 
     Example::
 
@@ -238,7 +241,10 @@ class FeedbackExamples:
 
     def __init__(self, cluster: ClusterSpec, costs, metrics=None, history_per_node: int = 512,
                  max_unknown_nodes: int = 64, max_latency_s: float = 3600.0,
-                 max_task_size: int = 10**11, max_pending: int = MAX_PENDING):
+                 max_task_size: int = 10**11, max_pending: int = MAX_PENDING,
+                 judge: str = "drain"):
+        if judge not in JUDGES:
+            raise ValueError(f"judge must be one of {JUDGES}, got {judge!r}")
         self.cluster = cluster
         self.specs = {n.node_id: n for n in cluster.nodes}
         self.costs = costs
@@ -262,12 +268,14 @@ class FeedbackExamples:
         self.drain = DrainRates()             # tasks/s while it had work (burst_check)
         # what one latency may teach: within 10x of its node and type's recent median
         self.latency_bounds = LatencyBounds()
+        self.judge = DrainJudge(max_ms=self.max_latency_ms) if judge == "drain" else None
         self._lock = threading.Lock()        # guards history, pending queue, rates
         self.wake = threading.Event()
 
     def take(self, records: Iterable[Mapping]) -> int:
         """Record node states and queue every completed task of these NodeFeedback records
-        (already de-duplicated) for training; returns how many task records were queued."""
+        (already de-duplicated) for training; returns how many task records were accepted
+        (queued now, or waiting for their drain time: ``judge``)."""
         queued = 0
         with self._lock:
             records = [r for r in records if self._accept_node(r.get("node_id"))]
@@ -304,23 +312,46 @@ class FeedbackExamples:
                         estimates = self.costs.estimates_s(
                             [n for n in self._node_order if n in self.specs], task.app_id,
                             task.input_size)
+                    work_s = self._work_s(node, task)   # before this timing teaches it
                     self.speeds.observe(node, *sample)
-                    if len(self._pending) >= self.max_pending:
-                        self._pending.popleft()
-                        self._drop_example()
                     self.drain.add_task(node, decided, finished)   # the routers' view
                     learned_ms = self.latency_bounds.bound(node, task.app_id, latency)
-                    self._pending.append(TrainingExample(task, node, learned_ms, decided,
-                                                         states, estimates))
+                    example = TrainingExample(task, node, learned_ms, decided, states,
+                                              estimates)
+                    if self.judge is None:
+                        self._queue(example)
+                    else:   # judged by drain time: waits until its node has worked it off
+                        for judged in self.judge.add(example, finished, work_s,
+                                                     chosen.get("backlog_s")):
+                            self._queue(judged)
                     rates = self._service_s.setdefault(node, deque(maxlen=RATE_WINDOW))
                     rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))
                     queued += 1
+                if self.judge is not None and state.queue_depth == 0:
+                    for judged in self.judge.idle(node):   # it has worked everything off
+                        self._queue(judged)
                 if self.metrics is not None:  # the bounded count the history keeps
                     self.metrics.queue_depth.labels(node=node).set(state.queue_depth)
             self.records_taken += queued
         if queued:
             self.wake.set()
         return queued
+
+    def _queue(self, example: TrainingExample) -> None:
+        """Queue one example for the trainer (the oldest dropped when full). Lock held."""
+        if len(self._pending) >= self.max_pending:
+            self._pending.popleft()
+            self._drop_example()
+        self._pending.append(example)
+
+    def _work_s(self, node: str, task: Task) -> float | None:
+        """The task's estimated work on ``node`` as a router counts it in its backlog
+        (``pyflink_jobs.router``: estimate times measured speed); None when unknown."""
+        if self.judge is None or node not in self.specs:
+            return None
+        work = self.speeds.estimate_s(node, task.app_id, task.input_size) * \
+            self.speeds.factor(node)
+        return work if math.isfinite(work) and work >= 0 else None
 
     def reject_timing(self) -> None:
         self.timings_rejected += 1

@@ -293,12 +293,12 @@ class OnlineLearner:
     """
 
     def __init__(self, cluster, store: ModelStore, learning: Mapping | LDWPSettings | None = None,
-                 publish_every: int = 500, min_records_first_version: int = 200,
+                 publish_every: int = 500, min_records_first_version: int = 1000,
                  initial_model: str | Path | None = None, costs=None,
                  metrics=None, history_per_node: int = 512, gpu_model: str = "t4",
                  max_unknown_nodes: int = 64, gate: PublishGate | None = None,
                  max_latency_s: float = 3600.0, max_task_size: int = 10**11,
-                 burst_check: BurstCheck | None = None):
+                 burst_check: BurstCheck | None = None, judge: str = "drain"):
         if publish_every < 1 or min_records_first_version < 1:
             raise ValueError("publish_every and min_records_first_version must be at least 1")
         self.cluster = to_cluster_spec(cluster, gpu_model)
@@ -312,7 +312,8 @@ class OnlineLearner:
                     else learning_settings(learning))
         # steps 1-2 (module docstring): node histories and queued examples
         self.examples = FeedbackExamples(self.cluster, self.costs, metrics, history_per_node,
-                                         max_unknown_nodes, max_latency_s, max_task_size)
+                                         max_unknown_nodes, max_latency_s, max_task_size,
+                                         judge=judge)
         self._train_lock = threading.Lock()  # one trainer at a time (thread or caller)
         self._loop = TrainingLoop(self, self.examples.wake)
         self.last_error: str | None = None
@@ -326,12 +327,17 @@ class OnlineLearner:
         # the weights it starts from are the first "last good" ones (module docstring, 5.)
         self.gate = gate if gate is not None else PublishGate()
         self.gate.accept(self.agent)
-        # and on decisions: no version whose correction drains a burst slower than its prior
-        self.burst_check = burst_check if burst_check is not None else BurstCheck()
+        # and on decisions: no version whose correction drains a burst slower than its prior,
+        # and none before it can be judged on min_records_first_version tasks (held till then)
+        self.burst_check = burst_check if burst_check is not None else \
+            BurstCheck(min_tasks=min_records_first_version)
         self.examples_seen = 0      # examples trained on or held back
         self.models_rejected = 0    # candidate versions the gate refused (rolled back)
+        self.versions_held = 0      # due versions not published: the burst check could not
+        #                             judge them yet (too few tasks or drain rates)
         self._published_records = self.records_trained if latest is not None else 0
         self._learned_version = latest is not None and self.records_trained > 0
+        self._tried = False         # a version was checked (published, refused or held)
         self._hash = hashlib.sha256(f"previous:{previous_hash}\n".encode())
         self._nodes_trained: set[str] = set()
         if metrics is not None and store.latest() is not None:
@@ -421,14 +427,16 @@ class OnlineLearner:
 
     def _publish_due(self) -> bool:
         new = self.records_trained - self._published_records
-        if not self._learned_version:
+        if not self._learned_version and not self._tried:
             return self.records_trained >= self.min_records_first_version
+        # after a version, or a first one refused or held: publish_every more records
         return new >= self.publish_every
 
     def publish(self) -> dict | None:
         """Save the current weights as a new version now (also used by ``_publish_due``) if
         they pass the gate; else roll back and return None."""
         agent = self.agent
+        self._tried = True
         verdict = self.gate.check(agent)
         burst = None
         if verdict.ok:  # then on decisions (placement.service.burst_check)
@@ -438,6 +446,11 @@ class OnlineLearner:
         if not verdict.ok or not burst.ok:
             self._roll_back(verdict.reason if not verdict.ok else burst.reason)
             self._published_records = self.records_trained  # try again after publish_every
+            return None
+        if burst.held:   # not judged yet: the routers keep what they have, training goes on
+            self.versions_held += 1
+            self._published_records = self.records_trained  # try again after publish_every
+            log.info("version held (%s)", burst.reason)
             return None
         losses = agent.losses[-100:]
         meta = {"trained_on_records": self.records_trained,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -88,10 +88,15 @@ class ServiceSettings(BaseModel):
                         "latencies, so 'task_latency'")
     learning: dict[str, Any] = Field(default_factory=dict, description="more LDWPSettings "
                                      "fields (placement.ldwp.agent), e.g. {learning_rate: 0.01}")
+    judge: Literal["drain", "latency"] = Field(
+        "drain", description="what the learner learns of each completed task: 'drain', the time "
+        "its node took to work off what it held when the task was sent plus the task "
+        "(placement.service.drain_judge), or 'latency', the task's own")
     publish_every: int = Field(500, ge=1, description="publish a new model version after this "
                                "many NEW feedback task records trained on")
-    min_records_first_version: int = Field(200, ge=1, description="task records needed before "
-                                           "the first learned version")
+    min_records_first_version: int = Field(1000, ge=1, description="task records needed before "
+                                           "the first learned version (and the burst check "
+                                           "judges versions on at least this many tasks)")
     history_per_node: int = Field(512, ge=1, description="NodeFeedback reports kept per node to "
                                   "reconstruct node states at decision time")
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads of the service "

@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from placement.ldwp.modelfile import ModelFileError, load_model
+from placement.ldwp.networks import export_layers
 from placement.service.app import PlacementService, plan_executors
 from placement.service.client import PlacementClient, ServiceError, ServiceUnavailable
 from placement.service.feedback import Deduplicator
@@ -75,8 +76,11 @@ def synthetic_feedback(n_tasks: int, seed: int = 0, prefix: str = "t",
 
 
 def make_service(tmp_path, spec=SPEC, **settings) -> PlacementService:
+    """A service without a consumer; its first version after 200 records (the default, 1,000,
+    is sized for real bursts: placement.service.burst_check), judged on those 200."""
     values = {"model_dir": tmp_path / "models", "consume_feedback": False,
-              "flink_rest_url": UNREACHABLE, "flink_timeout_s": 0.5, "port": 0, **settings}
+              "flink_rest_url": UNREACHABLE, "flink_timeout_s": 0.5, "port": 0,
+              "min_records_first_version": 200, **settings}
     return PlacementService(ServiceSettings(**values), spec)
 
 
@@ -317,9 +321,12 @@ def test_learning_is_deterministic_for_the_same_records(tmp_path):
         service = make_service(tmp_path / run, min_records_first_version=150)
         service.ingest.ingest(synthetic_feedback(160, seed=3))  # 10 held back, 150 trained
         service.learner.train_pending()
-        digests.append((service.store.latest()["sha256"],
-                        service.store.latest()["training_data_hash"]))
-    assert digests[0] == digests[1]
+        weights = b"".join(w.tobytes() + b.tobytes()
+                           for w, b in export_layers(service.learner.agent.q_network))
+        digests.append((hashlib.sha256(weights).hexdigest(),
+                        service.learner._hash.hexdigest(), service.learner.models_rejected,
+                        service.learner.versions_held, len(service.store.versions())))
+    assert digests[0] == digests[1] and digests[0][2] + digests[0][3] + digests[0][4] == 1
 
 
 def test_restart_resumes_from_the_newest_version(tmp_path):
@@ -518,7 +525,7 @@ def test_the_queue_the_router_saw_replaces_the_executors_count_for_the_chosen_no
     measured speed for the node it chose (``routed_queue``, ``routed_backlog_ms``,
     ``routed_speed_factor``), so the service learns latency against the numbers the router
     decides on; an entry of -1 (not routed) keeps the feedback's own numbers."""
-    service = make_service(tmp_path, min_records_first_version=10_000)
+    service = make_service(tmp_path, min_records_first_version=10_000, judge="latency")
     reports = synthetic_feedback(30, seed=5)
     for report in reports:
         report["routed_queue"] = [100 + i if i % 2 == 0 else -1
