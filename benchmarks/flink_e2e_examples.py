@@ -595,7 +595,9 @@ def _main(argv=None) -> int:
         # a fresh store per invocation: the service must not resume a model that earlier
         # invocations trained on other clusters (it did: version 6,437 on the hosts)
         model_dir=str(cfg.home / "bx-models" / str(time.time_ns())),
-        publish_every=300, min_records_first_version=200, **binding))
+        # the first version after the service's default 1,000 records: the burst check judges
+        # versions on at least that many tasks and holds them till then (2026-12-06)
+        publish_every=300, **binding))
     service.start()
     plan = cluster.isolation
     isolation = {"mode": plan.mode, "reason": plan.reason, "emulated": plan.emulated}
