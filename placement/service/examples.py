@@ -128,10 +128,7 @@ class NodeHistory:
         # An unusable emission time reads as the epoch (workload.feedback): oldest, stalest.
         # So does one from the future beyond clock skew: kept as the newest, one forged report
         # stamped 2^63 - 1 ms pinned the node's view (queue, utilisation, age 0) for good.
-        node, at = record["node_id"], feedback_emitted_at_ms(record)
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        if at > now_ms + MAX_CLOCK_SKEW_MS:
-            at = 0
+        node, at = record["node_id"], _plausible_emission_ms(record, now_ms)
         times = self._times.setdefault(node, [])
         states = self._states.setdefault(node, [])
         i = bisect.bisect_right(times, at)  # usually the end: reports arrive in order
@@ -170,6 +167,14 @@ class NodeHistory:
         arrays, bounded (see the class docstring)."""
         record = self._records.get(node)
         return dict(record) if record else None
+
+
+def _plausible_emission_ms(record: Mapping, now_ms: int | None = None) -> int:
+    """The report's emission time as :class:`NodeHistory` reads it: the epoch when unusable or
+    beyond MAX_CLOCK_SKEW_MS ahead of the service's clock."""
+    at = feedback_emitted_at_ms(record)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return 0 if at > now_ms + MAX_CLOCK_SKEW_MS else at
 
 
 def _with_age(state: NodeState, age_s: float) -> NodeState:
@@ -269,6 +274,9 @@ class FeedbackExamples:
         # what one latency may teach: within 10x of its node and type's recent median
         self.latency_bounds = LatencyBounds()
         self.judge = DrainJudge(max_ms=self.max_latency_ms) if judge == "drain" else None
+        # and what one drain time may teach, by the same rule (a forged finish far in the past
+        # makes its own task's drain an hour)
+        self.drain_bounds = LatencyBounds()
         self._lock = threading.Lock()        # guards history, pending queue, rates
         self.wake = threading.Event()
 
@@ -284,6 +292,10 @@ class FeedbackExamples:
                 self.history.add(record, state)
             for record, state in zip(records, reported):
                 node = record["node_id"]
+                # no task of a report finished after the report was sent: the drain judge's
+                # clock for this node never runs past it (one forged finish a day ahead would
+                # otherwise judge every later task of the node a day long)
+                sent_ms = _plausible_emission_ms(record)
                 queues = record.get("routed_queue") or []
                 backlogs = record.get("routed_backlog_ms") or []
                 speeds = record.get("routed_speed_factor") or []
@@ -321,15 +333,13 @@ class FeedbackExamples:
                     if self.judge is None:
                         self._queue(example)
                     else:   # judged by drain time: waits until its node has worked it off
-                        for judged in self.judge.add(example, finished, work_s,
-                                                     chosen.get("backlog_s")):
-                            self._queue(judged)
+                        self._queue_judged(self.judge.add(example, min(finished, sent_ms),
+                                                          work_s, chosen.get("backlog_s")))
                     rates = self._service_s.setdefault(node, deque(maxlen=RATE_WINDOW))
                     rates.append(max(1e-3, float(timing["service_ms"]) / 1000.0))
                     queued += 1
                 if self.judge is not None and state.queue_depth == 0:
-                    for judged in self.judge.idle(node):   # it has worked everything off
-                        self._queue(judged)
+                    self._queue_judged(self.judge.idle(node))   # it worked everything off
                 if self.metrics is not None:  # the bounded count the history keeps
                     self.metrics.queue_depth.labels(node=node).set(state.queue_depth)
             self.records_taken += queued
@@ -343,6 +353,13 @@ class FeedbackExamples:
             self._pending.popleft()
             self._drop_example()
         self._pending.append(example)
+
+    def _queue_judged(self, judged: list[TrainingExample]) -> None:
+        """Queue examples the drain judge settled, each drain time bounded by its (node, task
+        type)'s recent ones (``drain_bounds``). Lock held."""
+        for example in judged:
+            self._queue(dataclasses.replace(example, latency_ms=self.drain_bounds.bound(
+                example.node, example.task.app_id, example.latency_ms)))
 
     def _work_s(self, node: str, task: Task) -> float | None:
         """The task's estimated work on ``node`` as a router counts it in its backlog

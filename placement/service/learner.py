@@ -16,8 +16,11 @@ for the consumer that hands them over; steps 1-2 are :mod:`placement.service.exa
      hop before that is ignored). Each node's state is its newest report emitted at or before
      that instant (all zeros if it had none yet, which is also what the router saw then);
    - action: the node that ran it;
-   - reward: ``-(queue_ms + service_ms) / 1000 / latency_scale_s`` (LDWP's ``task_latency``
-     reward; the agent's ``latency_reward`` where it defines one, e.g. a log transform);
+   - reward: the agent's ``latency_reward`` (the service's default: ``-log(1 + t)``) of the
+     task's **drain time** ``t`` by default (``judge="drain"``,
+     :mod:`placement.service.drain_judge`: until its node had completed, in estimated work,
+     what it held when the task was sent plus the task; the example waits for that), or with
+     ``judge="latency"`` of its own ``queue_ms + service_ms`` (LDWP's ``task_latency``);
    - terminal (``done=True``).
 
    Why a bandit and not the DQN's discounted chain: the service sees outcomes, not the router's
@@ -47,10 +50,12 @@ for the consumer that hands them over; steps 1-2 are :mod:`placement.service.exa
    order, so a given record sequence always gives the same weights (seeds fixed).
 4. Publishes a new model version to the :class:`~placement.service.store.ModelStore` when
    ``min_records_first_version`` records were trained on, then after every ``publish_every``
-   new ones. Metadata: version, trained_on_records, new_records, training_data_hash (SHA-256
-   over the ``task_id, node, latency_ms`` lines trained on, chained to the previous version's
-   hash), nodes, cluster_fingerprint (:func:`cluster_fingerprint`: a restarted service
-   resumes only a version of its own cluster spec), training_steps, loss.
+   new ones, if it passes the gate and the burst check; one the burst check cannot judge yet
+   is held (not published, not rolled back: ``versions_held``). Metadata: version,
+   trained_on_records, new_records, training_data_hash (SHA-256 over the ``task_id, node,
+   latency_ms`` lines trained on, chained to the previous version's hash), nodes,
+   cluster_fingerprint (:func:`cluster_fingerprint`: a restarted service resumes only a
+   version of its own cluster spec), training_steps, loss.
 
 Example::
 
