@@ -280,6 +280,22 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             "model_version": gauges.get("streamplace_model_version")}
 
 
+def prior_model_file(spec: str, folder: Path) -> Path:
+    """The service's starting weights for ``spec``'s cluster (the untrained residual: its
+    correction is zero, so it decides by its prior alone, MCT's completion estimate at the
+    router's learned costs), written to ``folder`` as ``ldwp_prior_<spec>.spm``."""
+    from benchmarks.flink_e2e import load_spec
+    from placement.ldwp.agent import LDWPPolicy
+    from placement.measured_costs import MeasuredCosts
+    from placement.service.learner import learning_settings, to_cluster_spec
+    from workload.estimates import CostModel
+    cluster = to_cluster_spec(load_spec(spec), "t4")
+    path = folder / f"ldwp_prior_{Path(spec).stem}.spm"
+    folder.mkdir(parents=True, exist_ok=True)
+    LDWPPolicy(cluster, MeasuredCosts(cluster, prior=CostModel()), learning_settings()).save(path)
+    return path
+
+
 def frozen_variant(variant: tuple[str, dict], model_file: str) -> tuple[str, dict]:
     """``variant`` with ``model_file`` as its frozen model (unchanged when ``model_file`` is
     empty); the label names the file so a JSON never mixes two models under one label."""
@@ -527,7 +543,8 @@ def _main(argv=None) -> int:
                              "gains '_router-<host>'")
     parser.add_argument("--frozen-model", default="",
                         help="the model file of the 'LDWP frozen' ablation (default: the shipped "
-                             "residual model), e.g. a version the service learned")
+                             "residual model), e.g. a version the service learned; 'prior': the "
+                             "service's untrained starting weights (its prior alone)")
     parser.add_argument("--colocated", action=argparse.BooleanOptionalAction, default=True,
                         help="--overhead: also measure routing='colocated' (one router per "
                              "TaskManager, running what it keeps on its own node)")
@@ -572,6 +589,8 @@ def _main(argv=None) -> int:
     if args.quick:
         count //= 3
     wanted = args.only.split(",")
+    if args.frozen_model == "prior":
+        args.frozen_model = str(prior_model_file(args.spec, ROOT / ".streamplace" / "bench"))
     variants = [v for v in VARIANTS if any(part in v[0] for part in wanted)] + \
         [frozen_variant(v, args.frozen_model) for v in EXTRA_VARIANTS
          if args.only and any(part in v[0] for part in wanted)] + \
