@@ -206,6 +206,35 @@ def test_the_frozen_ablation_takes_another_model_file_and_says_so(tmp_path):
         frozen_variant(EXTRA_VARIANTS[0], str(tmp_path / "missing.spmodel"))
 
 
+def test_the_prior_file_decides_as_mct_at_the_same_learned_costs(tmp_path):
+    """--frozen-model prior: the service's starting weights decide every task where MCT's
+    completion estimate does, at the same costs and node states."""
+    from benchmarks.flink_e2e import load_spec
+    from benchmarks.flink_e2e_examples import prior_model_file
+    from placement.ldwp.inference import NumpyLDWPPolicy
+    from placement.measured_costs import MeasuredCosts
+    from placement.policies import make_policy
+    from placement.service.learner import to_cluster_spec
+    from workload.estimates import CostModel
+    from workload.model import NodeState, Observation, Task
+    path = prior_model_file("hosts", tmp_path)
+    assert path.name == "ldwp_prior_hosts.spm"
+    cluster = to_cluster_spec(load_spec("hosts"), "t4")
+    costs = MeasuredCosts(cluster, prior=CostModel())
+    for node, seconds in (("tm_a", 0.05), ("tm_b", 0.4), ("tm_c", 0.2)):
+        for i in range(30):
+            costs.observe(node, "review", 800, seconds)
+    prior = NumpyLDWPPolicy.from_file(path, cluster, costs)
+    mct = make_policy("mct", cluster, costs=costs)
+    agree = 0
+    for k, backlogs in enumerate(((0, 0, 0), (2.0, 0, 0), (6.0, 0.5, 1.0), (0, 3.0, 0.2))):
+        states = tuple(NodeState(n, queue_depth=int(b * 4), backlog_s=b)
+                       for n, b in zip(("tm_a", "tm_b", "tm_c"), backlogs))
+        observation = Observation(Task(f"t{k}", "review", 800), states, 0.0)
+        agree += prior.decide(observation).node == mct.decide(observation).node
+    assert agree == 4
+
+
 def _json_routes(server, routes: dict) -> None:
     """GET ``path`` answers ``body`` as JSON, for each ``path: body``."""
     server.routes.update({("GET", path): (200, json.dumps(body).encode())
