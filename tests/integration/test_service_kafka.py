@@ -86,6 +86,17 @@ def _create_topic(bootstrap: str, topic: str) -> None:
         future.result(30)
 
 
+class _PassingBurstCheck:
+    """A burst check that passes every version, unjudged."""
+
+    def observe_task(self, task, states=None):
+        pass
+
+    def check(self, *args):
+        from placement.service.burst_check import BurstVerdict
+        return BurstVerdict(True, "not judged: a test double")
+
+
 def test_service_learns_from_feedback_on_the_real_broker(stack_config, kafka_broker, tmp_path):
     bootstrap = stack_config.kafka.bootstrap_servers
     topic = f"svc-feedback-{time.time_ns()}"
@@ -109,7 +120,11 @@ def test_service_learns_from_feedback_on_the_real_broker(stack_config, kafka_bro
         flink_rest_url="http://127.0.0.1:9", flink_timeout_s=0.5,
         model_dir=tmp_path / "models", initial_model=initial, publish_every=500,
         min_records_first_version=200)
-    service = PlacementService(settings, spec).start()
+    service = PlacementService(settings, spec)
+    # the burst check holds or refuses versions on these synthetic reports (too few drain
+    # rates; tests/unit/test_burst_check.py tests it): here the broker path is tested
+    service.learner.burst_check = _PassingBurstCheck()
+    service.start()
     try:
         client = PlacementClient(service.url, timeout_s=5.0)
         deadline = time.monotonic() + 90
