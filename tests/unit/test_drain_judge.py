@@ -112,28 +112,34 @@ def test_the_latency_judge_queues_every_example_at_once_and_bad_judges_are_refus
         FeedbackExamples(cluster, MeasuredCosts(cluster), judge="throughput")
 
 
+ONE_NODE = ClusterSpec((NodeSpec("tm_a", 2, 8.0),))
+T0 = 1_700_000_000_000
+
+
+def judged_drains(finished_of) -> dict:
+    """task id -> judged drain ms of tasks t1.. on tm_a, one idle report each, 100 ms apart;
+    ``finished_of(i)``: the (maybe forged) finish the i-th report claims."""
+    examples = FeedbackExamples(ONE_NODE, MeasuredCosts(ONE_NODE))
+    i = 1
+    while (finished := finished_of(i)) is not None:
+        timing = {"task_id": f"t{i}", "app_id": "ocr", "input_size": 1_000,
+                  "queue_ms": 10.0, "service_ms": 90.0, "finished_at_ms": finished}
+        examples.take([{"node_id": "tm_a", "emitted_at_ms": T0 + 100 * i + 1, "in_flight": 0,
+                        "completed": [timing], "routed_queue": [0], "routed_backlog_ms": [0.0]}])
+        i += 1
+    out = {}
+    while (example := examples.pop()) is not None:
+        out[example.task.task_id] = example.latency_ms
+    return out
+
+
 def test_one_forged_finish_a_day_ahead_does_not_lengthen_other_tasks_drain_times():
     """A task cannot finish after the report that carries it was sent: the judge's clock for
     the node stops there, so one forged ``finished_at_ms`` does not judge later tasks a day
     long (it did in a first version of the judge)."""
-    cluster = ClusterSpec((NodeSpec("tm_a", 2, 8.0),))
-    t0 = 1_700_000_000_000
-
-    def drains(forged: bool) -> dict:
-        examples = FeedbackExamples(cluster, MeasuredCosts(cluster))
-        for i in range(1, 6):
-            finished = t0 + 100 * i + (86_400_000 if forged and i == 2 else 0)
-            timing = {"task_id": f"t{i}", "app_id": "ocr", "input_size": 1_000,
-                      "queue_ms": 10.0, "service_ms": 90.0, "finished_at_ms": finished}
-            examples.take([{"node_id": "tm_a", "emitted_at_ms": t0 + 100 * i + 1,
-                            "in_flight": 0, "completed": [timing], "routed_queue": [0],
-                            "routed_backlog_ms": [0.0]}])
-        out = {}
-        while (example := examples.pop()) is not None:
-            out[example.task.task_id] = example.latency_ms
-        return out
-
-    honest, forged = drains(False), drains(True)
+    honest = judged_drains(lambda i: T0 + 100 * i if i <= 5 else None)
+    forged = judged_drains(lambda i: T0 + 100 * i + (86_400_000 if i == 2 else 0)
+                           if i <= 5 else None)
     assert set(honest) == set(forged) == {f"t{i}" for i in range(1, 6)}
     # every drain stays within the reports' half-second span; the forged task's neighbour may
     # move by its clamped finish (t3: 1 ms), the rest are as without it
@@ -145,17 +151,6 @@ def test_one_forged_finish_a_day_ahead_does_not_lengthen_other_tasks_drain_times
 def test_a_forged_finish_far_in_the_past_teaches_no_hour_long_drain():
     """Its own task would be judged an hour long (decided long before anything the node did);
     the drain times are bounded like latencies (placement.service.latency_bounds)."""
-    cluster = ClusterSpec((NodeSpec("tm_a", 2, 8.0),))
-    examples = FeedbackExamples(cluster, MeasuredCosts(cluster))
-    t0 = 1_700_000_000_000
-    for i in range(1, 41):
-        finished = t0 - 86_400_000 if i == 40 else t0 + 100 * i
-        timing = {"task_id": f"t{i}", "app_id": "ocr", "input_size": 1_000,
-                  "queue_ms": 10.0, "service_ms": 90.0, "finished_at_ms": finished}
-        examples.take([{"node_id": "tm_a", "emitted_at_ms": t0 + 100 * i + 1,
-                        "in_flight": 0, "completed": [timing], "routed_queue": [0],
-                        "routed_backlog_ms": [0.0]}])
-    judged = {}
-    while (example := examples.pop()) is not None:
-        judged[example.task.task_id] = example.latency_ms
+    judged = judged_drains(lambda i: None if i > 40 else
+                           T0 - 86_400_000 if i == 40 else T0 + 100 * i)
     assert len(judged) == 40 and judged["t40"] <= 10 * judged["t39"] <= 10 * 500.0
