@@ -11,7 +11,8 @@ NodeFeedback record, as the executors' feedback does:
 - the learner is :class:`placement.service.learner.OnlineLearner` with the service's defaults
   (learning settings, first version after 1,000 records, then every ``publish_every``, its
   gates and burst check, which holds versions it cannot judge yet) and one
-  :class:`placement.measured_costs.MeasuredCosts` that the routers share: both learn task times per type and node from the timings, as on the real engines;
+  :class:`placement.measured_costs.MeasuredCosts` that the routers share: both learn task
+  times per type and node from the timings, as on the real engines;
 - a router (:class:`OnlineRouted`) decides with ``NumpyLDWPPolicy`` on the newest version,
   with that cost model (so the observation's speed factor is 1: the learned estimates hold the
   speeds, as the real router's do) and, as the real router, its own ledger of the work it
