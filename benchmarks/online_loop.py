@@ -122,7 +122,8 @@ class OnlineRouted(Policy):
         self._backlog_s[decision.node] += work
         self._decided[observation.task.task_id] = (
             observation.now_s, observation.task,
-            (chosen.queue_depth, chosen.backlog_s * 1000.0, chosen.speed_factor))
+            (chosen.queue_depth, chosen.backlog_s * 1000.0, chosen.speed_factor,
+             -1 if self.version is None else self.version))
         return decision
 
     def observe_stage_runs(self, task_id: str, node_id: str, stage_runs) -> None:
@@ -159,7 +160,8 @@ class OnlineRouted(Policy):
                       "completed": [t for t, _ in done],
                       "routed_queue": [r[0] for _, r in done],
                       "routed_backlog_ms": [r[1] for _, r in done],
-                      "routed_speed_factor": [r[2] for _, r in done]}
+                      "routed_speed_factor": [r[2] for _, r in done],
+                      "routed_model_version": [r[3] for _, r in done]}
             if state is not None:   # what an executor reports (links as bytes/s)
                 spec = self._specs[node_id]
                 record.update(cpu_util=state.cpu_util, gpu_util=state.gpu_util,
@@ -202,7 +204,8 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                 work_scale: float = 1.0, publish_every: int = 300,
                 records: str = "light", learning: dict | None = None,
                 burst_tolerance: float = 0.0, correction_scale: float = 1.0,
-                judge: str = "drain", first_version: int = 1000) -> list[dict]:
+                judge: str = "drain", first_version: int = 1000,
+                trial_window: int | None = None) -> list[dict]:
     """One variant's ``rounds`` consecutive runs on ``spec`` (seed ``seed``): per round its
     throughput (tasks/s), task counts per node and per (task type, node), and the model
     versions the routers used.
@@ -213,7 +216,9 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
     share of each version's learned correction the routers apply; ``judge``: the learner's
     outcome of an example, "drain" or "latency" (``placement.service.drain_judge``);
     ``first_version``: records before the first version, and the fewest tasks the burst check
-    judges a version on (the service's ``min_records_first_version``)."""
+    judges a version on (the service's ``min_records_first_version``); ``trial_window``: the
+    version trial's window in judged tasks (``placement.service.version_trial``; None: the
+    service's default, 0: no trial, every version that passes the checks serves)."""
     import torch
 
     from benchmarks.flink_e2e import SIM_NODE_SCHEDULER, sim_tasks
@@ -231,6 +236,8 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
         policy = None
         if variant != VARIANTS[0]:
             settings = ServiceSettings()
+            if trial_window is not None:
+                settings = settings.model_copy(update={"trial_window_tasks": trial_window})
             learned = MeasuredCosts(truth, prior=costs)
             learner = OnlineLearner(truth, ModelStore(Path(tmp), keep=10_000),
                                     {**settings.learning, **(learning or {}), "seed": seed},
@@ -239,7 +246,7 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                                     costs=learned,
                                     burst_check=BurstCheck(tolerance=burst_tolerance,
                                                            min_tasks=first_version),
-                                    judge=judge)
+                                    judge=judge, trial=settings.version_trial())
             policy = OnlineRouted(learner, truth, learned, learn=variant == VARIANTS[2],
                                   correction_scale=correction_scale)
         for round_ in range(rounds):
@@ -264,6 +271,8 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                 row["versions_published"] = (policy.learner.store.latest() or {}).get("version")
                 row["versions_refused"] = policy.learner.models_rejected
                 row["versions_held"] = policy.learner.versions_held
+                if policy.learner.trials is not None:
+                    row["trials"] = policy.learner.trials.stats()
             rows.append(row)
     return rows
 
@@ -346,6 +355,9 @@ def main(argv=None) -> dict:
                         help="the service's burst check tolerance (inf: no check)")
     parser.add_argument("--correction-scale", type=float, default=1.0,
                         help="share of each version's learned correction the routers apply")
+    parser.add_argument("--trial-window", type=int, default=None,
+                        help="the version trial's window in judged tasks (default: the "
+                             "service's; 0: no trial)")
     parser.add_argument("--name", default=None, help="result file name (default online_loop_"
                                                      "<spec>)")
     args = parser.parse_args(argv)
@@ -355,9 +367,11 @@ def main(argv=None) -> dict:
         parser.error(f"--seeds must be integers separated by commas, got {args.seeds!r}")
     if not seeds or args.tasks < 1 or args.rounds < 1 or args.publish_every < 1 \
             or not args.work_scale > 0 or not args.burst_tolerance >= 0 \
-            or not 0 <= args.correction_scale <= 1:
+            or not 0 <= args.correction_scale <= 1 \
+            or (args.trial_window is not None and args.trial_window < 0):
         parser.error("need a seed, --tasks, --rounds and --publish-every >= 1, --work-scale > 0, "
-                     "--burst-tolerance >= 0 and --correction-scale in [0, 1]")
+                     "--burst-tolerance >= 0, --correction-scale in [0, 1] and --trial-window "
+                     ">= 0")
     from concurrent.futures import ProcessPoolExecutor
 
     from tqdm import tqdm
@@ -370,6 +384,7 @@ def main(argv=None) -> dict:
         parser.error(f"--learning must be a JSON object: {exc}")
     from benchmarks.flink_e2e import load_spec
     from placement.service.learner import learning_settings
+    from placement.service.settings import ServiceSettings
     from workload.cluster_spec import SpecError
     try:   # refused here, in one line, not as a worker's traceback
         learning_settings(learning)
@@ -377,7 +392,8 @@ def main(argv=None) -> dict:
     except (SpecError, ValueError, TypeError) as exc:
         parser.error(str(exc))
     jobs = [(v, args.spec, args.tasks, args.rounds, s, args.work_scale, args.publish_every,
-             args.records, learning, args.burst_tolerance, args.correction_scale, args.judge)
+             args.records, learning, args.burst_tolerance, args.correction_scale, args.judge,
+             1000, args.trial_window)
             for v in VARIANTS for s in seeds]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
@@ -395,6 +411,8 @@ def main(argv=None) -> dict:
         # None: no burst check (an infinite tolerance, which JSON cannot carry)
         "burst_tolerance": args.burst_tolerance if args.burst_tolerance != float("inf")
         else None, "correction_scale": args.correction_scale, "judge": args.judge,
+        "trial_window_tasks": args.trial_window if args.trial_window is not None
+        else ServiceSettings().trial_window_tasks,
         "feedback_interval_s": FEEDBACK_INTERVAL_S, "wall_s": time.perf_counter() - started,
         "verdict": verdict, "summary": summary, "runs": rows})
     plot(summary, RESULTS / f"{name}.png")

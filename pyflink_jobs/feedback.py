@@ -322,6 +322,7 @@ class FeedbackPublisher:
                 "routed_queue": [p.context.queue for p in taken],
                 "routed_backlog_ms": [p.context.backlog_ms for p in taken],
                 "routed_speed_factor": [p.context.speed for p in taken],
+                "routed_model_version": [p.context.model_version for p in taken],
                 "power_w": power_w, "power_source": power_source,
                 "completed_energy_j": completed_energy,
                 "completed_tenant": [p.tenant for p in taken],

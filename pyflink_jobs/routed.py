@@ -32,11 +32,14 @@ class DecisionContext:
     feedback, so the service learns latency against the numbers the router decided with.
 
     queue: the router's in-flight count there; backlog_ms: estimated work it held (ms, at
-    measured speed); speed: the node's measured speed factor."""
+    measured speed); speed: the node's measured speed factor; model_version: the service's
+    model version that decided (-1: none, the prior or a fallback rule), which the service's
+    version trial needs to tell its arms apart (placement.service.version_trial)."""
 
     queue: int = -1
     backlog_ms: float = -1.0
     speed: float = -1.0
+    model_version: int = -1
 
 
 @dataclass(frozen=True)

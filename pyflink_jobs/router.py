@@ -53,7 +53,7 @@ from pyflink_jobs.routed import DecisionContext
 from pyflink_jobs.task_event_routing import TaskEventRouting
 from pyflink_jobs.tenant_quotas import QuotaSettings, QuotaVerdict, TenantQuotas
 from workload.feedback import feedback_age_s, feedback_emitted_at_ms, node_state_from_feedback
-from workload.limits import short_repr, wait_seconds
+from workload.limits import MAX_MODEL_VERSION, short_repr, wait_seconds
 from workload.model import (ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task,
                             offered_nodes)
 
@@ -319,6 +319,10 @@ class Router(TaskEventRouting):
             self.ledger.expire(now)
             observation = self.observation(task)
             policy = self.policy
+            # which of the service's versions decides (the service's version trial tells its
+            # arms apart by it); -1 for the fallback rule or a fixed policy
+            version = self.model_version if policy is self.model_policy and \
+                self.model_version is not None else -1
             observed = time.perf_counter()
             if policy is self.fallback and self.settings.policy == "ldwp":
                 self.fallback_decisions += 1
@@ -329,6 +333,7 @@ class Router(TaskEventRouting):
                             self.fallback.name)
                 self.fallback_decisions += 1
                 decision = self.fallback.decide(observation)
+                version = -1
             decided = time.perf_counter()
             node = decision.node
             speed = self.speeds.factor(node)
@@ -343,6 +348,8 @@ class Router(TaskEventRouting):
             # (a replayed record's earlier entry is retired first: it counts once)
             context = self.ledger.add(task.task_id, node, now, work_s,
                                       None if verdict is None else verdict.tenant, speed)
+            if version >= 0:
+                context = dataclasses.replace(context, model_version=version)
             self.routed[decision.node] += 1
         finished = time.perf_counter()
         self.timing.add(started, (locked, observed, decided, finished),
@@ -383,8 +390,6 @@ def _task_timings(completed) -> list:
     return [t for t in completed if isinstance(t, dict) and isinstance(t.get("task_id"), str)]
 
 
-#: Model versions are counts of the service's publications: an int in [0, 2**53]
-MAX_MODEL_VERSION = 1 << 53
 
 
 def _plausible_version(version) -> bool:

@@ -66,7 +66,8 @@ MAX_QUEUE_DEPTH = 1_000_000
 #: (top-level so that readers of an older schema still decode the record: docs/avro.md).
 #: Whoever drops a timing from ``completed`` drops the same position from each of these.
 PER_TASK_ARRAYS = ("routed_queue", "routed_backlog_ms", "routed_speed_factor",
-                   "completed_energy_j", "completed_tenant", "completed_deadline_met")
+                   "completed_energy_j", "completed_tenant", "completed_deadline_met",
+                   "routed_model_version")
 #: Stalest age (s) a report may have, about 116 days: older numbers describe no current node
 #: (the service's API has the same bound).
 MAX_AGE_S = 1e7

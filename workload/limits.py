@@ -60,7 +60,11 @@ __all__ = ["TaskLimits", "BYTES_PER_PIXEL", "BYTES_PER_RECORD_BYTE", "MEMORY_FRA
            "DEFAULT_NODE_MEMORY_BYTES", "DEFAULT_MAX_TASK_SIZE", "DEFAULT_MAX_EXPECTED_WORK_MS",
            "DEFAULT_MAX_TASK_ID_CHARS", "DEFAULT_MAX_TASK_TYPE_CHARS", "OPERATOR_FIELDS",
            "TASK_EVENT_FIELDS", "short_repr", "text_safe", "finite_real", "require_count",
-           "default_task_type_problem", "wait_seconds"]
+           "default_task_type_problem", "wait_seconds", "MAX_MODEL_VERSION"]
+
+#: Model versions are counts of the placement service's publications: an int in [0, 2**53]
+#: (routers and the service refuse or ignore others)
+MAX_MODEL_VERSION = 1 << 53
 
 #: Memory one pixel of a built-in video app's task costs while it runs (measured: 45-100).
 BYTES_PER_PIXEL = 100

@@ -607,7 +607,10 @@ def create_app(service: "PlacementService") -> FastAPI:
                               "last_error": service.learner.last_error,
                               "timings_rejected": service.learner.timings_rejected,
                               "examples_dropped": service.learner.examples.examples_dropped,
-                              "models_rejected": service.learner.models_rejected},
+                              "models_rejected": service.learner.models_rejected,
+                              "versions_held": service.learner.versions_held,
+                              "trials": None if service.learner.trials is None
+                              else service.learner.trials.stats()},
                   "nodes": service.learner.node_ids(),
                   "uptime_s": round(time.monotonic() - started, 3)}
         return _json_safe(status)
@@ -765,7 +768,8 @@ class PlacementService:
             publish_every=self.settings.publish_every,
             min_records_first_version=self.settings.min_records_first_version,
             initial_model=self.settings.initial_model, metrics=self.metrics,
-            history_per_node=self.settings.history_per_node, judge=self.settings.judge)
+            history_per_node=self.settings.history_per_node, judge=self.settings.judge,
+            trial=self.settings.version_trial())
         self.tenants = TenantReport()
         self.ingest = FeedbackIngest(self.learner, self.metrics, self.settings.dedup_capacity,
                                      reports=[self.tenants])

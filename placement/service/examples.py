@@ -32,6 +32,7 @@ from placement.speed import SPEED_FACTOR_LIMITS, ObservedSpeed, timing_sample
 from workload.feedback import (DEFAULT_LINK_MBPS, PER_TASK_ARRAYS, feedback_age_s,
                                feedback_emitted_at_ms, node_state_from_feedback,
                                timing_latency)
+from workload.limits import MAX_MODEL_VERSION
 from workload.model import ClusterSpec, NodeSpec, NodeState, Task
 from workload.refusals import bounded_refusals
 
@@ -191,6 +192,7 @@ class TrainingExample:
     decided_at_ms: int
     states: tuple[NodeState, ...]
     estimates_s: dict | None = None   # per node, the learned cost model's before this timing
+    decided_by_version: int = -1      # the service's model version the router decided with
 
 
 def _routed_context(queues, backlogs, speeds, i: int) -> dict | None:
@@ -219,6 +221,16 @@ def _routed_context(queues, backlogs, speeds, i: int) -> dict | None:
     elif i < len(speeds) and not _real(speeds[i]):
         return None
     return chosen
+
+
+def _routed_version(versions, i: int) -> int:
+    """The model version the ``i``-th timing's router decided with (``routed_model_version``):
+    an int in [0, 2**53], else -1 (not said, or nothing a service publishes). A wrong number
+    only moves the task between the version trial's windows
+    (:mod:`placement.service.version_trial`); it teaches nothing else."""
+    value = versions[i] if i < len(versions) else -1
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and \
+        0 <= value <= MAX_MODEL_VERSION else -1
 
 
 def _real(value) -> bool:
@@ -299,6 +311,7 @@ class FeedbackExamples:
                 queues = record.get("routed_queue") or []
                 backlogs = record.get("routed_backlog_ms") or []
                 speeds = record.get("routed_speed_factor") or []
+                versions = record.get("routed_model_version") or []
                 for i, timing in enumerate(record.get("completed") or ()):
                     sample, fields_ = timing_sample(timing), timing_latency(timing)
                     if sample is None or fields_ is None or fields_[1] > self.max_latency_ms \
@@ -329,7 +342,7 @@ class FeedbackExamples:
                     self.drain.add_task(node, decided, finished)   # the routers' view
                     learned_ms = self.latency_bounds.bound(node, task.app_id, latency)
                     example = TrainingExample(task, node, learned_ms, decided, states,
-                                              estimates)
+                                              estimates, _routed_version(versions, i))
                     if self.judge is None:
                         self._queue(example)
                     else:   # judged by drain time: waits until its node has worked it off

@@ -86,6 +86,8 @@ from placement.service.burst_check import BurstCheck
 from placement.service.examples import FeedbackExamples, NodeHistory, TrainingExample
 from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
+from placement.service.trial_serving import TrialServing, champion_of_store
+from placement.service.version_trial import TrialSettings
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation
 
@@ -242,6 +244,15 @@ def _starting_agent(store: ModelStore, cluster: ClusterSpec, costs, settings: LD
     return LDWPPolicy(cluster, costs, settings), None, 0, ""
 
 
+def _saved_bytes(agent: LDWPPolicy) -> bytes:
+    """The agent's model file, as bytes."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="streamplace-champion-") as tmp:
+        path = Path(tmp) / "champion.spmodel"
+        agent.save(path)
+        return path.read_bytes()
+
+
 class TrainingLoop:
     """The learner's own daemon thread: trains what ``take`` queued, in small slices (so
     ``stop`` never waits long and publishing stays timely), and keeps going after an error
@@ -303,7 +314,8 @@ class OnlineLearner:
                  metrics=None, history_per_node: int = 512, gpu_model: str = "t4",
                  max_unknown_nodes: int = 64, gate: PublishGate | None = None,
                  max_latency_s: float = 3600.0, max_task_size: int = 10**11,
-                 burst_check: BurstCheck | None = None, judge: str = "drain"):
+                 burst_check: BurstCheck | None = None, judge: str = "drain",
+                 trial: TrialSettings | None = None):
         if publish_every < 1 or min_records_first_version < 1:
             raise ValueError("publish_every and min_records_first_version must be at least 1")
         self.cluster = to_cluster_spec(cluster, gpu_model)
@@ -345,8 +357,27 @@ class OnlineLearner:
         self._tried = False         # a version was checked (published, refused or held)
         self._hash = hashlib.sha256(f"previous:{previous_hash}\n".encode())
         self._nodes_trained: set[str] = set()
+        # the version trial (placement.service.version_trial): None publishes what passes
+        self.trials = None if trial is None else self._trial_serving(
+            trial, from_store=latest is not None or initial_model is not None, metrics=metrics)
         if metrics is not None and store.latest() is not None:
             metrics.model_version.set(store.latest()["version"])
+
+    def _trial_serving(self, settings: TrialSettings, from_store: bool,
+                       metrics) -> TrialServing:
+        """The trial's champion: when the agent came from the store (resumed, or the initial
+        model published), the newest stored version that was no candidate; else the starting
+        weights (the prior). A restart in the middle of a trial serves the champion again."""
+        entry, interrupted = champion_of_store(self.store) if from_store else (None, False)
+        if entry is not None:
+            data = self.store.read_bytes(entry["version"])
+        else:
+            data = _saved_bytes(self.agent)
+        serving = TrialServing(self.store, data, settings, entry, metrics)
+        if interrupted:
+            serving.serve_champion("a restart interrupted the trial of version "
+                                   f"{self.store.latest()['version']}")
+        return serving
 
     # -- consumer side (cheap): placement.service.examples ------------------------------------
     def take(self, records: Iterable[Mapping]) -> int:
@@ -377,6 +408,8 @@ class OnlineLearner:
                 if example is None:
                     break
                 self._train_one(example)
+                if self.trials is not None and self.trials.observe(example) is not None:
+                    self._published_records = self.records_trained   # the wait starts now
                 done += 1
                 if self._publish_due():
                     self.publish()
@@ -431,11 +464,15 @@ class OnlineLearner:
             self.metrics.learning_rejections.labels(kind="model").inc()
 
     def _publish_due(self) -> bool:
+        if self.trials is not None and self.trials.running:
+            return False    # one candidate at a time
         new = self.records_trained - self._published_records
         if not self._learned_version and not self._tried:
             return self.records_trained >= self.min_records_first_version
-        # after a version, or a first one refused or held: publish_every more records
-        return new >= self.publish_every
+        # after a version, or a first one refused or held: publish_every more records (more
+        # after a candidate the trial refused: TrialServing.wait_factor)
+        wait = 1 if self.trials is None else self.trials.wait_factor
+        return new >= self.publish_every * wait
 
     def publish(self) -> dict | None:
         """Save the current weights as a new version now (also used by ``_publish_due``) if
@@ -471,12 +508,16 @@ class OnlineLearner:
                 "prior_burst_drain_s": burst.prior_drain_s,
                 "policy": "ldwp", "network": agent.settings.network,
                 "reward": agent.settings.reward}
+        if self.trials is not None:
+            meta.update(trial_arm="candidate", trial_window=0)
         entry = self.store.publish(
             lambda path, version: agent.save(path, version=version, **{
                 k: v for k, v in meta.items() if k != "nodes"}), meta)
         self._published_records = self.records_trained
         self._learned_version = True
         self.gate.accept(agent)
+        if self.trials is not None:   # it serves its first window; the trial decides the rest
+            self.trials.start(entry, self.store.read_bytes(entry["version"]))
         if self.metrics is not None:
             self.metrics.model_version.set(entry["version"])
         log.info("published model version %d (trained on %d records, %d new)",

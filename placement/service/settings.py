@@ -22,7 +22,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["ServiceSettings", "is_loopback", "INSECURE_HOST_MESSAGE"]
 
@@ -97,6 +97,15 @@ class ServiceSettings(BaseModel):
     min_records_first_version: int = Field(1000, ge=1, description="task records needed before "
                                            "the first learned version (and the burst check "
                                            "judges versions on at least this many tasks)")
+    trial_window_tasks: int = Field(200, ge=0, description="the version trial "
+                                    "(placement.service.version_trial): a version that passed "
+                                    "the checks serves in alternating windows against the one "
+                                    "before it, each window closed after this many of its "
+                                    "tasks were judged, and serves for good only if it drained "
+                                    "faster; 0: no trial, every version that passes serves")
+    trial_pairs: int = Field(4, ge=1, description="(candidate, champion) window pairs per trial")
+    trial_min_wins: int = Field(3, ge=1, description="window pairs a candidate must win (and "
+                                "on average) to be promoted")
     history_per_node: int = Field(512, ge=1, description="NodeFeedback reports kept per node to "
                                   "reconstruct node states at decision time")
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads of the service "
@@ -150,6 +159,22 @@ class ServiceSettings(BaseModel):
             raise ValueError(f"set {', '.join(clash)} at the top level of the service settings, "
                              "not inside learning")
         return value
+
+    @model_validator(mode="after")
+    def _wins_within_pairs(self) -> "ServiceSettings":
+        if self.trial_min_wins > self.trial_pairs:
+            raise ValueError(f"trial_min_wins ({self.trial_min_wins}) cannot exceed trial_pairs "
+                             f"({self.trial_pairs})")
+        return self
+
+    def version_trial(self):
+        """The learner's ``TrialSettings`` (placement.service.version_trial), None when
+        ``trial_window_tasks`` is 0."""
+        if self.trial_window_tasks == 0:
+            return None
+        from placement.service.version_trial import TrialSettings   # pydantic-only module
+        return TrialSettings(window_tasks=self.trial_window_tasks, pairs=self.trial_pairs,
+                             min_wins=self.trial_min_wins)
 
     def check_security(self) -> None:
         """Raise ValueError unless the host is loopback or a token is set. Checked when the

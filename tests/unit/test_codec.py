@@ -49,7 +49,8 @@ NODE_FEEDBACK = {"node_id": "tm_a", "emitted_at_ms": 1_764_500_000_000, "cpu_uti
                  "power_w": 215.5, "power_source": "nvml+cpu-estimate",
                  "completed_energy_j": [9.125], "completed_tenant": ["team-a"],
                  "completed_deadline_met": [1],
-                 "learning_refused": {"batch:non-finite": 2, "alone:implausible": 1}}
+                 "learning_refused": {"batch:non-finite": 2, "alone:implausible": 1},
+                 "routed_model_version": [12]}
 DEAD_LETTER = {"source_topic": "tasks", "partition": 2, "offset": 12_345_678_901,
                "reason": "not an Avro single-object message", "raw": b"\x00\xff{\"x\": 1}",
                "failed_at_ms": 1_764_500_000_000, "stage": "decode"}
@@ -102,9 +103,11 @@ APPENDED_FEEDBACK_FIELDS = ("routed_queue", "routed_backlog_ms", "routed_speed_f
 #: appended at the end of the record for issue 17, with their defaults (the release before
 #: them: node_feedback.v2.avsc, a named release and a defaulted prefix of the current schema):
 #: power and energy, then each task's tenant and whether it met its deadline, then what the
-#: node's learners refused (workload/refusals.py)
+#: node's learners refused (workload/refusals.py), then the service's model version that
+#: decided each task (placement/service/version_trial.py)
 POWER_FIELDS = {"power_w": -1.0, "power_source": "", "completed_energy_j": [],
-                "completed_tenant": [], "completed_deadline_met": [], "learning_refused": {}}
+                "completed_tenant": [], "completed_deadline_met": [], "learning_refused": {},
+                "routed_model_version": []}
 
 
 def _before_energy(record: dict) -> dict:

@@ -19,8 +19,9 @@ def _quiet_learner():
 
 
 def test_the_online_variant_learns_from_every_completion_and_uses_its_versions():
+    """Without the version trial, each version that passes the checks is used as published."""
     rows = run_variant(VARIANTS[2], "hosts", 120, 3, 0, work_scale=4.0, publish_every=100,
-                       records="payload", first_version=200)
+                       records="payload", first_version=200, trial_window=0)
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert all(sum(r["per_node"].values()) == 120 for r in rows)
     assert all(sum(sum(n.values()) for n in r["per_app_node"].values()) == 120 for r in rows)
@@ -29,7 +30,20 @@ def test_the_online_variant_learns_from_every_completion_and_uses_its_versions()
     assert rows[-1]["versions_published"] >= 2
     assert rows == run_variant(VARIANTS[2], "hosts", 120, 3, 0, work_scale=4.0,
                                publish_every=100, records="payload",
-                               first_version=200)   # deterministic
+                               first_version=200, trial_window=0)   # deterministic
+
+
+def test_with_the_version_trial_routers_alternate_candidate_and_champion_windows():
+    """The service's default: the first version is a candidate; each window is a version of
+    its own, and the routers decide each round with the newest one (a round is decided within
+    its first second, so here a window is a round)."""
+    rows = run_variant(VARIANTS[2], "hosts", 120, 6, 0, work_scale=4.0, publish_every=100,
+                       records="payload", first_version=200, trial_window=100)
+    used = [r["version_at_start"] for r in rows]
+    assert used[:2] == [None, None] and used[2:] == [1, 2, 3, 4]   # one window per round
+    trials = rows[-1]["trials"]
+    assert trials["trials"] == 1 and trials["running"] and trials["serving"] == "candidate"
+    assert rows[-1]["versions_published"] == 5   # after the last round's feedback: window 4
 
 
 def test_the_prior_variant_learns_costs_but_never_switches_model():

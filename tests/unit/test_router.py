@@ -732,3 +732,23 @@ def test_a_paper_layout_model_for_other_nodes_is_refused_at_install():
     with pytest.raises(ModelFileError, match="transfer it first"):
         router.install_model(data, version=3)
     assert router.model_policy is None and router.model_version is None
+
+
+def test_each_decision_says_which_service_version_made_it():
+    """The service's version trial tells its arms apart by it (placement.service.version_trial):
+    the installed version's number, -1 for the fallback rule and for a failing model."""
+    router = make_router(policy="ldwp")
+    _, context = router.route_event(event(1))
+    assert context.model_version == -1                # no model yet: the fallback rule
+    router.install_model(_untrained_residual_model(), version=5)
+    _, context = router.route_event(event(2))
+    assert context.model_version == 5
+
+    class Broken:
+        name = "broken"
+
+        def decide(self, observation):
+            raise RuntimeError("a bad model")
+    router.model_policy = Broken()
+    _, context = router.route_event(event(3))
+    assert context.model_version == -1                # the fallback decided

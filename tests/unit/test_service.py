@@ -77,10 +77,12 @@ def synthetic_feedback(n_tasks: int, seed: int = 0, prefix: str = "t",
 
 def make_service(tmp_path, spec=SPEC, **settings) -> PlacementService:
     """A service without a consumer; its first version after 200 records (the default, 1,000,
-    is sized for real bursts: placement.service.burst_check), judged on those 200."""
+    is sized for real bursts: placement.service.burst_check), judged on those 200; without
+    the version trial (its routers are these tests: tests/unit/test_version_trial.py tries
+    it), so that every version that passes the checks is published as it falls due."""
     values = {"model_dir": tmp_path / "models", "consume_feedback": False,
               "flink_rest_url": UNREACHABLE, "flink_timeout_s": 0.5, "port": 0,
-              "min_records_first_version": 200, **settings}
+              "min_records_first_version": 200, "trial_window_tasks": 0, **settings}
     return PlacementService(ServiceSettings(**values), spec)
 
 
