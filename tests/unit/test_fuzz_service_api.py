@@ -45,6 +45,8 @@ from streamplace.cluster_spec import LocalClusterSpec
 from workload.catalog import app_ids
 from workload.codec import encode
 
+from test_service import PassingBurstCheck
+
 with warnings.catch_warnings():  # starlette asks for httpx2; httpx works (FastAPI's docs)
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
@@ -240,17 +242,6 @@ def fresh(tmp_path_factory):
     return make_service(tmp_path_factory.mktemp("fresh"))
 
 
-class _PassingBurstCheck:
-    """A burst check that passes every version, unjudged."""
-
-    def observe_task(self, task, states=None):
-        pass
-
-    def check(self, *args):
-        from placement.service.burst_check import BurstVerdict
-        return BurstVerdict(True, "not judged: a test double")
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """Learned from 160 task records (through the Avro codec, as from Kafka), one model version
@@ -259,7 +250,7 @@ def trained(tmp_path_factory):
                            min_records_first_version=100, publish_every=100)
     # 160 records measure no drain rate for every node, so the burst check would hold the
     # version (tests/unit/test_burst_check.py); here only what the API serves is tested
-    service.learner.burst_check = _PassingBurstCheck()
+    service.learner.burst_check = PassingBurstCheck()
     records = feedback(160)
     assert service.ingest.ingest_payloads([encode("NodeFeedback", r) for r in records]) == 160
     assert service.learner.train_pending() > 0

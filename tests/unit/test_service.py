@@ -572,3 +572,31 @@ def test_the_service_wires_its_decide_rule_to_the_feedback(tmp_path):
     service = make_service(tmp_path, fallback="liquid")
     assert service.ingest.observers == [service.serving.fallback.observe_completion]
     assert make_service(tmp_path / "b", fallback="least_loaded").ingest.observers == []
+
+
+def test_the_service_tries_its_first_version_and_health_says_so(tmp_path):
+    """The service's default: the first version that passes the checks is a candidate on
+    trial (placement.service.version_trial), and /health shows the trial."""
+    service = make_service(tmp_path, trial_window_tasks=200)
+    service.learner.burst_check = PassingBurstCheck()
+    assert service.ingest.ingest(synthetic_feedback(400)) == 400
+    service.learner.train_pending()
+    latest = service.store.latest()
+    assert latest["version"] == 1 and latest["trial_arm"] == "candidate"
+    trials = client_for(service).get("/health").json()["learner"]["trials"]
+    assert trials["trials"] == 1 and trials["running"] and trials["serving"] == "candidate"
+    assert trials["champion_version"] is None        # the prior
+    # its tasks (synthetic feedback names no version) only count towards a stall
+    assert trials["last_verdict"] is None
+
+
+class PassingBurstCheck:
+    """A burst check that passes every version (the synthetic feedback has too few drain
+    rates to judge; tests/unit/test_burst_check.py tests the check)."""
+
+    def observe_task(self, task, states=None):
+        pass
+
+    def check(self, *args):
+        from placement.service.burst_check import BurstVerdict
+        return BurstVerdict(True, "not judged: a test double")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from placement.service.version_trial import (CANDIDATE, CHAMPION, TrialSettings, TrialVerdict,
-                                             TrialWindow, VersionTrial)
+                                             TrialWindow, VersionTrial, window_arm)
 
 CHAMPION_BYTES, CANDIDATE_BYTES = b"champion-file", b"candidate-file"
 
@@ -22,7 +22,8 @@ def run_trial(window_costs_ms: list[tuple[float, float]], settings: TrialSetting
     trial = VersionTrial(CHAMPION_BYTES, settings)
     trial.start(first_version, CANDIDATE_BYTES)
     version, windows = first_version, []
-    outcomes = [ms for pair in window_costs_ms for ms in pair]
+    outcomes = [window_costs_ms[i // 2][0 if window_arm(i) == CANDIDATE else 1]
+                for i in range(2 * len(window_costs_ms))]
     for index, outcome in enumerate(outcomes):
         for _ in range(settings.window_tasks):
             trial.observe(version, outcome)
@@ -40,6 +41,19 @@ def run_trial(window_costs_ms: list[tuple[float, float]], settings: TrialSetting
 
 
 # (name, per pair (candidate ms, champion ms), promoted, wins)
+def test_a_load_that_rises_through_the_trial_promotes_no_candidate():
+    """Every window costs more than the one before (a burst filling the nodes) and the two
+    arms are the same: with the candidate always first it won every pair; now half."""
+    trial = VersionTrial(CHAMPION_BYTES, TrialSettings(window_tasks=1, pairs=4, min_wins=3))
+    trial.start(0, CANDIDATE_BYTES)
+    for window in range(8):
+        trial.observe(window, 100.0 * (window + 1))
+        step = trial.next_step()
+        if isinstance(step, TrialWindow):
+            trial.window_published(window + 1)
+    assert isinstance(step, TrialVerdict) and not step.promoted and step.wins == 2
+
+
 SCENARIOS = [
     ("faster in every pair", [(100, 200), (150, 300), (90, 120), (100, 110)], True, 4),
     ("faster in 3 of 4 and on average", [(100, 200), (150, 300), (90, 120), (130, 110)], True, 3),
@@ -56,8 +70,9 @@ def test_verdict_scenarios(name, pairs, promoted, wins):
     assert verdict.promoted is promoted and verdict.wins == wins
     assert verdict.candidate_version == 7
     assert verdict.data == (CANDIDATE_BYTES if promoted else CHAMPION_BYTES)
-    # windows alternate, the candidate's file in even ones and the champion's in odd ones
-    assert [w.arm for w in windows] == [CHAMPION, CANDIDATE] * 3 + [CHAMPION]
+    # the candidate first in even pairs, second in odd ones (a rising load favours neither)
+    assert [w.arm for w in windows] == [CHAMPION, CHAMPION, CANDIDATE, CANDIDATE, CHAMPION,
+                                        CHAMPION, CANDIDATE]
     assert all(w.data == (CANDIDATE_BYTES if w.arm == CANDIDATE else CHAMPION_BYTES)
                for w in windows)
     assert ("promoted" if promoted else "refused") in verdict.reason
@@ -235,22 +250,23 @@ def test_the_learner_serves_the_prior_again_after_a_slower_candidate(tmp_path):
                                             reports=22)
     versions = learner.store.versions()
     arms = [(v.get("trial_arm"), v.get("copy_of")) for v in versions]
-    # candidate (v1), the prior's copy, the candidate's copy, the prior's copy: refused
-    assert arms[:4] == [(CANDIDATE, None), (CHAMPION, None), (CANDIDATE, 1), (CHAMPION, None)]
+    # candidate (v1), the prior's copy twice, the candidate's copy; refused: the prior again
+    assert arms[:5] == [(CANDIDATE, None), (CHAMPION, None), (CHAMPION, None), (CANDIDATE, 1),
+                        (CHAMPION, None)]
     stats = learner.trials.stats()
     assert stats["refused"] == 1 and stats["promoted"] == 0
     assert "refused" in stats["last_verdict"]
-    assert learner.store.read_bytes(4) == learner.store.read_bytes(2)   # the prior's file
+    assert learner.store.read_bytes(5) == learner.store.read_bytes(2)   # the prior's file
     # no candidate while one is on trial, and twice publish_every after a refusal
-    assert len(versions) == 4 and serving[-1] == 4
+    assert len(versions) == 5 and serving[-1] == 5
 
 
 def test_the_learner_promotes_a_faster_candidate(tmp_path):
     learner, _ = _routers_and_learner(tmp_path, candidate_ms=100.0, champion_ms=900.0,
                                       reports=22)
     versions = learner.store.versions()
-    assert [v.get("trial_arm") for v in versions[:5]] == [CANDIDATE, CHAMPION, CANDIDATE,
-                                                          CHAMPION, CHAMPION]
+    assert [v.get("trial_arm") for v in versions[:5]] == [CANDIDATE, CHAMPION, CHAMPION,
+                                                          CANDIDATE, CHAMPION]
     assert versions[4]["copy_of"] == 1 and versions[4]["trained_on_records"] == 60
     assert learner.store.read_bytes(5) == learner.store.read_bytes(1)
     assert learner.trials.stats()["promoted"] == 1
