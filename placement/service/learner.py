@@ -476,7 +476,10 @@ class OnlineLearner:
 
     def publish(self) -> dict | None:
         """Save the current weights as a new version now (also used by ``_publish_due``) if
-        they pass the gate; else roll back and return None."""
+        they pass the gate; else roll back and return None (also while a candidate is on
+        trial: one at a time)."""
+        if self.trials is not None and self.trials.running:
+            return None
         agent = self.agent
         self._tried = True
         verdict = self.gate.check(agent)

@@ -270,6 +270,9 @@ def test_the_learner_promotes_a_faster_candidate(tmp_path):
     assert versions[4]["copy_of"] == 1 and versions[4]["trained_on_records"] == 60
     assert learner.store.read_bytes(5) == learner.store.read_bytes(1)
     assert learner.trials.stats()["promoted"] == 1
+    # the next candidate came publish_every later, and is on trial: no other meanwhile
+    assert learner.trials.running and versions[-1]["trial_arm"] == CANDIDATE
+    assert learner.publish() is None and learner.store.versions() == versions
 
 
 def test_the_version_a_timing_names_is_read_only_when_a_service_could_have_published_it():
