@@ -10,7 +10,9 @@ NodeFeedback record, as the executors' feedback does:
 
 - the learner is :class:`placement.service.learner.OnlineLearner` with the service's defaults
   (learning settings, first version after 1,000 records, then every ``publish_every``, its
-  gates and burst check, which holds versions it cannot judge yet) and one
+  gates and burst check, which holds versions it cannot judge yet, and its version trial,
+  ``placement.service.version_trial``: here a round is one window, as a round is decided
+  within its first second; ``--trial-window 0`` turns it off) and one
   :class:`placement.measured_costs.MeasuredCosts` that the routers share: both learn task
   times per type and node from the timings, as on the real engines;
 - a router (:class:`OnlineRouted`) decides with ``NumpyLDWPPolicy`` on the newest version,
