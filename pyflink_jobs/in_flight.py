@@ -12,7 +12,7 @@ Example::
 
     >>> ledger = InFlightLedger(("tm_a", "tm_b"), timeout_s=300.0)
     >>> ledger.add("t1", "tm_a", now=10.0, work_s=0.5)
-    DecisionContext(queue=0, backlog_ms=0.0, speed=1.0)
+    DecisionContext(queue=0, backlog_ms=0.0, speed=1.0, model_version=-1)
     >>> ledger.count["tm_a"], ledger.backlog_s["tm_a"]
     (1, 0.5)
     >>> ledger.complete("t1", now=10.2)

@@ -119,7 +119,9 @@ def test_service_learns_from_feedback_on_the_real_broker(stack_config, kafka_bro
         port=0, bootstrap_servers=bootstrap, feedback_topic=topic, group_id=group,
         flink_rest_url="http://127.0.0.1:9", flink_timeout_s=0.5,
         model_dir=tmp_path / "models", initial_model=initial, publish_every=500,
-        min_records_first_version=200)
+        # no version trial: its windows need routers that decide with them (none here, the
+        # feedback is synthetic); tests/unit/test_version_trial.py tries it end to end
+        min_records_first_version=200, trial_window_tasks=0)
     service = PlacementService(settings, spec)
     # the burst check holds or refuses versions on these synthetic reports (too few drain
     # rates; tests/unit/test_burst_check.py tests it): here the broker path is tested

@@ -373,9 +373,9 @@ def _published(tasks: int) -> dict:
 
 
 #: NodeFeedback fields appended after the v2 release (power and energy, then tenants, then
-#: the learners' refusals)
+#: the learners' refusals, then the service's model version behind each decision)
 AFTER_V2 = ("power_w", "power_source", "completed_energy_j", "completed_tenant",
-            "completed_deadline_met", "learning_refused")
+            "completed_deadline_met", "learning_refused", "routed_model_version")
 
 
 @pytest.mark.parametrize("tasks", [0, 1, 2, 7])
