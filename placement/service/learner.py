@@ -86,7 +86,7 @@ from placement.service.burst_check import BurstCheck
 from placement.service.examples import FeedbackExamples, NodeHistory, TrainingExample
 from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
-from placement.service.trial_serving import TrialServing, champion_of_store
+from placement.service.trial_serving import trial_serving_for
 from placement.service.version_trial import TrialSettings
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation
@@ -358,26 +358,11 @@ class OnlineLearner:
         self._hash = hashlib.sha256(f"previous:{previous_hash}\n".encode())
         self._nodes_trained: set[str] = set()
         # the version trial (placement.service.version_trial): None publishes what passes
-        self.trials = None if trial is None else self._trial_serving(
-            trial, from_store=latest is not None or initial_model is not None, metrics=metrics)
+        self.trials = None if trial is None else trial_serving_for(
+            store, trial, from_store=latest is not None or initial_model is not None,
+            starting_file=lambda: _saved_bytes(self.agent), metrics=metrics)
         if metrics is not None and store.latest() is not None:
             metrics.model_version.set(store.latest()["version"])
-
-    def _trial_serving(self, settings: TrialSettings, from_store: bool,
-                       metrics) -> TrialServing:
-        """The trial's champion: when the agent came from the store (resumed, or the initial
-        model published), the newest stored version that was no candidate; else the starting
-        weights (the prior). A restart in the middle of a trial serves the champion again."""
-        entry, interrupted = champion_of_store(self.store) if from_store else (None, False)
-        if entry is not None:
-            data = self.store.read_bytes(entry["version"])
-        else:
-            data = _saved_bytes(self.agent)
-        serving = TrialServing(self.store, data, settings, entry, metrics)
-        if interrupted:
-            serving.serve_champion("a restart interrupted the trial of version "
-                                   f"{self.store.latest()['version']}")
-        return serving
 
     # -- consumer side (cheap): placement.service.examples ------------------------------------
     def take(self, records: Iterable[Mapping]) -> int:

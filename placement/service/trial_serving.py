@@ -31,7 +31,7 @@ from placement.service.store import ModelStore
 from placement.service.version_trial import (CANDIDATE, CHAMPION, TrialSettings,
                                              TrialVerdict, TrialWindow, VersionTrial)
 
-__all__ = ["TrialServing", "champion_of_store", "MAX_WAIT_FACTOR"]
+__all__ = ["TrialServing", "champion_of_store", "trial_serving_for", "MAX_WAIT_FACTOR"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,21 @@ def champion_of_store(store: ModelStore) -> tuple[dict | None, bool]:
         if entry.get("trial_arm") != CANDIDATE:
             return entry, interrupted
     return None, interrupted
+
+
+def trial_serving_for(store: ModelStore, settings: TrialSettings, from_store: bool,
+                      starting_file, metrics=None) -> "TrialServing":
+    """A learner's TrialServing. The champion: when the learner's agent came from the store
+    (resumed, or the initial model published), the newest stored version that was no
+    candidate; else ``starting_file()`` (the bytes of its starting weights: the prior). A
+    restart in the middle of a trial serves the champion again."""
+    entry, interrupted = champion_of_store(store) if from_store else (None, False)
+    data = store.read_bytes(entry["version"]) if entry is not None else starting_file()
+    serving = TrialServing(store, data, settings, entry, metrics)
+    if interrupted:
+        serving.serve_champion("a restart interrupted the trial of version "
+                               f"{store.latest()['version']}")
+    return serving
 
 
 class TrialServing:
