@@ -172,7 +172,11 @@ class ModelStore:
         validated first (:class:`ModelFileError` if it is not a sound model file)."""
         source = Path(source)
         load_model(source)
-        data = source.read_bytes()
+        return self.publish_bytes(source.read_bytes(), metadata)
+
+    def publish_bytes(self, data: bytes, metadata: dict | None = None) -> dict:
+        """Publish a model file's bytes (e.g. a copy of a version already in the store) as the
+        next version; validated like every version (:meth:`publish`)."""
         return self.publish(lambda path, _v: path.write_bytes(data), metadata)
 
     def _prune(self) -> None:

@@ -137,7 +137,7 @@ class TrialServing:
         meta.update(trial_arm=arm, copy_of=None if original is None else original["version"],
                     trial_of=None if self.candidate_entry is None
                     else self.candidate_entry["version"], **extra)
-        entry = self.store.publish(lambda path, _version: path.write_bytes(data), meta)
+        entry = self.store.publish_bytes(data, meta)
         self.serving = arm
         if self.metrics is not None:
             self.metrics.model_version.set(entry["version"])

@@ -86,18 +86,9 @@ def _create_topic(bootstrap: str, topic: str) -> None:
         future.result(30)
 
 
-class _PassingBurstCheck:
-    """A burst check that passes every version, unjudged."""
 
-    def observe_task(self, task, states=None):
-        pass
-
-    def check(self, *args):
-        from placement.service.burst_check import BurstVerdict
-        return BurstVerdict(True, "not judged: a test double")
-
-
-def test_service_learns_from_feedback_on_the_real_broker(stack_config, kafka_broker, tmp_path):
+def test_service_learns_from_feedback_on_the_real_broker(stack_config, kafka_broker, tmp_path,
+                                                         passing_burst_check):
     bootstrap = stack_config.kafka.bootstrap_servers
     topic = f"svc-feedback-{time.time_ns()}"
     _create_topic(bootstrap, topic)
@@ -125,7 +116,7 @@ def test_service_learns_from_feedback_on_the_real_broker(stack_config, kafka_bro
     service = PlacementService(settings, spec)
     # the burst check holds or refuses versions on these synthetic reports (too few drain
     # rates; tests/unit/test_burst_check.py tests it): here the broker path is tested
-    service.learner.burst_check = _PassingBurstCheck()
+    service.learner.burst_check = passing_burst_check
     service.start()
     try:
         client = PlacementClient(service.url, timeout_s=5.0)

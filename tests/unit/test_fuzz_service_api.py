@@ -45,8 +45,6 @@ from streamplace.cluster_spec import LocalClusterSpec
 from workload.catalog import app_ids
 from workload.codec import encode
 
-from test_service import PassingBurstCheck
-
 with warnings.catch_warnings():  # starlette asks for httpx2; httpx works (FastAPI's docs)
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
@@ -203,8 +201,10 @@ class _Flink(FlinkRestClient):
 
 
 def make_service(tmp_path, flink=None, **settings) -> PlacementService:
+    """Without the starting version (``publish_prior``): a fresh service has no model, and the
+    learned versions count from 1 (tests/unit/test_service_prior_version.py tests the default)."""
     values = {"model_dir": tmp_path / "models", "consume_feedback": False, "port": 0,
-              **settings}
+              "publish_prior": False, **settings}
     return PlacementService(ServiceSettings(**values), SPEC,
                             flink=flink or _FlinkDown("http://flink.test"))
 
@@ -243,14 +243,14 @@ def fresh(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, passing_burst_check):
     """Learned from 160 task records (through the Avro codec, as from Kafka), one model version
     published; Flink lists tm_a and tm_b."""
     service = make_service(tmp_path_factory.mktemp("trained"), flink=_Flink(["tm_a", "tm_b"]),
                            min_records_first_version=100, publish_every=100)
     # 160 records measure no drain rate for every node, so the burst check would hold the
     # version (tests/unit/test_burst_check.py); here only what the API serves is tested
-    service.learner.burst_check = PassingBurstCheck()
+    service.learner.burst_check = passing_burst_check
     records = feedback(160)
     assert service.ingest.ingest_payloads([encode("NodeFeedback", r) for r in records]) == 160
     assert service.learner.train_pending() > 0
