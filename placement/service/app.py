@@ -769,7 +769,7 @@ class PlacementService:
             min_records_first_version=self.settings.min_records_first_version,
             initial_model=self.settings.initial_model, metrics=self.metrics,
             history_per_node=self.settings.history_per_node, judge=self.settings.judge,
-            trial=self.settings.version_trial())
+            trial=self.settings.version_trial(), publish_prior=self.settings.publish_prior)
         self.tenants = TenantReport()
         self.ingest = FeedbackIngest(self.learner, self.metrics, self.settings.dedup_capacity,
                                      reports=[self.tenants])

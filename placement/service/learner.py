@@ -55,7 +55,9 @@ for the consumer that hands them over; steps 1-2 are :mod:`placement.service.exa
    trained_on_records, new_records, training_data_hash (SHA-256 over the ``task_id, node,
    latency_ms`` lines trained on, chained to the previous version's hash), nodes,
    cluster_fingerprint (:func:`cluster_fingerprint`: a restarted service resumes only a
-   version of its own cluster spec), training_steps, loss.
+   version of its own cluster spec), training_steps, loss. Before any of them, an empty
+   store gets the untrained starting weights (``publish_prior``; ``source``:
+   :data:`PRIOR_SOURCE`), so routers decide with LDWP's prior, not their fallback rule.
 
 Example::
 
@@ -92,9 +94,12 @@ from workload.estimates import CostModel
 from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation
 
 __all__ = ["OnlineLearner", "NodeHistory", "to_cluster_spec", "learning_settings",
-           "SERVICE_LEARNING_DEFAULTS"]
+           "SERVICE_LEARNING_DEFAULTS", "PRIOR_SOURCE"]
 
 log = logging.getLogger(__name__)
+
+#: The ``source`` of the version that carries the untrained starting weights (the prior).
+PRIOR_SOURCE = "the starting weights, untrained: MCT's completion estimate at the learned costs"
 
 #: LDWPSettings the service changes from the paper's defaults (users override any of them in
 #: ``service.learning``): a bandit regression on small, noisy latencies learns steadily with
@@ -222,10 +227,11 @@ def _load_initial_model(initial_model, cluster: ClusterSpec, costs) -> LDWPPolic
 
 
 def _starting_agent(store: ModelStore, cluster: ClusterSpec, costs, settings: LDWPSettings,
-                    initial_model) -> tuple[LDWPPolicy, dict | None, int, str]:
+                    initial_model, publish_prior: bool = True
+                    ) -> tuple[LDWPPolicy, dict | None, int, str]:
     """(agent, resumed version's entry or None, records trained, previous training hash): the
     newest good stored version (restart), else ``initial_model`` (published as a version),
-    else a fresh agent."""
+    else a fresh agent (published as a version with ``publish_prior``)."""
     agent, latest = (None, None) if initial_model is not None else \
         _newest_loadable(store, settings, cluster, costs)
     if agent is not None:
@@ -241,7 +247,25 @@ def _starting_agent(store: ModelStore, cluster: ClusterSpec, costs, settings: LD
             "policy": "ldwp", "network": agent.settings.network})
         log.info("published the initial model %s as version %d", initial_model, meta["version"])
         return agent, None, 0, ""
-    return LDWPPolicy(cluster, costs, settings), None, 0, ""
+    agent = LDWPPolicy(cluster, costs, settings)
+    if publish_prior:
+        # Why: a router with no version decides by its fallback rule (least-loaded), which
+        # ignores what each node measured; the untrained weights are MCT at measured costs
+        _publish_prior(store, agent, cluster)
+    return agent, None, 0, ""
+
+
+def _publish_prior(store: ModelStore, agent: LDWPPolicy, cluster: ClusterSpec) -> dict:
+    """Publish ``agent``'s untrained weights (its correction is zero: the prior decides) as
+    the store's next version; its metadata says so (``source``, ``trained_on_records`` 0)."""
+    meta = {"trained_on_records": 0, "new_records": 0, "training_data_hash": "",
+            "nodes": list(cluster.node_ids), "cluster_fingerprint": cluster_fingerprint(cluster),
+            "source": PRIOR_SOURCE, "policy": "ldwp", "network": agent.settings.network,
+            "reward": agent.settings.reward}
+    entry = store.publish(lambda path, version: agent.save(path, version=version, **{
+        k: v for k, v in meta.items() if k != "nodes"}), meta)
+    log.info("published the starting weights (the prior) as version %d", entry["version"])
+    return entry
 
 
 def _saved_bytes(agent: LDWPPolicy) -> bytes:
@@ -315,7 +339,7 @@ class OnlineLearner:
                  max_unknown_nodes: int = 64, gate: PublishGate | None = None,
                  max_latency_s: float = 3600.0, max_task_size: int = 10**11,
                  burst_check: BurstCheck | None = None, judge: str = "drain",
-                 trial: TrialSettings | None = None):
+                 trial: TrialSettings | None = None, publish_prior: bool = True):
         if publish_every < 1 or min_records_first_version < 1:
             raise ValueError("publish_every and min_records_first_version must be at least 1")
         self.cluster = to_cluster_spec(cluster, gpu_model)
@@ -336,7 +360,7 @@ class OnlineLearner:
         self.last_error: str | None = None
 
         self.agent, latest, self.records_trained, previous_hash = _starting_agent(
-            store, self.cluster, self.costs, settings, initial_model)
+            store, self.cluster, self.costs, settings, initial_model, publish_prior)
         if self.agent.settings.network != "node_scoring":
             raise ValueError("the service learns the size-agnostic 'node_scoring' network; the "
                              f"model it starts from is {self.agent.settings.network!r}")
@@ -359,7 +383,7 @@ class OnlineLearner:
         self._nodes_trained: set[str] = set()
         # the version trial (placement.service.version_trial): None publishes what passes
         self.trials = None if trial is None else trial_serving_for(
-            store, trial, from_store=latest is not None or initial_model is not None,
+            store, trial, from_store=store.latest() is not None,
             starting_file=lambda: _saved_bytes(self.agent), metrics=metrics)
         if metrics is not None and store.latest() is not None:
             metrics.model_version.set(store.latest()["version"])

@@ -81,6 +81,11 @@ class ServiceSettings(BaseModel):
                                        "(placement/models), published as version 1 of an "
                                        "empty store")
     # -- learning --------------------------------------------------------------------------------
+    publish_prior: bool = Field(True, description="without initial_model, publish the "
+                                "untrained starting weights (the prior: MCT's completion "
+                                "estimate at the learned costs) as version 1 of an empty "
+                                "store, so routers decide with LDWP from their first task; "
+                                "false: they use their fallback rule until a learned version")
     policy: str = Field("ldwp", description="the learned policy (only 'ldwp' today)")
     network: str = Field("node_scoring", description="LDWP network; the service needs the "
                          "size-agnostic 'node_scoring' (nodes join and leave)")

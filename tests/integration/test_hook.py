@@ -108,7 +108,8 @@ def hook_run(stack_config, flink_cluster, tmp_path_factory):
                           and v.get("copy_of") is None and v["trained_on_records"] >= 300]
             if candidates:
                 return candidates[-1]
-            if latest and learner.models_rejected and learner.pending() == 0:
+            if latest and latest["trained_on_records"] > 0 and learner.models_rejected and \
+                    learner.pending() == 0:   # (version 1 is the prior: trained on none)
                 return latest
             return None
 

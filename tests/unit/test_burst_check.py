@@ -298,7 +298,7 @@ def test_the_learner_refuses_a_version_that_fails_the_burst_check(tmp_path):
     check = Verdicts((True, "burst drains in 1 s (prior 2 s)"),
                      (False, "its decisions drain slower than its prior's"))
     learner = OnlineLearner(CLUSTER, ModelStore(tmp_path), min_records_first_version=150,
-                            publish_every=150, burst_check=check)
+                            publish_every=150, burst_check=check, publish_prior=False)
     learner.take(feedback(330))
     learner.train_pending()
     assert check.tasks == 330 and check.verdicts == []
@@ -317,7 +317,7 @@ def test_a_version_the_check_cannot_judge_yet_is_held_not_published_nor_rolled_b
     check = Verdicts((True, "held: 150 recent tasks (judged from 1000), 1 node states"),
                      (True, "burst drains in 1 s (prior 2 s)"))
     learner = OnlineLearner(CLUSTER, ModelStore(tmp_path), min_records_first_version=150,
-                            publish_every=150, burst_check=check)
+                            publish_every=150, burst_check=check, publish_prior=False)
     learner.take(feedback(330))
     learner.train_pending()
     assert check.verdicts == []

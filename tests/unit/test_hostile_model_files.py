@@ -187,7 +187,7 @@ def test_the_shipped_ncf_files_still_load(path):
 def _service(tmp_path, **settings) -> PlacementService:
     values = {"model_dir": tmp_path / "models", "consume_feedback": False,
               "flink_rest_url": "http://127.0.0.1:9", "flink_timeout_s": 0.2, "port": 0,
-              **settings}
+              "publish_prior": False, **settings}   # no starting version
     return PlacementService(ServiceSettings(**values), SPEC)
 
 

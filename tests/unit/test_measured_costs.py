@@ -321,7 +321,7 @@ def test_the_learner_learns_unknown_types_and_skips_broken_timings(tmp_path):
     from placement.service.store import ModelStore
     learner = OnlineLearner(CLUSTER, ModelStore(tmp_path), {"hidden_sizes": (16, 8),
                                                             "learning_starts": 4},
-                            min_records_first_version=20, publish_every=1_000)
+                            min_records_first_version=20, publish_every=1_000, publish_prior=False)
     t0 = 1_700_000_000_000
     records = []
     for i in range(30):

@@ -64,7 +64,7 @@ def learner(tmp_path, **kwargs) -> OnlineLearner:
     kwargs.setdefault("min_records_first_version", 150)
     kwargs.setdefault("publish_every", 150)
     return OnlineLearner(CLUSTER, ModelStore(tmp_path / "models"), metrics=ServiceMetrics(),
-                         **kwargs)
+                         **kwargs, publish_prior=False)
 
 
 def published_weights(store: ModelStore) -> list[str]:
@@ -214,7 +214,7 @@ def test_a_service_resumes_its_own_clusters_model_and_not_another_clusters(tmp_p
     other = ClusterSpec(tuple(NodeSpec(n, 4, 8.0, cpu_speed=0.5) for n in NODES))
     assert cluster_fingerprint(other) != cluster_fingerprint(CLUSTER)
     fresh = OnlineLearner(other, ModelStore(tmp_path / "models"), publish_every=50,
-                          min_records_first_version=50)
+                          min_records_first_version=50, publish_prior=False)
     assert fresh.records_trained == 0
     assert "trained for another cluster" in caplog.text
 

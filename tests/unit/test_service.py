@@ -79,10 +79,14 @@ def make_service(tmp_path, spec=SPEC, **settings) -> PlacementService:
     """A service without a consumer; its first version after 200 records (the default, 1,000,
     is sized for real bursts: placement.service.burst_check), judged on those 200; without
     the version trial (its routers are these tests: tests/unit/test_version_trial.py tries
-    it), so that every version that passes the checks is published as it falls due."""
+    it), so that every version that passes the checks is published as it falls due; and
+    without the starting version (``publish_prior``, tested below and in
+    test_service_prior_version.py), so that its learned versions count from 1 and a fresh
+    one has no model (its fallback rule decides)."""
     values = {"model_dir": tmp_path / "models", "consume_feedback": False,
               "flink_rest_url": UNREACHABLE, "flink_timeout_s": 0.5, "port": 0,
-              "min_records_first_version": 200, "trial_window_tasks": 0, **settings}
+              "min_records_first_version": 200, "trial_window_tasks": 0,
+              "publish_prior": False, **settings}
     return PlacementService(ServiceSettings(**values), spec)
 
 
@@ -574,29 +578,19 @@ def test_the_service_wires_its_decide_rule_to_the_feedback(tmp_path):
     assert make_service(tmp_path / "b", fallback="least_loaded").ingest.observers == []
 
 
-def test_the_service_tries_its_first_version_and_health_says_so(tmp_path):
-    """The service's default: the first version that passes the checks is a candidate on
-    trial (placement.service.version_trial), and /health shows the trial."""
-    service = make_service(tmp_path, trial_window_tasks=200)
-    service.learner.burst_check = PassingBurstCheck()
+def test_the_service_tries_its_first_version_and_health_says_so(tmp_path,
+                                                                passing_burst_check):
+    """The service's default: the first learned version that passes the checks is a
+    candidate on trial (placement.service.version_trial) against the starting version (the
+    prior, version 1), and /health shows the trial."""
+    service = make_service(tmp_path, trial_window_tasks=200, publish_prior=True)
+    service.learner.burst_check = passing_burst_check
     assert service.ingest.ingest(synthetic_feedback(400)) == 400
     service.learner.train_pending()
     latest = service.store.latest()
-    assert latest["version"] == 1 and latest["trial_arm"] == "candidate"
+    assert latest["version"] == 2 and latest["trial_arm"] == "candidate"
     trials = client_for(service).get("/health").json()["learner"]["trials"]
     assert trials["trials"] == 1 and trials["running"] and trials["serving"] == "candidate"
-    assert trials["champion_version"] is None        # the prior
+    assert trials["champion_version"] == 1           # the prior, as published at start
     # its tasks (synthetic feedback names no version) only count towards a stall
     assert trials["last_verdict"] is None
-
-
-class PassingBurstCheck:
-    """A burst check that passes every version (the synthetic feedback has too few drain
-    rates to judge; tests/unit/test_burst_check.py tests the check)."""
-
-    def observe_task(self, task, states=None):
-        pass
-
-    def check(self, *args):
-        from placement.service.burst_check import BurstVerdict
-        return BurstVerdict(True, "not judged: a test double")

@@ -34,7 +34,7 @@ NAN, INF = float("nan"), float("inf")
 def make_service(tmp_path, **settings) -> PlacementService:
     values = {"model_dir": tmp_path / "models", "consume_feedback": False,
               "flink_rest_url": "http://127.0.0.1:9", "flink_timeout_s": 0.5, "port": 0,
-              **settings}
+              "publish_prior": False, **settings}   # no starting version
     return PlacementService(ServiceSettings(**values), SPEC)
 
 

@@ -222,7 +222,8 @@ def _routers_and_learner(tmp_path, candidate_ms: float, champion_ms: float, repo
                                                             "learning_starts": 4},
                             min_records_first_version=60, publish_every=60, judge="latency",
                             burst_check=BurstCheck(min_tasks=1, tolerance=float("inf")),
-                            trial=TrialSettings(window_tasks=20, pairs=2, min_wins=2))
+                            trial=TrialSettings(window_tasks=20, pairs=2, min_wins=2),
+                            publish_prior=False)   # the prior as the trial's starting file
     serving, t0 = [], 1_700_000_000_000
     for r in range(reports):
         latest = learner.store.latest()
