@@ -34,16 +34,18 @@ def test_the_online_variant_learns_from_every_completion_and_uses_its_versions()
 
 
 def test_with_the_version_trial_routers_alternate_candidate_and_champion_windows():
-    """The service's default: the first version is a candidate; each window is a version of
-    its own, and the routers decide each round with the newest one (a round is decided within
-    its first second, so here a window is a round)."""
+    """The service's default: version 1 is the prior (published at start: the routers take
+    it after their first round), the first learned version is a candidate; each window is a
+    version of its own, and the routers decide each round with the newest one (a round is
+    decided within its first second, so here a window is a round)."""
     rows = run_variant(VARIANTS[2], "hosts", 120, 6, 0, work_scale=4.0, publish_every=100,
                        records="payload", first_version=200, trial_window=100)
     used = [r["version_at_start"] for r in rows]
-    assert used[:2] == [None, None] and used[2:] == [1, 2, 3, 4]   # one window per round
+    assert used[:2] == [None, 1] and used[2:] == [2, 3, 4, 5]   # one window per round
     trials = rows[-1]["trials"]
     assert trials["trials"] == 1 and trials["running"] and trials["serving"] == "candidate"
-    assert rows[-1]["versions_published"] == 5   # after the last round's feedback: window 4
+    assert trials["champion_version"] == 1       # the prior
+    assert rows[-1]["versions_published"] == 6   # after the last round's feedback: window 4
 
 
 def test_the_prior_variant_learns_costs_but_never_switches_model():
