@@ -241,10 +241,8 @@ def _starting_agent(store: ModelStore, cluster: ClusterSpec, costs, settings: LD
         return agent, latest, records, latest.get("training_data_hash", "")
     if initial_model is not None:
         agent = _load_initial_model(initial_model, cluster, costs)
-        meta = store.publish_file(initial_model, {
-            "trained_on_records": 0, "new_records": 0, "training_data_hash": "",
-            "nodes": list(cluster.node_ids), "source": f"initial model {initial_model}",
-            "policy": "ldwp", "network": agent.settings.network})
+        meta = store.publish_file(initial_model, _starting_metadata(
+            agent, cluster, f"initial model {initial_model}"))
         log.info("published the initial model %s as version %d", initial_model, meta["version"])
         return agent, None, 0, ""
     agent = LDWPPolicy(cluster, costs, settings)
@@ -258,14 +256,26 @@ def _starting_agent(store: ModelStore, cluster: ClusterSpec, costs, settings: LD
 def _publish_prior(store: ModelStore, agent: LDWPPolicy, cluster: ClusterSpec) -> dict:
     """Publish ``agent``'s untrained weights (its correction is zero: the prior decides) as
     the store's next version; its metadata says so (``source``, ``trained_on_records`` 0)."""
-    meta = {"trained_on_records": 0, "new_records": 0, "training_data_hash": "",
-            "nodes": list(cluster.node_ids), "cluster_fingerprint": cluster_fingerprint(cluster),
-            "source": PRIOR_SOURCE, "policy": "ldwp", "network": agent.settings.network,
-            "reward": agent.settings.reward}
-    entry = store.publish(lambda path, version: agent.save(path, version=version, **{
-        k: v for k, v in meta.items() if k != "nodes"}), meta)
+    meta = {**_starting_metadata(agent, cluster, PRIOR_SOURCE),
+            "cluster_fingerprint": cluster_fingerprint(cluster), "reward": agent.settings.reward}
+    entry = _publish_agent(store, agent, meta)
     log.info("published the starting weights (the prior) as version %d", entry["version"])
     return entry
+
+
+def _starting_metadata(agent: LDWPPolicy, cluster: ClusterSpec, source: str) -> dict:
+    """What a version the learner starts from records: trained on nothing yet."""
+    return {"trained_on_records": 0, "new_records": 0, "training_data_hash": "",
+            "nodes": list(cluster.node_ids), "source": source, "policy": "ldwp",
+            "network": agent.settings.network}
+
+
+def _publish_agent(store: ModelStore, agent: LDWPPolicy, meta: dict) -> dict:
+    """Publish ``agent``'s weights as the store's next version, ``meta`` in its index entry and
+    in the file's own metadata but ``nodes`` (the file keeps the agent's node list, the one its
+    network was built for)."""
+    return store.publish(lambda path, version: agent.save(path, version=version, **{
+        k: v for k, v in meta.items() if k != "nodes"}), meta)
 
 
 def _saved_bytes(agent: LDWPPolicy) -> bytes:
@@ -522,9 +532,7 @@ class OnlineLearner:
                 "reward": agent.settings.reward}
         if self.trials is not None:
             meta.update(trial_arm="candidate", trial_window=0)
-        entry = self.store.publish(
-            lambda path, version: agent.save(path, version=version, **{
-                k: v for k, v in meta.items() if k != "nodes"}), meta)
+        entry = _publish_agent(self.store, agent, meta)
         self._published_records = self.records_trained
         self._learned_version = True
         self.gate.accept(agent)
