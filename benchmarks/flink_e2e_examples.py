@@ -46,7 +46,9 @@ p99 per phase and of its thread CPU time (``decision_phases_p99_us``,
 throttled share of the time from sending to the last output (``host_load``,
 :mod:`benchmarks.host_load`). ``--only frozen`` adds an ablation that is not run by default:
 LDWP on the shipped residual model with no placement service (no refresher, no online
-learning). One benchmark at a time holds the benchmark home (``benchmark.lock``). Writes
+learning); ``--only "prior only"`` another: LDWP with a placement service of its own that
+serves its prior and never a learned version (the service's plumbing without its learning).
+One benchmark at a time holds the benchmark home (``benchmark.lock``). Writes
 ``benchmarks/results/flink_e2e_<example>.json`` and ``.png`` (``flink_e2e_<example>_<spec>`` for
 another spec; ``_quick`` after a ``--quick`` run, ``_conf-<hash>`` with ``--flink-conf``
 settings, so neither overwrites the full run's files).
@@ -88,11 +90,22 @@ VARIANTS = [
 #: Ablations run only when ``--only`` names them: the router's LDWP on the shipped residual
 #: model, frozen (no placement service: no model refresher, no online learning).
 FROZEN_LABEL = "LDWP frozen"
+#: ``PRIOR_SERVICE_LABEL``: LDWP with a placement service of its own that serves its prior
+#: (version 1) and never a learned version: the same plumbing as "LDWP + IAWP" (model refresh,
+#: cost seeding from the service, the same feedback) without the learned versions and their
+#: trial windows, so the two apart say what the learned versions cost or earn.
+PRIOR_SERVICE_LABEL = "LDWP, the service's prior only"
+PRIOR_SERVICE_URL = "<the prior-only service>"   # replaced by that service's URL at run time
 EXTRA_VARIANTS = [
     (f"{FROZEN_LABEL} (shipped model, no service)",
      {"POLICY": "ldwp", "SERVICE_URL": "",
       "INITIAL_MODEL": str(ROOT / "placement" / "models" / "ldwp_residual_paper.spm")}),
+    (f"{PRIOR_SERVICE_LABEL} (no learned versions)",
+     {"POLICY": "ldwp", "SERVICE_URL": PRIOR_SERVICE_URL}),
 ]
+#: The prior-only service never reaches a first learned version, and never trains: a
+#: learner that trained without publishing would only take CPU from the job on this machine.
+NEVER = 10**12
 WORDS = ("the market rallied as the team won a cup while science labs found new stars and "
          "world leaders met to talk trade goals").split()
 
@@ -299,7 +312,7 @@ def prior_model_file(spec: str, folder: Path) -> Path:
 def frozen_variant(variant: tuple[str, dict], model_file: str) -> tuple[str, dict]:
     """``variant`` with ``model_file`` as its frozen model (unchanged when ``model_file`` is
     empty); the label names the file so a JSON never mixes two models under one label."""
-    if not model_file:
+    if not model_file or not variant[0].startswith(FROZEN_LABEL):
         return variant
     path = Path(model_file).resolve()
     if not path.is_file():
@@ -618,6 +631,16 @@ def _main(argv=None) -> int:
         # versions on at least that many tasks and holds them till then (2026-12-06)
         publish_every=300, **binding))
     service.start()
+    prior_service = None
+    if any(label.startswith(PRIOR_SERVICE_LABEL) for label, _ in variants):
+        prior_service = PlacementService(ServiceSettings(
+            port=0, bootstrap_servers=cfg.kafka.bootstrap_servers,
+            feedback_topic=feedback_topic, group_id=f"bx-prior-service-{time.time_ns()}",
+            flink_rest_url=cluster.rest_url, cluster_spec=cfg.flink.cluster_spec,
+            model_dir=str(cfg.home / "bx-prior-models" / str(time.time_ns())),
+            min_records_first_version=NEVER, learning={"learning_starts": NEVER},
+            **binding))
+        prior_service.start()
     plan = cluster.isolation
     isolation = {"mode": plan.mode, "reason": plan.reason, "emulated": plan.emulated}
     print(f"cluster spec {args.spec}: isolation {plan.mode}"
@@ -645,6 +668,8 @@ def _main(argv=None) -> int:
             for label, env in order:
                 # a variant's own SERVICE_URL ("" = none) wins over the benchmark's service
                 hook_env = {"SERVICE_URL": service.url, **service_env, **(env or {})}
+                if hook_env["SERVICE_URL"] == PRIOR_SERVICE_URL:
+                    hook_env["SERVICE_URL"] = prior_service.url
                 if args.router_host:
                     hook_env["ROUTER_HOST"] = args.router_host
                 script = "plain_job.py" if env is None else "hooked_job.py"
@@ -660,6 +685,8 @@ def _main(argv=None) -> int:
                       flush=True)
     finally:
         service.stop()
+        if prior_service is not None:
+            prior_service.stop()
         cluster.stop()
         broker.stop()
     summary = summarise(rows, variants)

@@ -206,6 +206,25 @@ def test_the_frozen_ablation_takes_another_model_file_and_says_so(tmp_path):
         frozen_variant(EXTRA_VARIANTS[0], str(tmp_path / "missing.spmodel"))
 
 
+def test_the_prior_only_service_variant_keeps_its_service_and_has_no_learning(tmp_path):
+    """The prior-only ablation is not a frozen variant (a --frozen-model file leaves it as it
+    is) and names the placeholder its own service's URL replaces; that service's settings
+    are valid and never publish or train a learned version."""
+    from benchmarks.flink_e2e_examples import (EXTRA_VARIANTS, NEVER, PRIOR_SERVICE_LABEL,
+                                               PRIOR_SERVICE_URL, frozen_variant)
+    from placement.service import ServiceSettings
+    from placement.service.learner import learning_settings
+    variant = next(v for v in EXTRA_VARIANTS if v[0].startswith(PRIOR_SERVICE_LABEL))
+    model = tmp_path / "prior.spm"
+    model.write_bytes(b"x")
+    assert frozen_variant(variant, str(model)) == variant
+    assert variant[1] == {"POLICY": "ldwp", "SERVICE_URL": PRIOR_SERVICE_URL}
+    settings = ServiceSettings(port=0, min_records_first_version=NEVER,
+                               learning={"learning_starts": NEVER})
+    assert settings.publish_prior
+    assert learning_settings(settings.learning).learning_starts == NEVER
+
+
 def test_the_prior_file_decides_as_mct_at_the_same_learned_costs(tmp_path):
     """--frozen-model prior: the service's starting weights decide every task where MCT's
     completion estimate does, at the same costs and node states."""
