@@ -393,8 +393,7 @@ class OnlineLearner:
         self._nodes_trained: set[str] = set()
         # the version trial (placement.service.version_trial): None publishes what passes
         self.trials = None if trial is None else trial_serving_for(
-            store, trial, from_store=store.latest() is not None,
-            starting_file=lambda: _saved_bytes(self.agent), metrics=metrics)
+            store, trial, starting_file=lambda: _saved_bytes(self.agent), metrics=metrics)
         if metrics is not None and store.latest() is not None:
             metrics.model_version.set(store.latest()["version"])
 

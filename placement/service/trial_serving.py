@@ -54,13 +54,13 @@ def champion_of_store(store: ModelStore) -> tuple[dict | None, bool]:
     return None, interrupted
 
 
-def trial_serving_for(store: ModelStore, settings: TrialSettings, from_store: bool,
-                      starting_file, metrics=None) -> "TrialServing":
-    """A learner's TrialServing. The champion: when the learner's agent came from the store
-    (resumed, or the initial model published), the newest stored version that was no
-    candidate; else ``starting_file()`` (the bytes of its starting weights: the prior). A
-    restart in the middle of a trial serves the champion again."""
-    entry, interrupted = champion_of_store(store) if from_store else (None, False)
+def trial_serving_for(store: ModelStore, settings: TrialSettings, starting_file,
+                      metrics=None) -> "TrialServing":
+    """A learner's TrialServing. The champion: the newest stored version that was no
+    candidate (a resumed store's, or the prior or initial model the learner published as
+    version 1); for an empty store ``starting_file()`` (the bytes of the learner's starting
+    weights). A restart in the middle of a trial serves the champion again."""
+    entry, interrupted = champion_of_store(store)   # (None, False) for an empty store
     data = store.read_bytes(entry["version"]) if entry is not None else starting_file()
     serving = TrialServing(store, data, settings, entry, metrics)
     if interrupted:

@@ -308,18 +308,18 @@ def test_the_version_a_timing_names_is_read_only_when_a_service_could_have_publi
 def test_a_service_restarted_mid_trial_serves_the_champion_again(tmp_path):
     """The newest stored version is a candidate on trial (the service stopped during its
     trial): the restarted learner's trial publishes a copy of the newest non-candidate."""
+    from placement.service.store import ModelStore
     from placement.service.trial_serving import trial_serving_for
     serving, store, (champion, candidate), _ = _serve(tmp_path, 900.0, 100.0)   # v1, v2
     store.publish(lambda path, _v: path.write_bytes(candidate),
                   {"trained_on_records": 1500, "trial_arm": CANDIDATE})        # v3, on trial
-    restarted = trial_serving_for(store, TrialSettings(), from_store=True,
-                                  starting_file=lambda: b"never read")
+    restarted = trial_serving_for(store, TrialSettings(), starting_file=lambda: b"never read")
     latest = store.latest()
     assert latest["version"] == 4 and latest["trial_arm"] == CHAMPION
     assert latest["copy_of"] == 2 and store.read_bytes(4) == champion
     assert "interrupted the trial of version 3" in latest["trial_verdict"]
     assert not restarted.running and restarted.trial.champion == champion
-    # a fresh agent (nothing from the store) starts from its own weights, publishing nothing
-    fresh = trial_serving_for(store, TrialSettings(), from_store=False,
-                              starting_file=lambda: b"prior-file")
-    assert fresh.trial.champion == b"prior-file" and store.latest()["version"] == 4
+    # an empty store: the learner's own starting weights are the champion, nothing published
+    empty = ModelStore(tmp_path / "empty")
+    fresh = trial_serving_for(empty, TrialSettings(), starting_file=lambda: b"prior-file")
+    assert fresh.trial.champion == b"prior-file" and empty.latest() is None
