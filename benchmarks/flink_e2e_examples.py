@@ -43,8 +43,8 @@ operator (``checkpoint_e2e_ms.slowest``: how long the barrier took to reach it, 
 snapshot) and which TaskManagers ran each operator (``operator_hosts``), the router's decision
 p99 per phase and of its thread CPU time (``decision_phases_p99_us``,
 ``pyflink_jobs.decision_timing``) and, on emulated hosts, each host's CPU use over its quota and
-throttled share of the time from sending to the last output (``host_load``,
-:mod:`benchmarks.host_load`). ``--only frozen`` adds an ablation that is not run by default:
+throttled share of the time from sending to the last output, and the whole machine's busy
+share (``host_load``, :mod:`benchmarks.host_load`). ``--only frozen`` adds an ablation that is not run by default:
 LDWP on the shipped residual model with no placement service (no refresher, no online
 learning); ``--only "prior only"`` another: LDWP with a placement service of its own that
 serves its prior and never a learned version (the service's plumbing without its learning).

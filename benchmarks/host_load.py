@@ -7,7 +7,10 @@ A run's throughput says how fast the job was, not why. :class:`HostLoad` samples
 CPU time (the placement service and the output reader run in it). :meth:`HostLoad.window`
 gives, between two moments, each host's CPU use over its quota and its throttled share of the
 time: a host near 1.0 was the bottleneck; hosts far below 1.0 while the job was slow waited
-for something else (another host, a checkpoint, the router).
+for something else (another host, a checkpoint, the router). It also samples the whole
+machine's CPU (``/proc/stat``): the emulated hosts share one machine with the broker, the
+JobManager and this process, and a machine busy near 1.0 bounds every placement alike, however
+idle one host's quota looks.
 
 Example::
 
@@ -24,7 +27,26 @@ import bisect
 import threading
 import time
 
-__all__ = ["HostLoad"]
+__all__ = ["HostLoad", "machine_cpu_seconds"]
+
+#: /proc/stat's aggregate CPU line fields that are busy time (user includes guest time)
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)     # user, nice, system, irq, softirq, steal
+_IDLE_FIELDS = (3, 4)                 # idle, iowait
+
+
+def machine_cpu_seconds(stat_path: str = "/proc/stat") -> tuple[float, float] | None:
+    """(busy, total) CPU time of the whole machine, all CPUs together, in clock ticks (only
+    their ratio over a window is used); None where ``/proc/stat`` cannot be read (not Linux)."""
+    try:
+        with open(stat_path, encoding="ascii") as f:
+            fields = f.readline().split()
+        if fields[0] != "cpu":
+            return None
+        ticks = [float(x) for x in fields[1:9]]
+        busy = sum(ticks[i] for i in _BUSY_FIELDS)
+        return busy, busy + sum(ticks[i] for i in _IDLE_FIELDS)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class HostLoad:
@@ -32,8 +54,11 @@ class HostLoad:
     (``with load: ...``); ``telemetry``: a HostTelemetry (or anything with ``sample_all()`` of
     HostSamples and ``throttled_s(node_id)``)."""
 
-    def __init__(self, telemetry, interval_s: float = 0.5, clock=time.time):
+    def __init__(self, telemetry, interval_s: float = 0.5, clock=time.time,
+                 machine=machine_cpu_seconds):
         self.telemetry = telemetry
+        self.machine = machine          # () -> (busy, total) CPU time of the machine, or None
+        self.machine_cpu: list[tuple[float, float] | None] = []
         self.interval_s = interval_s
         self.clock = clock
         self.times: list[float] = []
@@ -67,6 +92,7 @@ class HostLoad:
         self.times.append(self.clock())
         self.samples.append(hosts)
         self.own_cpu_s.append(time.process_time())
+        self.machine_cpu.append(self.machine())
 
     def _at(self, moment: float) -> int:
         """The index of the last sample at or before ``moment`` (the first one if none is)."""
@@ -75,8 +101,9 @@ class HostLoad:
     def window(self, start: float, end: float) -> dict:
         """Per host between the samples nearest ``start`` and ``end``: ``cpu_over_quota``
         (CPU seconds / (quota x seconds)), ``throttled_share`` (throttled seconds / seconds);
-        ``benchmark_process_cores`` (this process's CPU seconds / seconds). Empty with fewer
-        than two samples in the window."""
+        ``benchmark_process_cores`` (this process's CPU seconds / seconds);
+        ``machine_busy_share`` (the whole machine's busy CPU time over all its CPU time;
+        absent where it cannot be read). Empty with fewer than two samples in the window."""
         if len(self.times) < 2:
             return {}
         first, last = self._at(start), self._at(end)
@@ -95,4 +122,7 @@ class HostLoad:
                 "throttled_share": round((throttled_s - before[1]) / seconds, 3)}
         out["benchmark_process_cores"] = round(
             (self.own_cpu_s[last] - self.own_cpu_s[first]) / seconds, 3)
+        before, after = self.machine_cpu[first], self.machine_cpu[last]
+        if before is not None and after is not None and after[1] > before[1]:
+            out["machine_busy_share"] = round((after[0] - before[0]) / (after[1] - before[1]), 3)
         return out

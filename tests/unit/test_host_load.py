@@ -27,9 +27,9 @@ class _Counters:
         return self.throttled[node]
 
 
-def _load(counters):
+def _load(counters, machine=lambda: None):
     now = [0.0]
-    load = HostLoad(counters, clock=lambda: now[0])
+    load = HostLoad(counters, clock=lambda: now[0], machine=machine)
     return load, now
 
 
@@ -77,3 +77,32 @@ def test_the_sampler_thread_samples_until_the_block_ends():
     count = len(load.times)
     assert count >= 5              # the thread's samples, then one at the end
     assert not load._thread.is_alive()
+
+
+def test_window_gives_the_whole_machines_busy_share_when_it_can_be_read():
+    counters = _Counters({"tm_a": 1.0})
+    machine = [(100.0, 400.0)]                      # (busy, total) ticks
+    load, now = _load(counters, machine=lambda: machine[0])
+    load.sample()
+    now[0], machine[0] = 10.0, (1_000.0, 1_400.0)   # 900 busy of 1,000 more
+    load.sample()
+    assert load.window(0.0, 10.0)["machine_busy_share"] == pytest.approx(0.9)
+    unread, now = _load(counters)                   # no /proc/stat: left out, no crash
+    unread.sample()
+    now[0] = 10.0
+    unread.sample()
+    assert "machine_busy_share" not in unread.window(0.0, 10.0)
+
+
+def test_machine_cpu_seconds_reads_the_aggregate_line_and_refuses_others(tmp_path):
+    from benchmarks.host_load import machine_cpu_seconds
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  10 2 8 70 5 1 1 3 0 0\ncpu0 5 1 4 35 2 0 0 1 0 0\n")
+    assert machine_cpu_seconds(str(stat)) == (25.0, 100.0)   # busy: 10+2+8+1+1+3
+    stat.write_text("intr 1 2 3\n")
+    assert machine_cpu_seconds(str(stat)) is None
+    stat.write_text("cpu  10 two\n")
+    assert machine_cpu_seconds(str(stat)) is None
+    assert machine_cpu_seconds(str(tmp_path / "missing")) is None
+    got = machine_cpu_seconds()                     # this machine (Linux in CI)
+    assert got is None or 0 <= got[0] <= got[1]
