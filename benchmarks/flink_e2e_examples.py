@@ -356,13 +356,19 @@ def start_engines(broker, cluster) -> None:
 
 
 def summarise(rows: list[dict], variants) -> list[dict]:
-    """Per variant: mean and 95% CI of each measure over its runs (None when no run has it)."""
+    """Per variant: mean and 95% CI of each measure over its runs (None when no run has it),
+    with the whole machine's busy CPU share from the runs' ``host_load`` (emulated hosts)."""
     def stat(label, key):
         values = [x[key] for x in rows if x["variant"] == label and x.get(key)]
         return confidence(values) if values else None
+
+    def machine(label):
+        values = [x["host_load"]["machine_busy_share"] for x in rows if x["variant"] == label
+                  and (x.get("host_load") or {}).get("machine_busy_share") is not None]
+        return confidence(values) if values else None
     return [{"variant": label, **{key: stat(label, key) for key in (
         "records_per_s", "p99_commit_s", "first_output_s", "processing_records_per_s",
-        "written_records_per_s")}}
+        "written_records_per_s")}, "machine_busy_share": machine(label)}
         for label, _ in variants]
 
 
@@ -702,7 +708,9 @@ def _main(argv=None) -> int:
         flowing = s["processing_records_per_s"]
         print(f"{s['variant']:46s} {s['records_per_s']['mean']:7.1f} [{ci[0]:.1f}, {ci[1]:.1f}]"
               f"  first output {s['first_output_s']['mean']:.1f} s" +
-              (f", then {flowing['mean']:.0f} rec/s" if flowing else ""))
+              (f", then {flowing['mean']:.0f} rec/s" if flowing else "") +
+              (f", machine busy {busy['mean']:.2f}" if (busy := s["machine_busy_share"])
+               else ""))
     return 0
 
 

@@ -350,3 +350,16 @@ def test_the_overhead_plot_draws_both_jobs(tmp_path, monkeypatch):
     plot_overhead(rows, "title", tmp_path / "written.png")
     widths = sorted(bar.get_width() for bar in drawn[0].patches)
     assert widths == [80.0, 100.0, 140.0, 150.0]
+
+
+def test_the_summary_gives_each_variants_machine_busy_share_where_runs_measured_it():
+    from benchmarks.flink_e2e_examples import summarise
+    rows = [{"variant": "a", "records_per_s": 10.0, "host_load": {"machine_busy_share": 0.9}},
+            {"variant": "a", "records_per_s": 12.0, "host_load": {"machine_busy_share": 0.7}},
+            {"variant": "b", "records_per_s": 5.0, "host_load": {}},       # not emulated hosts
+            {"variant": "b", "records_per_s": 6.0}]
+    got = {s["variant"]: s for s in summarise(rows, [("a", {}), ("b", {})])}
+    assert got["a"]["machine_busy_share"]["mean"] == pytest.approx(0.8)
+    assert got["a"]["machine_busy_share"]["runs"] == [0.9, 0.7]
+    assert got["b"]["machine_busy_share"] is None
+    assert got["b"]["records_per_s"]["mean"] == pytest.approx(5.5)
