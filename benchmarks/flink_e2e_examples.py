@@ -44,7 +44,8 @@ snapshot) and which TaskManagers ran each operator (``operator_hosts``), the rou
 p99 per phase and of its thread CPU time (``decision_phases_p99_us``,
 ``pyflink_jobs.decision_timing``) and, on emulated hosts, each host's CPU use over its quota and
 throttled share of the time from sending to the last output, and the whole machine's busy
-share (``host_load``, :mod:`benchmarks.host_load`). ``--only frozen`` adds an ablation that is not run by default:
+share (``host_load``, :mod:`benchmarks.host_load`), and each operator's busy, idle and
+back-pressured share of that time (``vertex_time``, :mod:`benchmarks.vertex_time`). ``--only frozen`` adds an ablation that is not run by default:
 LDWP on the shipped residual model with no placement service (no refresher, no online
 learning); ``--only "prior only"`` another: LDWP with a placement service of its own that
 serves its prior and never a learned version (the service's plumbing without its learning).
@@ -222,7 +223,7 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
                 before, process_cpu.thread_snapshot(cluster), len(warmup))))
             if warm_jit[-1] < warm_jit_us:
                 break
-        with host_load(cluster) as load:
+        with host_load(cluster) as load, vertex_time(cluster, job_id) as times:
             cpu_before = process_cpu.snapshot(cluster)
             threads_before = process_cpu.thread_snapshot(cluster)
             python_before = process_cpu.python_thread_snapshot(cluster)
@@ -281,6 +282,10 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
             "process_cpu": cpu,
             # each host's CPU over its quota and throttled share, sending to the last output
             "host_load": load.window(sent_at, seen[-1]) if seen and load else {},
+            # each operator's busy / idle / back-pressured share over the same span (Flink's
+            # subtask metrics, benchmarks.vertex_time): a router blocked on one full channel
+            "vertex_time": times.window(sent_at, seen[-1]) if seen and times else {},
+            "vertex_time_error": times.error if times else "",
             "p50_commit_s": latencies[len(latencies) // 2] if latencies else None,
             "p99_commit_s": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
             "routed": routed, "decision_p99_us": gauges.get("streamplace_decision_p99_us"),
@@ -327,6 +332,20 @@ def decision_phases(gauges: dict) -> dict[str, float]:
     prefix, suffix = "streamplace_decision_", "_p99_us"
     return {name[len(prefix):-len(suffix)]: value for name, value in sorted(gauges.items())
             if name.startswith(prefix) and name.endswith(suffix) and name != prefix + "p99_us"}
+
+
+@contextmanager
+def vertex_time(cluster, job_id: str, interval_s: float = 1.0):
+    """A running :class:`benchmarks.vertex_time.VertexTime` for the job's vertices, or None
+    when they cannot be listed (a diagnosis, never a failed run)."""
+    from benchmarks.vertex_time import VertexTime
+    try:
+        vertices = vertex_names(cluster.rest_url, job_id)
+    except Exception:  # noqa: BLE001 - see the docstring
+        yield None
+        return
+    with VertexTime(_rest(cluster.rest_url), job_id, vertices, interval_s) as sampler:
+        yield sampler
 
 
 @contextmanager

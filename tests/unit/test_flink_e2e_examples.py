@@ -363,3 +363,21 @@ def test_the_summary_gives_each_variants_machine_busy_share_where_runs_measured_
     assert got["a"]["machine_busy_share"]["runs"] == [0.9, 0.7]
     assert got["b"]["machine_busy_share"] is None
     assert got["b"]["records_per_s"]["mean"] == pytest.approx(5.5)
+
+
+def test_the_vertex_time_sampler_is_none_when_the_vertices_cannot_be_listed(monkeypatch):
+    """A diagnosis never fails a run: no REST, no sampler (the run records an empty window)."""
+    from types import SimpleNamespace
+
+    import benchmarks.flink_e2e_examples as bx
+
+    def unreachable(rest_url, job_id):
+        raise ConnectionError("no JobManager")
+    monkeypatch.setattr(bx, "vertex_names", unreachable)
+    with bx.vertex_time(SimpleNamespace(rest_url="http://127.0.0.1:9"), "job") as times:
+        assert times is None
+    monkeypatch.setattr(bx, "vertex_names", lambda rest_url, job_id: {"v": "router"})
+    with bx.vertex_time(SimpleNamespace(rest_url="http://127.0.0.1:9"), "job",
+                        interval_s=0.01) as times:
+        assert times is not None and times.vertices == {"v": "router"}
+    assert not times._thread.is_alive()
