@@ -45,9 +45,10 @@ p99 per phase and of its thread CPU time (``decision_phases_p99_us``,
 ``pyflink_jobs.decision_timing``) and, on emulated hosts, each host's CPU use over its quota and
 throttled share of the time from sending to the last output, and the whole machine's busy
 share (``host_load``, :mod:`benchmarks.host_load`), and each operator's busy, idle and
-back-pressured share of that time (``vertex_time``, :mod:`benchmarks.vertex_time`). ``--only frozen`` adds an ablation that is not run by default:
-LDWP on the shipped residual model with no placement service (no refresher, no online
-learning); ``--only "prior only"`` another: LDWP with a placement service of its own that
+back-pressured share of that time (``vertex_time``, :mod:`benchmarks.vertex_time`).
+``--only frozen`` adds an ablation that is not run by default: LDWP on the shipped residual
+model with no placement service (no refresher, no online learning); ``--only "prior only"``
+another: LDWP with a placement service of its own that
 serves its prior and never a learned version (the service's plumbing without its learning).
 One benchmark at a time holds the benchmark home (``benchmark.lock``). Writes
 ``benchmarks/results/flink_e2e_<example>.json`` and ``.png`` (``flink_e2e_<example>_<spec>`` for

@@ -123,11 +123,12 @@ def hook_run(stack_config, flink_cluster, tmp_path_factory, passing_burst_check)
             run["version"] = _wait(learned_version, 300,
                                    "a model version trained on >= 1,000 feedback records")
         except AssertionError as exc:   # say where the learner stands, not only that it waited
+            versions = [(v["version"], v["trained_on_records"], v.get("trial_arm"))
+                        for v in client.models()]
             raise AssertionError(
                 f"{exc}; the learner trained on {learner.records_trained} records, held "
                 f"{learner.versions_held} versions, refused {learner.models_rejected} (last: "
-                f"{learner.last_error}), {learner.pending()} pending; versions: "
-                f"{[(v['version'], v['trained_on_records'], v.get('trial_arm')) for v in client.models()]}"
+                f"{learner.last_error}), {learner.pending()} pending; versions: {versions}"
             ) from None
         run["refused"] = (learner.models_rejected, learner.last_error)
         run["versions"] = client.versions() if hasattr(client, "versions") else None
