@@ -49,8 +49,9 @@ back-pressured share of that time (``vertex_time``, :mod:`benchmarks.vertex_time
 ``--only frozen`` adds an ablation that is not run by default: LDWP on the shipped residual
 model with no placement service (no refresher, no online learning); ``--only "prior only"``
 another: LDWP with a placement service of its own that serves its prior and never a learned
-version (the service's plumbing without its learning). One benchmark at a time holds the benchmark home (``benchmark.lock``). Writes
-``benchmarks/results/flink_e2e_<example>.json`` and ``.png`` (``flink_e2e_<example>_<spec>`` for
+version (the service's plumbing without its learning). One benchmark at a time holds the
+benchmark home (``benchmark.lock``). Writes ``benchmarks/results/flink_e2e_<example>.json`` and
+``.png`` (``flink_e2e_<example>_<spec>`` for
 another spec; ``_quick`` after a ``--quick`` run, ``_conf-<hash>`` with ``--flink-conf``
 settings, so neither overwrites the full run's files).
 """
