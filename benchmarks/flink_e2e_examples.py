@@ -45,7 +45,8 @@ p99 per phase and of its thread CPU time (``decision_phases_p99_us``,
 ``pyflink_jobs.decision_timing``) and, on emulated hosts, each host's CPU use over its quota and
 throttled share of the time from sending to the last output, and the whole machine's busy
 share (``host_load``, :mod:`benchmarks.host_load`), and each operator's busy, idle and
-back-pressured share of that time (``vertex_time``, :mod:`benchmarks.vertex_time`).
+back-pressured share of that time with ``--vertex-time`` (``vertex_time``,
+:mod:`benchmarks.vertex_time`).
 ``--only frozen`` adds an ablation that is not run by default: LDWP on the shipped residual
 model with no placement service (no refresher, no online learning); ``--only "prior only"``
 another: LDWP with a placement service of its own that serves its prior and never a learned
@@ -167,12 +168,13 @@ def ensure_taskmanagers(cluster, expected: int = len(NODES)) -> bool:
 
 def run_complete(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes],
                  tag: str, hook_env: dict, timeout_s: float, extra_args: tuple = (),
-                 nodes: tuple = NODES, warm_jit_us: float = 0.0) -> dict:
+                 nodes: tuple = NODES, warm_jit_us: float = 0.0,
+                 vertex_time_s: float = 0.0) -> dict:
     """:func:`one_run`, once more on a restarted cluster when a TaskManager died under the
     run (not every output came): a run on a broken cluster measures the crash, not the
     placement. The row says whether it was retried."""
     row = one_run(cfg, cluster, script, records, warmup, tag, hook_env, timeout_s, extra_args,
-                  nodes, warm_jit_us)
+                  nodes, warm_jit_us, vertex_time_s)
     if row["outputs"] >= row["records"]:
         return dict(row, retried=False)
     print(f"run {tag}: {row['outputs']}/{row['records']} outputs; retrying on a restarted "
@@ -180,17 +182,20 @@ def run_complete(cfg, cluster, script: Path, records: list[bytes], warmup: list[
     cluster.stop()
     cluster.start()
     row = one_run(cfg, cluster, script, records, warmup, f"{tag}-retry", hook_env, timeout_s,
-                  extra_args, nodes, warm_jit_us)
+                  extra_args, nodes, warm_jit_us, vertex_time_s)
     return dict(row, retried=True)
 
 
 def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes], tag: str,
             hook_env: dict, timeout_s: float, extra_args: tuple = (),
-            nodes: tuple = NODES, warm_jit_us: float = 0.0) -> dict:
+            nodes: tuple = NODES, warm_jit_us: float = 0.0,
+            vertex_time_s: float = 0.0) -> dict:
     """Submit the job ``script`` on fresh topics, warm it up, send ``records`` at once, read
     every output (read_committed); cancel the job. ``warm_jit_us`` > 0: after ``warmup``, send
     it again (renamed) until the JVMs' JIT compilers spend less than this per record over one
-    batch, at most ``WARM_BATCHES`` times."""
+    batch, at most ``WARM_BATCHES`` times. ``vertex_time_s`` > 0: sample every operator's time
+    shares at that interval (:mod:`benchmarks.vertex_time`; off by default: its requests take
+    CPU from a machine the job already keeps busy)."""
     from benchmarks import process_cpu
     from benchmarks.flink_e2e import router_gauges
     from streamplace.jars import flink_connector_jar
@@ -224,7 +229,7 @@ def one_run(cfg, cluster, script: Path, records: list[bytes], warmup: list[bytes
                 before, process_cpu.thread_snapshot(cluster), len(warmup))))
             if warm_jit[-1] < warm_jit_us:
                 break
-        with host_load(cluster) as load, vertex_time(cluster, job_id) as times:
+        with host_load(cluster) as load, vertex_time(cluster, job_id, vertex_time_s) as times:
             cpu_before = process_cpu.snapshot(cluster)
             threads_before = process_cpu.thread_snapshot(cluster)
             python_before = process_cpu.python_thread_snapshot(cluster)
@@ -338,8 +343,11 @@ def decision_phases(gauges: dict) -> dict[str, float]:
 @contextmanager
 def vertex_time(cluster, job_id: str, interval_s: float = 1.0):
     """A running :class:`benchmarks.vertex_time.VertexTime` for the job's vertices, or None
-    when they cannot be listed (a diagnosis, never a failed run)."""
+    when ``interval_s`` is 0 or they cannot be listed (a diagnosis, never a failed run)."""
     from benchmarks.vertex_time import VertexTime
+    if interval_s <= 0:
+        yield None
+        return
     try:
         vertices = vertex_names(cluster.rest_url, job_id)
     except Exception:  # noqa: BLE001 - see the docstring
@@ -595,6 +603,12 @@ def _main(argv=None) -> int:
                         help="--overhead: also the colocated routers with the feedback as "
                              "their broadcast input (router_feedback 'broadcast'), against "
                              "their default, each reading the feedback topic itself")
+    parser.add_argument("--vertex-time", type=float, default=0.0, metavar="SECONDS",
+                        help="sample every operator's busy / idle / back-pressured share at "
+                             "this interval during each measured run (vertex_time in the JSON; "
+                             "0: off, the default: its REST requests take CPU from the job). "
+                             "Flink refreshes metrics every 10 s unless --flink-conf "
+                             "metrics.fetcher.update-interval=1000")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the hook's own cost with a trivial operator against "
                              "rebalance(), both spread one instance per TaskManager")
@@ -612,6 +626,9 @@ def _main(argv=None) -> int:
                         help="--overhead: the cluster's PyFlink python.execution-mode (thread: "
                              "writes flink_e2e_overhead_thread.json)")
     args = parser.parse_args(argv)
+    if not args.vertex_time >= 0:   # also NaN
+        parser.error(f"--vertex-time must be 0 (off) or a positive interval, "
+                     f"got {args.vertex_time}")
     if args.overhead:
         return overhead(args)
     from benchmarks.flink_e2e import DEFAULT_SPEC, bench_config, load_spec, spec_record
@@ -702,7 +719,7 @@ def _main(argv=None) -> int:
                 tag = f"{args.example[:5]}-{r}-{len(rows)}-{time.time_ns() % 10**6}"
                 row = run_complete(cfg, cluster, ROOT / "examples" / args.example / script,
                                    records, warmup, tag, hook_env, timeout_s=900,
-                                   nodes=nodes)
+                                   nodes=nodes, vertex_time_s=args.vertex_time)
                 row.update(variant=label, round=r)
                 rows.append(row)
                 write_result(f"{name}.partial", {"runs": rows})

@@ -365,7 +365,7 @@ def test_the_summary_gives_each_variants_machine_busy_share_where_runs_measured_
     assert got["b"]["records_per_s"]["mean"] == pytest.approx(5.5)
 
 
-def test_the_vertex_time_sampler_is_none_when_the_vertices_cannot_be_listed(monkeypatch):
+def test_the_vertex_time_sampler_is_none_when_off_or_the_vertices_cannot_be_listed(monkeypatch):
     """A diagnosis never fails a run: no REST, no sampler (the run records an empty window)."""
     from types import SimpleNamespace
 
@@ -378,6 +378,17 @@ def test_the_vertex_time_sampler_is_none_when_the_vertices_cannot_be_listed(monk
         assert times is None
     monkeypatch.setattr(bx, "vertex_names", lambda rest_url, job_id: {"v": "router"})
     with bx.vertex_time(SimpleNamespace(rest_url="http://127.0.0.1:9"), "job",
+                        interval_s=0) as times:   # off (the default of --vertex-time)
+        assert times is None
+    with bx.vertex_time(SimpleNamespace(rest_url="http://127.0.0.1:9"), "job",
                         interval_s=0.01) as times:
         assert times is not None and times.vertices == {"v": "router"}
     assert not times._thread.is_alive()
+
+
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_a_negative_or_nan_vertex_time_interval_is_refused_before_anything_starts(value, capsys):
+    from benchmarks.flink_e2e_examples import _main
+    with pytest.raises(SystemExit) as exit_:
+        _main(["--vertex-time", value])
+    assert exit_.value.code == 2 and "--vertex-time must be" in capsys.readouterr().err
