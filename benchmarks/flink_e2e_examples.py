@@ -627,7 +627,7 @@ def _main(argv=None) -> int:
                              "writes flink_e2e_overhead_thread.json)")
     args = parser.parse_args(argv)
     if not args.vertex_time >= 0:   # also NaN
-        parser.error(f"--vertex-time must be 0 (off) or a positive interval, "
+        parser.error("--vertex-time must be 0 (off) or a positive interval, "
                      f"got {args.vertex_time}")
     if args.overhead:
         return overhead(args)
