@@ -663,26 +663,25 @@ def _main(argv=None) -> int:
     service_env = dict(service_env, FEEDBACK_TOPIC=feedback_topic)
     from streamplace.topics import create_topics
     create_topics(cfg, [feedback_topic])   # before the service subscribes to it
-    service = PlacementService(ServiceSettings(
-        port=0, bootstrap_servers=cfg.kafka.bootstrap_servers, feedback_topic=feedback_topic,
-        group_id=f"bx-service-{time.time_ns()}", flink_rest_url=cluster.rest_url,
-        cluster_spec=cfg.flink.cluster_spec,
-        # a fresh store per invocation: the service must not resume a model that earlier
-        # invocations trained on other clusters (it did: version 6,437 on the hosts)
-        model_dir=str(cfg.home / "bx-models" / str(time.time_ns())),
-        # the first version after the service's default 1,000 records: the burst check judges
-        # versions on at least that many tasks and holds them till then (2026-12-06)
-        publish_every=300, **binding))
+
+    def bench_service(group: str, models: str, **settings) -> PlacementService:
+        # a fresh group and store per invocation: a service must not resume a model that
+        # earlier invocations trained on other clusters (it did: version 6,437 on the hosts)
+        return PlacementService(ServiceSettings(
+            port=0, bootstrap_servers=cfg.kafka.bootstrap_servers, feedback_topic=feedback_topic,
+            group_id=f"{group}-{time.time_ns()}", flink_rest_url=cluster.rest_url,
+            cluster_spec=cfg.flink.cluster_spec,
+            model_dir=str(cfg.home / models / str(time.time_ns())), **settings, **binding))
+
+    # the first version after the service's default 1,000 records: the burst check judges
+    # versions on at least that many tasks and holds them till then (2026-12-06)
+    service = bench_service("bx-service", "bx-models", publish_every=300)
     service.start()
     prior_service = None
     if any(label.startswith(PRIOR_SERVICE_LABEL) for label, _ in variants):
-        prior_service = PlacementService(ServiceSettings(
-            port=0, bootstrap_servers=cfg.kafka.bootstrap_servers,
-            feedback_topic=feedback_topic, group_id=f"bx-prior-service-{time.time_ns()}",
-            flink_rest_url=cluster.rest_url, cluster_spec=cfg.flink.cluster_spec,
-            model_dir=str(cfg.home / "bx-prior-models" / str(time.time_ns())),
-            min_records_first_version=NEVER, learning={"learning_starts": NEVER},
-            **binding))
+        prior_service = bench_service("bx-prior-service", "bx-prior-models",
+                                      min_records_first_version=NEVER,
+                                      learning={"learning_starts": NEVER})
         prior_service.start()
     plan = cluster.isolation
     isolation = {"mode": plan.mode, "reason": plan.reason, "emulated": plan.emulated}
