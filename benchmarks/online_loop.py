@@ -10,9 +10,11 @@ NodeFeedback record, as the executors' feedback does:
 
 - the learner is :class:`placement.service.learner.OnlineLearner` with the service's defaults
   (learning settings, first version after 1,000 records, then every ``publish_every``, its
-  gates and burst check, which holds versions it cannot judge yet, and its version trial,
-  ``placement.service.version_trial``: here a round is one window, as a round is decided
-  within its first second; ``--trial-window 0`` turns it off) and one
+  gates and burst check, which holds versions it cannot judge yet, and its version trial:
+  by default interleaved, ``placement.service.interleaved_trial``, the candidate deciding its
+  share of each round's task ids beside the champion; with ``--trial-share 1`` alternating
+  windows, ``placement.service.version_trial``, where a round is one window, as a round is
+  decided within its first second; ``--trial-window 0`` turns it off) and one
   :class:`placement.measured_costs.MeasuredCosts` that the routers share: both learn task
   times per type and node from the timings, as on the real engines;
 - a router (:class:`OnlineRouted`) decides with ``NumpyLDWPPolicy`` on the newest version,
@@ -84,6 +86,7 @@ class OnlineRouted(Policy):
             learner.agent.save(start)
             self.router = NumpyLDWPPolicy.from_file(start, cluster, costs)
         self.version = None
+        self.candidate = None         # a version on an interleaved trial (its share of tasks)
         self.offset_ms = 0.0          # simulated time of the rounds before this one
         self.now_s = 0.0              # the newest simulated time this policy has seen
         self._decided: dict[str, tuple] = {}    # task id -> (decided s, task, routed numbers)
@@ -116,7 +119,10 @@ class OnlineRouted(Policy):
                       for s in observation.nodes)
         for state in nodes:
             self._states[state.node_id] = state
-        decision = self.router.decide(dataclasses.replace(observation, nodes=nodes))
+        router, version = self.router, self.version
+        if self.candidate is not None and self.candidate.decides(observation.task.task_id):
+            router, version = self.candidate.policy, self.candidate.version
+        decision = router.decide(dataclasses.replace(observation, nodes=nodes))
         chosen = next(s for s in nodes if s.node_id == decision.node)
         task = observation.task
         work = self.costs.estimate_s(decision.node, task.app_id, task.input_size, explore=False)
@@ -125,7 +131,7 @@ class OnlineRouted(Policy):
         self._decided[observation.task.task_id] = (
             observation.now_s, observation.task,
             (chosen.queue_depth, chosen.backlog_s * 1000.0, chosen.speed_factor,
-             -1 if self.version is None else self.version))
+             -1 if version is None else version))
         return decision
 
     def observe_stage_runs(self, task_id: str, node_id: str, stage_runs) -> None:
@@ -183,14 +189,31 @@ class OnlineRouted(Policy):
             self._load_newest()
 
     def _load_newest(self) -> None:
-        from placement.ldwp.inference import NumpyLDWPPolicy
+        """What the real router's ModelRefresher does: the newest version, or for a candidate
+        on an interleaved trial (pyflink_jobs.model_trial) the champion beside the candidate,
+        which then decides its share of the task ids."""
+        from pyflink_jobs.model_trial import CandidateArm, candidate_trial
         latest = self.learner.store.latest()
-        if latest is None or latest["version"] == self.version:
+        if latest is None or latest["version"] in (
+                self.version, None if self.candidate is None else self.candidate.version):
             return
-        self.version = latest["version"]
-        self.router = NumpyLDWPPolicy.from_bytes(self.learner.store.read_bytes(self.version),
-                                                 self.cluster, self.costs)
-        self.router.set_correction_scale(self.correction_scale)
+        trial = candidate_trial(latest)
+        if trial is None:
+            self.version, self.router = latest["version"], self._policy(latest["version"])
+            self.candidate = None
+            return
+        if trial.champion_version >= 0 and trial.champion_version != self.version:
+            self.version = trial.champion_version
+            self.router = self._policy(self.version)
+        self.candidate = CandidateArm(self._policy(latest["version"]), latest["version"],
+                                      trial.share)
+
+    def _policy(self, version: int):
+        from placement.ldwp.inference import NumpyLDWPPolicy
+        policy = NumpyLDWPPolicy.from_bytes(self.learner.store.read_bytes(version),
+                                            self.cluster, self.costs)
+        policy.set_correction_scale(self.correction_scale)
+        return policy
 
 
 def _setup(spec: str, work_scale: float, records: str = "light"):
@@ -207,7 +230,8 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                 records: str = "light", learning: dict | None = None,
                 burst_tolerance: float = 0.0, correction_scale: float = 1.0,
                 judge: str = "drain", first_version: int = 1000,
-                trial_window: int | None = None) -> list[dict]:
+                trial_window: int | None = None,
+                trial_share: float | None = None) -> list[dict]:
     """One variant's ``rounds`` consecutive runs on ``spec`` (seed ``seed``): per round its
     throughput (tasks/s), task counts per node and per (task type, node), and the model
     versions the routers used.
@@ -220,7 +244,9 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
     ``first_version``: records before the first version, and the fewest tasks the burst check
     judges a version on (the service's ``min_records_first_version``); ``trial_window``: the
     version trial's window in judged tasks (``placement.service.version_trial``; None: the
-    service's default, 0: no trial, every version that passes the checks serves)."""
+    service's default, 0: no trial, every version that passes the checks serves);
+    ``trial_share``: the candidate's share of the tasks while on trial (None: the service's
+    default; 1: alternating windows, each deciding every task)."""
     import torch
 
     from benchmarks.flink_e2e import SIM_NODE_SCHEDULER, sim_tasks
@@ -240,6 +266,8 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
             settings = ServiceSettings()
             if trial_window is not None:
                 settings = settings.model_copy(update={"trial_window_tasks": trial_window})
+            if trial_share is not None:
+                settings = settings.model_copy(update={"trial_share": trial_share})
             learned = MeasuredCosts(truth, prior=costs)
             learner = OnlineLearner(truth, ModelStore(Path(tmp), keep=10_000),
                                     {**settings.learning, **(learning or {}), "seed": seed},
@@ -258,6 +286,8 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
             scheduler = make_node_scheduler(SIM_NODE_SCHEDULER, costs, seed=seed)
             # a burst is decided within its first second: the version at its start decides it
             at_start = policy.version if policy is not None else None
+            candidate_at_start = None if policy is None or policy.candidate is None \
+                else policy.candidate.version
             result = simulator.run(current, scheduler, truth, workload, seed=seed)
             metrics, app_of = result.metrics, {t.task_id: t.app_id for t in workload}
             per_app_node: dict[str, dict[str, int]] = {}
@@ -269,6 +299,7 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
                    "per_node": dict(metrics.per_node_tasks), "per_app_node": per_app_node}
             if policy is not None:
                 row["version_at_start"], row["version_at_end"] = at_start, policy.version
+                row["candidate_at_start"] = candidate_at_start
                 policy.next_round()   # the round's last feedback: the learner's counts after it
                 row["versions_published"] = (policy.learner.store.latest() or {}).get("version")
                 row["versions_refused"] = policy.learner.models_rejected
@@ -360,6 +391,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--trial-window", type=int, default=None,
                         help="the version trial's window in judged tasks (default: the "
                              "service's; 0: no trial)")
+    parser.add_argument("--trial-share", type=float, default=None,
+                        help="the candidate's share of the tasks while on trial (default: the "
+                             "service's; 1: alternating windows)")
     parser.add_argument("--name", default=None, help="result file name (default online_loop_"
                                                      "<spec>)")
     args = parser.parse_args(argv)
@@ -370,10 +404,11 @@ def main(argv=None) -> dict:
     if not seeds or args.tasks < 1 or args.rounds < 1 or args.publish_every < 1 \
             or not args.work_scale > 0 or not args.burst_tolerance >= 0 \
             or not 0 <= args.correction_scale <= 1 \
-            or (args.trial_window is not None and args.trial_window < 0):
+            or (args.trial_window is not None and args.trial_window < 0) \
+            or (args.trial_share is not None and not 0 < args.trial_share <= 1):
         parser.error("need a seed, --tasks, --rounds and --publish-every >= 1, --work-scale > 0, "
-                     "--burst-tolerance >= 0, --correction-scale in [0, 1] and --trial-window "
-                     ">= 0")
+                     "--burst-tolerance >= 0, --correction-scale in [0, 1], --trial-window "
+                     ">= 0 and --trial-share in (0, 1]")
     from concurrent.futures import ProcessPoolExecutor
 
     from tqdm import tqdm
@@ -395,7 +430,7 @@ def main(argv=None) -> dict:
         parser.error(str(exc))
     jobs = [(v, args.spec, args.tasks, args.rounds, s, args.work_scale, args.publish_every,
              args.records, learning, args.burst_tolerance, args.correction_scale, args.judge,
-             1000, args.trial_window)
+             1000, args.trial_window, args.trial_share)
             for v in VARIANTS for s in seeds]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
@@ -415,6 +450,8 @@ def main(argv=None) -> dict:
         else None, "correction_scale": args.correction_scale, "judge": args.judge,
         "trial_window_tasks": args.trial_window if args.trial_window is not None
         else ServiceSettings().trial_window_tasks,
+        "trial_share": args.trial_share if args.trial_share is not None
+        else ServiceSettings().trial_share,
         "feedback_interval_s": FEEDBACK_INTERVAL_S, "wall_s": time.perf_counter() - started,
         "verdict": verdict, "summary": summary, "runs": rows})
     plot(summary, RESULTS / f"{name}.png")

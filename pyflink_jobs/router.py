@@ -49,6 +49,7 @@ from placement.speed import ObservedSpeed, timing_sample
 from pyflink_jobs.decision_timing import DecisionTimer
 from pyflink_jobs.in_flight import InFlightLedger
 from pyflink_jobs.keep_rule import MAX_KEPT_LINES, KeepRule
+from pyflink_jobs.model_trial import ServedModels, candidate_trial, plausible_version
 from pyflink_jobs.routed import DecisionContext
 from pyflink_jobs.task_event_routing import TaskEventRouting
 from pyflink_jobs.tenant_quotas import QuotaSettings, QuotaVerdict, TenantQuotas
@@ -123,7 +124,7 @@ class RouterSettings:
         return max(1, -(-node.instances * self.executor_capacity // self.routers))
 
 
-class Router(TaskEventRouting):
+class Router(ServedModels, TaskEventRouting):
     """Decides a node per task; see the module docstring."""
 
     def __init__(self, settings: RouterSettings, clock=time.time):
@@ -149,6 +150,8 @@ class Router(TaskEventRouting):
         self.fallback: Policy = make_policy(settings.fallback, self.cluster, costs=self.costs)
         self.model_policy = None
         self.model_version: int | None = None
+        self.candidate = None          # a version on trial beside the model (ServedModels)
+        self.candidate_decisions = 0
         self.fixed_policy: Policy | None = None
         if settings.policy != "ldwp":
             self.fixed_policy = make_policy(settings.policy, self.cluster, costs=self.costs)
@@ -165,26 +168,6 @@ class Router(TaskEventRouting):
         self.timing = DecisionTimer(settings.latency_samples)
 
     # -- model ------------------------------------------------------------------------------
-    def install_model(self, data: bytes, version: int | None = None) -> None:
-        """Swap in a model file (bytes); raises ModelFileError for a bad one (old model kept)."""
-        from placement.ldwp.inference import NumpyLDWPPolicy
-        previous = self.model_policy
-        # a model for other nodes (a paper layout) is refused here by the loader, which is
-        # given this router's cluster: else every decision would be the fallback's
-        policy = NumpyLDWPPolicy.from_bytes(
-            data, self.cluster, costs=self.costs,
-            coefficients=previous.coefficients if previous else None)
-        version = version if version is not None else policy.version
-        if not _plausible_version(version):
-            # a file's own metadata may say anything: a version the service never gives
-            # ("abc", NaN, 1e300) would stop every later one from looking newer
-            log.warning("model file version %s is not an int in [0, %d]: installed as "
-                        "unversioned", short_repr(version), MAX_MODEL_VERSION)
-            version = None
-        with self._lock:
-            self.model_policy = policy
-            self.model_version = version
-
     def seed_costs(self, snapshot) -> int:
         """Start from the placement service's measured work times (``GET /costs``,
         :mod:`placement.cost_snapshot`): adopts its fits for this router's nodes and the pairs
@@ -323,6 +306,11 @@ class Router(TaskEventRouting):
             # arms apart by it); -1 for the fallback rule or a fixed policy
             version = self.model_version if policy is self.model_policy and \
                 self.model_version is not None else -1
+            candidate = self.candidate
+            if candidate is not None and self.fixed_policy is None and \
+                    candidate.decides(task.task_id):
+                policy, version = candidate.policy, candidate.version
+                self.candidate_decisions += 1
             observed = time.perf_counter()
             if policy is self.fallback and self.settings.policy == "ldwp":
                 self.fallback_decisions += 1
@@ -369,6 +357,8 @@ class Router(TaskEventRouting):
                 "backlog_s": self.backlog_s(), "speed_factors": self.speeds.factors(),
                 "reported_slowness": self.speeds.reported_factors(),
                 "model_version": self.model_version, "policy": self.policy.name,
+                "candidate_version": None if self.candidate is None else self.candidate.version,
+                "candidate_decisions": self.candidate_decisions,
                 "decision_path": self.stats_decision_path(),
                 "fallback_decisions": self.fallback_decisions, "full_skips": self.full_skips,
                 "feedback_records": self.feedback_records,
@@ -390,11 +380,6 @@ def _task_timings(completed) -> list:
     return [t for t in completed if isinstance(t, dict) and isinstance(t.get("task_id"), str)]
 
 
-
-
-def _plausible_version(version) -> bool:
-    return isinstance(version, int) and not isinstance(version, bool) and \
-        0 <= version <= MAX_MODEL_VERSION
 
 
 class ModelRefresher(threading.Thread):
@@ -420,35 +405,37 @@ class ModelRefresher(threading.Thread):
         self._stop = threading.Event()
 
     def poll_once(self) -> bool:
-        """One check; True when a new version was installed."""
+        """One check; True when a new version was installed (a candidate on an interleaved
+        trial too: :mod:`pyflink_jobs.model_trial`)."""
         try:
             latest = self.client.latest()
             if not latest:
                 return False
             version = latest["version"]
-            if not _plausible_version(version):
+            if not plausible_version(version):
                 raise ValueError(f"the service's latest version is not an int in [0, "
                                  f"{MAX_MODEL_VERSION}]: {short_repr(version)}")
-            current = self.router.model_version
+            router, current = self.router, self.router.model_version
             if current is not None and version <= int(current) or \
                     version in self.refused_versions:
                 return False
-            data = self.client.download(version)
             try:
-                self.router.install_model(data, version)
-            except Exception as exc:  # noqa: BLE001 - ModelFileError, or any other failure
-                # A version the router must not use (non-finite weights, a header that does
-                # not match its arrays, or metadata a loader chokes on): keep the last good
-                # model, never fetch it again.
-                if len(self.refused_versions) < 1024:
-                    self.refused_versions.add(version)
-                self.refused += 1
-                self.last_error = f"model version {version} refused: {exc}"
-                log.warning("model version %d refused, keeping version %s: %s", version,
-                            self.router.model_version, exc)
+                trial = candidate_trial(latest)
+            except ValueError as exc:   # a share or champion it cannot read: never served
+                self._refuse(version, exc)
                 return False
-            self.installed += 1
-            return True
+            if trial is None:
+                return self._install(version, router.install_model)
+            if router.candidate is not None and router.candidate.version == version:
+                return False
+            # the champion first: the candidate decides only its share beside it
+            champion = trial.champion_version
+            if champion >= 0 and champion != current and (
+                    champion in self.refused_versions or
+                    not self._install(champion, router.install_model)):
+                return False
+            return self._install(version, lambda data, v: router.install_candidate(
+                data, v, trial.share))
         except Exception as exc:  # noqa: BLE001 - keep routing on the last model
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
@@ -457,6 +444,27 @@ class ModelRefresher(threading.Thread):
                             self.failures, self.router.model_version, self.last_error,
                             exc_info=self.failures == 1)
             return False
+
+    def _install(self, version: int, install) -> bool:
+        """Download ``version`` and ``install(data, version)`` it; a file the router must not
+        use (non-finite weights, a header that does not match its arrays, metadata a loader
+        chokes on) is refused for good and the last good model kept."""
+        data = self.client.download(version)
+        try:
+            install(data, version)
+        except Exception as exc:  # noqa: BLE001 - ModelFileError, or any other failure
+            self._refuse(version, exc)
+            return False
+        self.installed += 1
+        return True
+
+    def _refuse(self, version: int, exc: Exception) -> None:
+        if len(self.refused_versions) < 1024:
+            self.refused_versions.add(version)
+        self.refused += 1
+        self.last_error = f"model version {version} refused: {exc}"
+        log.warning("model version %d refused, keeping version %s: %s", version,
+                    self.router.model_version, exc)
 
     def run(self) -> None:
         # the first poll is the caller's, before the first record

@@ -176,15 +176,26 @@ class ServingPolicy:
     def current(self):
         """(policy, source, version): source is "model" or "fallback". A version that fails
         to load, for whatever reason, is refused once (logged) and the previous model or the
-        fallback keeps answering: a bad file must not turn every /decide into a 500."""
-        latest = self.store.latest()
-        if latest is not None and latest["version"] not in (self.version, self.refused_version):
+        fallback keeps answering: a bad file must not turn every /decide into a 500. While
+        the newest version is a candidate on an interleaved trial, the champion answers: the
+        trial bounds the candidate to its share of the routers' tasks, and /decide's callers
+        report no outcomes it could judge."""
+        wanted = self._served_version(self.store.latest())
+        if wanted is not None and wanted not in (self.version, self.refused_version):
             with self._lock:
-                if latest["version"] not in (self.version, self.refused_version):
-                    self._load(latest["version"])
+                if wanted not in (self.version, self.refused_version):
+                    self._load(wanted)
         if self._policy is None:
             return self.fallback, "fallback", None
         return self._policy, "model", self.version
+
+    @staticmethod
+    def _served_version(latest: dict | None) -> int | None:
+        """The version /decide serves: the newest, or its trial's champion (None: none)."""
+        if latest is None or "trial_share" not in latest:
+            return None if latest is None else latest["version"]
+        champion = latest.get("trial_champion")   # written by this service (TrialServing)
+        return champion if isinstance(champion, int) and champion >= 0 else None
 
     def _load(self, version: int) -> None:
         """Switch to stored ``version``, or refuse it and keep what serves now (lock held)."""

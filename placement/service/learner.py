@@ -530,7 +530,7 @@ class OnlineLearner:
                 "policy": "ldwp", "network": agent.settings.network,
                 "reward": agent.settings.reward}
         if self.trials is not None:
-            meta.update(trial_arm="candidate", trial_window=0)
+            meta.update(self.trials.candidate_metadata())
         entry = _publish_agent(self.store, agent, meta)
         self._published_records = self.records_trained
         self._learned_version = True

@@ -102,13 +102,21 @@ class ServiceSettings(BaseModel):
     min_records_first_version: int = Field(1000, ge=1, description="task records needed before "
                                            "the first learned version (and the burst check "
                                            "judges versions on at least this many tasks)")
-    trial_window_tasks: int = Field(200, ge=0, description="the version trial "
-                                    "(placement.service.version_trial): a version that passed "
-                                    "the checks serves in alternating windows against the one "
-                                    "before it, each window closed after this many of its "
-                                    "tasks were judged, and serves for good only if it drained "
-                                    "faster; 0: no trial, every version that passes serves")
-    trial_pairs: int = Field(4, ge=1, description="(candidate, champion) window pairs per trial")
+    trial_window_tasks: int = Field(200, ge=0, description="the version trial: a version that "
+                                    "passed the checks is tried against the one before it "
+                                    "(see trial_share) in blocks, or windows, each closed once "
+                                    "this many of each arm's tasks were judged, and serves for "
+                                    "good only if its tasks drained faster; 0: no trial, every "
+                                    "version that passes serves")
+    trial_share: float = Field(0.1, gt=0, le=1, description="the candidate's share of the "
+                               "tasks while on trial: every router decides this share of its "
+                               "tasks (by a hash of the task id) with it and the rest with the "
+                               "champion, and each window pair is a block of both arms' tasks "
+                               "judged in the same period (placement.service."
+                               "interleaved_trial); 1: alternating windows, in which the "
+                               "candidate decides every task (placement.service.version_trial)")
+    trial_pairs: int = Field(4, ge=1, description="(candidate, champion) window pairs (or "
+                             "blocks) per trial")
     trial_min_wins: int = Field(3, ge=1, description="window pairs a candidate must win (and "
                                 "on average) to be promoted")
     history_per_node: int = Field(512, ge=1, description="NodeFeedback reports kept per node to "
@@ -179,7 +187,7 @@ class ServiceSettings(BaseModel):
             return None
         from placement.service.version_trial import TrialSettings   # pydantic-only module
         return TrialSettings(window_tasks=self.trial_window_tasks, pairs=self.trial_pairs,
-                             min_wins=self.trial_min_wins)
+                             min_wins=self.trial_min_wins, share=self.trial_share)
 
     def check_security(self) -> None:
         """Raise ValueError unless the host is loopback or a token is set. Checked when the

@@ -10,6 +10,12 @@ waits longer (:attr:`wait_factor`: ``publish_every`` times 2, 4, then 8), so a l
 producing worse versions spends less and less of the cluster's time on them; a promotion
 resets it.
 
+With ``TrialSettings.share`` below 1 the trial is interleaved
+(:mod:`placement.service.interleaved_trial`): the candidate's entry also says ``trial_share``
+and ``trial_champion`` (the version the routers' champion decisions carry, -1 for none), the
+routers decide that share of their tasks with it and the rest with the champion, and nothing is
+published until the verdict (a copy of the winner, which ends the trial in every router).
+
 Every copy's metadata says what it is (``trial_arm``, ``trial_window``, ``trial_of``: the
 candidate's version, ``copy_of``: the version whose weights it carries, or null for the prior)
 and keeps the original's ``trained_on_records``. A service restarted mid-trial starts no trial
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import logging
 
+from placement.service.interleaved_trial import InterleavedTrial
 from placement.service.store import ModelStore
 from placement.service.version_trial import (CANDIDATE, CHAMPION, TrialSettings,
                                              TrialVerdict, TrialWindow, VersionTrial)
@@ -77,9 +84,13 @@ class TrialServing:
     def __init__(self, store: ModelStore, champion: bytes, settings: TrialSettings | None = None,
                  champion_entry: dict | None = None, metrics=None):
         self.store = store
-        self.trial = VersionTrial(champion, settings)
+        interleaved = settings is not None and settings.interleaved
+        self.trial = (InterleavedTrial if interleaved else VersionTrial)(champion, settings)
         self.metrics = metrics
         self.champion_entry = dict(champion_entry) if champion_entry else None
+        # the version the routers' champion decisions carry: the newest one it was served as
+        # (its copies have numbers of their own); -1 while it is no published version
+        self.champion_version = -1 if champion_entry is None else int(champion_entry["version"])
         self.candidate_entry: dict | None = None
         self.serving = CHAMPION
         self.wait_factor = 1
@@ -94,9 +105,22 @@ class TrialServing:
         return self._publish(self.trial.champion, CHAMPION, self.champion_entry,
                              {"trial_verdict": reason})
 
+    def candidate_metadata(self) -> dict:
+        """What a candidate's entry must say for the routers to serve it on trial: its arm and
+        first window, and for an interleaved trial its share and the champion's version."""
+        meta = {"trial_arm": CANDIDATE, "trial_window": 0}
+        if isinstance(self.trial, InterleavedTrial):
+            meta.update(trial_share=self.trial.settings.share,
+                        trial_champion=self.champion_version)
+        return meta
+
     def start(self, entry: dict, data: bytes) -> None:
-        """The candidate ``data`` was published as ``entry`` (its first window)."""
-        self.trial.start(entry["version"], data)
+        """The candidate ``data`` was published as ``entry`` (its first window), with
+        :meth:`candidate_metadata`."""
+        if isinstance(self.trial, InterleavedTrial):
+            self.trial.start(entry["version"], data, self.champion_version)
+        else:
+            self.trial.start(entry["version"], data)
         self.candidate_entry = dict(entry)
         self.serving = CANDIDATE
         log.info("model version %d on trial against %s", entry["version"],
@@ -139,6 +163,8 @@ class TrialServing:
                     else self.candidate_entry["version"], **extra)
         entry = self.store.publish_bytes(data, meta)
         self.serving = arm
+        if arm == CHAMPION:
+            self.champion_version = int(entry["version"])
         if self.metrics is not None:
             self.metrics.model_version.set(entry["version"])
         return entry
@@ -152,7 +178,10 @@ class TrialServing:
         trial = self.trial
         return {"trials": trial.trials, "promoted": trial.promoted, "refused": trial.refused,
                 "abandoned": trial.abandoned, "running": trial.running,
-                "serving": self.serving,
+                "serving": self.serving, "share": trial.settings.share,
+                "champion_serving_version": self.champion_version,
+                **({"block_tasks": trial.block_counts()}
+                   if isinstance(trial, InterleavedTrial) and trial.running else {}),
                 "champion_version": None if self.champion_entry is None
                 else self.champion_entry["version"],
                 "last_verdict": None if self.last_verdict is None else self.last_verdict.reason}

@@ -63,18 +63,29 @@ class TrialSettings:
 
     window_tasks: judged tasks that close one window; pairs: (candidate, champion) window
     pairs per trial; min_wins: pairs the candidate must win to be promoted; stall_tasks:
-    judged tasks of other versions after which a trial whose window gets none is abandoned."""
+    judged tasks of other versions after which a trial whose window gets none is abandoned;
+    share: below 1, the candidate decides only this share of the tasks, beside the champion,
+    and each "window pair" is a block of the two arms' tasks judged in the same period
+    (:mod:`placement.service.interleaved_trial`); 1, alternating windows (this module)."""
 
     window_tasks: int = 200
     pairs: int = 4
     min_wins: int = 3
     stall_tasks: int = 20_000
+    share: float = 1.0
 
     def __post_init__(self):
         for name in ("window_tasks", "pairs", "min_wins", "stall_tasks"):
             require_count(name, getattr(self, name), minimum=1)
         if self.min_wins > self.pairs:
             raise ValueError(f"min_wins ({self.min_wins}) cannot exceed pairs ({self.pairs})")
+        if not (isinstance(self.share, (int, float)) and not isinstance(self.share, bool)
+                and 0.0 < self.share <= 1.0):   # NaN fails too
+            raise ValueError(f"share must be a number in (0, 1], got {self.share!r}")
+
+    @property
+    def interleaved(self) -> bool:
+        return self.share < 1.0
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,9 @@ def window_arm(index: int) -> str:
 
 class VersionTrial:
     """One candidate at a time against the champion (module docstring)."""
+
+    #: what the verdict's reason calls the units it compares
+    COMPARED = "window pairs"
 
     def __init__(self, champion: bytes, settings: TrialSettings | None = None):
         self.settings = settings if settings is not None else TrialSettings()
@@ -207,7 +221,7 @@ class VersionTrial:
         promoted = wins >= self.settings.min_wins and mean_difference < 0
         early = len(differences) < self.settings.pairs
         reason = (f"{'promoted' if promoted else 'refused'}: the candidate's cost was lower in "
-                  f"{wins} of {len(differences)} window pairs (needs "
+                  f"{wins} of {len(differences)} {self.COMPARED} (needs "
                   f"{self.settings.min_wins} of {self.settings.pairs}"
                   f"{'; stopped: it could no longer win' if early else ''}), mean difference "
                   f"{mean_difference:+.4f} log(1+s)")

@@ -39,13 +39,30 @@ def test_with_the_version_trial_routers_alternate_candidate_and_champion_windows
     version of its own, and the routers decide each round with the newest one (a round is
     decided within its first second, so here a window is a round)."""
     rows = run_variant(VARIANTS[2], "hosts", 120, 6, 0, work_scale=4.0, publish_every=100,
-                       records="payload", first_version=200, trial_window=100)
+                       records="payload", first_version=200, trial_window=100, trial_share=1.0)
     used = [r["version_at_start"] for r in rows]
     assert used[:2] == [None, 1] and used[2:] == [2, 3, 4, 5]   # one window per round
     trials = rows[-1]["trials"]
     assert trials["trials"] == 1 and trials["running"] and trials["serving"] == "candidate"
     assert trials["champion_version"] == 1       # the prior
     assert rows[-1]["versions_published"] == 6   # after the last round's feedback: window 4
+
+
+def test_with_the_interleaved_trial_the_candidate_decides_its_share_beside_the_prior():
+    """The service's default trial: the candidate (version 2) is installed beside the prior
+    (version 1) and decides its share of each round's task ids; no window versions."""
+    rows = run_variant(VARIANTS[2], "hosts", 120, 6, 0, work_scale=4.0, publish_every=100,
+                       records="payload", first_version=200, trial_window=20, trial_share=0.25)
+    assert [r["version_at_start"] for r in rows][:2] == [None, 1]
+    on_trial = [r for r in rows if r["candidate_at_start"] is not None]
+    assert on_trial and all(r["version_at_start"] == 1 for r in on_trial)
+    assert on_trial[0]["candidate_at_start"] == 2
+    trials = rows[-1]["trials"]
+    assert trials["share"] == 0.25 and trials["trials"] >= 1
+    assert rows[-1]["versions_published"] <= 2 + 2 * trials["trials"]   # candidate + verdict
+    assert rows == run_variant(VARIANTS[2], "hosts", 120, 6, 0, work_scale=4.0,
+                               publish_every=100, records="payload", first_version=200,
+                               trial_window=20, trial_share=0.25)   # deterministic
 
 
 def test_the_prior_variant_learns_costs_but_never_switches_model():

@@ -594,3 +594,9 @@ def test_the_service_tries_its_first_version_and_health_says_so(tmp_path,
     assert trials["champion_version"] == 1           # the prior, as published at start
     # its tasks (synthetic feedback names no version) only count towards a stall
     assert trials["last_verdict"] is None
+    # interleaved (the default share): the routers decide 10% with it beside version 1, and
+    # /decide, whose callers report nothing the trial could judge, keeps the champion
+    assert (latest["trial_share"], latest["trial_champion"]) == (0.1, 1)
+    assert trials["share"] == 0.1 and trials["block_tasks"][0] == [0, 0]
+    decision = client_for(service).post("/decide", json={"tasks": PROBE_TASKS[:1]}).json()[0]
+    assert decision["policy"] == "ldwp v1"

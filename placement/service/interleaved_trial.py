@@ -1,0 +1,151 @@
+"""The interleaved version trial: a candidate version decides a fixed share of the tasks beside
+the champion, and serves for good only if its tasks drained faster than the champion's tasks of
+the same period.
+
+Why not windows (:mod:`placement.service.version_trial`, measured 2026-12-06 on the emulated
+hosts, README "Is it the service or its learned versions?"): a window closes after 200 of its
+tasks are *judged*, and until then its version decides everything the routers decide. A backlog
+of 6,000 records is decided in seconds, far ahead of the judgments, so the refused candidates'
+windows lasted 84 s to 6.7 min and one candidate decided whole benchmark runs (0.58x to 0.79x of
+what the prior made in the same round) before the trial refused it. A window bounds a
+candidate's time, not its tasks. Here the exposure is bounded by construction: every router
+holds both versions and decides a task with the candidate when a hash of the task's id falls
+below ``share`` (:func:`in_candidate_share`), so a candidate decides ``share`` of the tasks,
+however fast they come, and a task replayed after a failure goes to the same arm.
+
+How the arms are compared: the trial reads each judged task's deciding version (the routers
+stamp it); the candidate's version is one arm, the version the routers' champion decisions
+carry (``champion_version``; -1 when the champion is no published version: the routers' own
+fallback rule or starting model) the other. The trial runs in ``pairs`` **blocks**; a block is
+closed once it holds ``window_tasks`` judged tasks of each arm, and its difference is the
+candidate's mean ``log(1 + outcome s)`` minus the champion's. The champion's tasks count only
+from the first judged task of the candidate on, so that tasks the champion decided before the
+routers installed the candidate do not fall into the first block. The verdict is the windowed
+trial's rule on the blocks: promoted when the candidate was cheaper in ``min_wins`` blocks and
+on average, refused as soon as it can no longer win ``min_wins``; abandoned when the candidate
+or the champion gets no judged task while ``stall_tasks`` others are judged (routers not on
+the service's versions).
+
+What it does not see: the two arms share the nodes, so each arm's tasks wait behind the
+other's. With a small share the candidate's tasks are judged in a cluster the champion loads:
+the trial asks whether the candidate's decision for a task is better *given* the champion's
+load (a greedy placement's question), not what the cluster would do under the candidate alone.
+
+Example::
+
+    trial = InterleavedTrial(champion_bytes, TrialSettings(window_tasks=200, share=0.1))
+    trial.start(candidate_version, candidate_bytes, champion_version=4)
+    trial.observe(example.decided_by_version, example.latency_ms)    # per judged task
+    step = trial.next_step()      # None, or the TrialVerdict
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+from placement.service.version_trial import TrialSettings, TrialVerdict, VersionTrial
+
+__all__ = ["InterleavedTrial", "in_candidate_share", "SHARE_RESOLUTION"]
+
+#: how finely a task id's hash is cut into shares
+SHARE_RESOLUTION = 1 << 32
+
+
+def in_candidate_share(task_id: str, share: float) -> bool:
+    """Whether the candidate decides ``task_id`` when it decides ``share`` of the tasks: the
+    CRC-32 of the id's UTF-8 below ``share`` of its range (deterministic across processes and
+    restarts, unlike ``hash()``; a few hundred ns).
+
+    >>> in_candidate_share("t1", 0.0), in_candidate_share("t1", 1.0)
+    (False, True)
+    """
+    return zlib.crc32(task_id.encode("utf-8", "surrogatepass")) < share * SHARE_RESOLUTION
+
+
+class InterleavedTrial(VersionTrial):
+    """One candidate at a time against the champion, deciding side by side (module
+    docstring). Same verdict, counters and settings as :class:`VersionTrial`; ``next_step``
+    returns None or the verdict (there are no windows to publish)."""
+
+    COMPARED = "blocks"
+
+    def __init__(self, champion: bytes, settings: TrialSettings | None = None):
+        super().__init__(champion, settings if settings is not None
+                         else TrialSettings(share=0.1))
+        if not self.settings.interleaved:
+            raise ValueError("an interleaved trial needs a candidate share below 1 "
+                             f"(TrialSettings.share), got {self.settings.share}")
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.champion_version: int | None = None
+        # per block: [candidate cost sum, candidate tasks, champion cost sum, champion tasks]
+        self._blocks: list[list[float]] = []
+        self._candidate_judged = False
+        # judged tasks since the champion's last one, from the candidate's first on: routers
+        # that stamp their other decisions with another version must not keep the candidate
+        # on trial (at its share) for ever
+        self._champion_stalled = 0
+
+    def start(self, version: int, data: bytes, champion_version: int = -1) -> None:
+        """The candidate was published as ``version``; the routers' champion decisions carry
+        ``champion_version`` (-1: no published version)."""
+        super().start(version, data)
+        self.champion_version = int(champion_version)
+        if self.champion_version == self.candidate_version:
+            raise ValueError(f"the champion and the candidate are both version {version}")
+        self._blocks = [[0.0, 0, 0.0, 0] for _ in range(self.settings.pairs)]
+
+    def observe(self, version: int | None, outcome_ms: float) -> None:
+        """One judged task: decided by ``version`` (None: unknown), ``outcome_ms`` its judged
+        outcome. Tasks of other versions only count towards a stall."""
+        if not self.running:
+            return
+        valid = isinstance(outcome_ms, (int, float)) and not isinstance(outcome_ms, bool) \
+            and math.isfinite(outcome_ms) and outcome_ms >= 0
+        block = self._blocks[self._current]
+        if valid and version == self.candidate_version:
+            block[0] += math.log1p(outcome_ms / 1000.0)
+            block[1] += 1
+            self._candidate_judged = True
+            self._stalled = 0
+            self._champion_stalled += 1
+        elif valid and version == self.champion_version and self._candidate_judged:
+            block[2] += math.log1p(outcome_ms / 1000.0)
+            block[3] += 1
+            self._stalled += 1
+            self._champion_stalled = 0
+        else:
+            self._stalled += 1
+            self._champion_stalled += self._candidate_judged
+
+    def next_step(self) -> TrialVerdict | None:
+        """Nothing yet (None) or the verdict (the trial is over)."""
+        if not self.running:
+            return None
+        if self._stalled >= self.settings.stall_tasks:
+            return self._end(False, f"abandoned: no task of candidate version "
+                             f"{self.candidate_version} among the last {self._stalled} judged "
+                             "(routers not on the service's versions?)", abandoned=True)
+        if self._champion_stalled >= self.settings.stall_tasks:
+            return self._end(False, f"abandoned: no task of champion version "
+                             f"{self.champion_version} among the last {self._champion_stalled} "
+                             "judged (routers on another champion?)", abandoned=True)
+        _, candidate_tasks, _, champion_tasks = self._blocks[self._current]
+        if min(candidate_tasks, champion_tasks) < self.settings.window_tasks:
+            return None
+        if self._current + 1 == len(self._blocks) or self._cannot_win():
+            return self._verdict()
+        self._current += 1
+        return None
+
+    def _pair_differences(self) -> list[float]:
+        """Candidate's minus champion's mean cost, per closed block (the current one is closed
+        whenever this is asked: :meth:`next_step`)."""
+        return [c_sum / c_n - h_sum / h_n
+                for c_sum, c_n, h_sum, h_n in self._blocks[:self._current + 1]]
+
+    def block_counts(self) -> list[tuple[int, int]]:
+        """(candidate, champion) judged tasks per block so far, for /health and tests."""
+        return [(int(b[1]), int(b[3])) for b in self._blocks]
