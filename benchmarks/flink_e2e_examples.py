@@ -50,7 +50,9 @@ back-pressured share of that time with ``--vertex-time`` (``vertex_time``,
 ``--only frozen`` adds an ablation that is not run by default: LDWP on the shipped residual
 model with no placement service (no refresher, no online learning); ``--only "prior only"``
 another: LDWP with a placement service of its own that serves its prior and never a learned
-version (the service's plumbing without its learning). One benchmark at a time holds the
+version (the service's plumbing without its learning); ``MCT at measured speeds, no call
+groups`` (selected by any ``--only`` part that names MCT) the executors' per-record stages with one
+input per call, as before call groups (:mod:`interference.executor.batching`). One benchmark at a time holds the
 benchmark home (``benchmark.lock``). Writes ``benchmarks/results/flink_e2e_<example>.json`` and
 ``.png`` (``flink_e2e_<example>_<spec>`` for
 another spec; ``_quick`` after a ``--quick`` run, ``_conf-<hash>`` with ``--flink-conf``
@@ -105,6 +107,9 @@ EXTRA_VARIANTS = [
       "INITIAL_MODEL": str(ROOT / "placement" / "models" / "ldwp_residual_paper.spm")}),
     (f"{PRIOR_SERVICE_LABEL} (no learned versions)",
      {"POLICY": "ldwp", "SERVICE_URL": PRIOR_SERVICE_URL}),
+    # the executors' per-record stages one input per call, as before 2026-12-06
+    # (interference.executor.batching: call groups)
+    ("MCT at measured speeds, no call groups", {"POLICY": "mct", "CALL_GROUPS": "false"}),
 ]
 #: The prior-only service never reaches a first learned version, and never trains: a
 #: learner that trained without publishing would only take CPU from the job on this machine.

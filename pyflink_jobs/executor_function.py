@@ -71,6 +71,8 @@ class ExecutorFunctionSettings:
     instances_on_node: executor instances the plan gives this node.
     batching: the user operator's stages are batched across in-flight records (off: one input
         per call, the ablation).
+    call_groups: its per-record stages take several records' ready inputs in one call
+        (``interference.executor.batching``; off: one input per call).
     node_memory_bytes / task_memory_fraction / limit_address_space: the executor's per-task
         memory budget and optional ``RLIMIT_AS`` (``interference.executor.memory``; 0 = the
         memory this process can have, 0.5 = half of it per task, off).
@@ -91,6 +93,7 @@ class ExecutorFunctionSettings:
     cpu_workers: int = 0
     instances_on_node: int = 1
     batching: bool = True
+    call_groups: bool = True
     node_memory_bytes: int = 0
     task_memory_fraction: float = MEMORY_FRACTION
     limit_address_space: bool = False

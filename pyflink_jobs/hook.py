@@ -159,6 +159,10 @@ class HookSettings:
     # A user operator's stages batch same-stage inputs of different in-flight records (each
     # stage's BatchPolicy); False = one input per call (the ablation).
     batching: bool = True
+    # A user operator's per-record stages take the inputs of several records ready at once in
+    # one call, the function still called once per record (interference.executor.batching);
+    # False = one input per call (the ablation).
+    call_groups: bool = True
     # Where the hook itself sinks its dead letters (exactly-once); "" = the job sinks
     # ``hook.dead_letters`` itself (or not at all).
     dead_letter_topic: str = ""
@@ -346,8 +350,10 @@ def _check_choices(s: HookSettings) -> None:
     if not isinstance(s.scheduler, str) or s.scheduler.strip().lower() not in NODE_SCHEDULERS:
         raise ValueError(f"scheduler must be one of {sorted(NODE_SCHEDULERS)}, got "
                          f"{short_repr(s.scheduler)}")
-    if not isinstance(s.batching, bool):  # "false" is truthy: batching stayed on
-        raise ValueError(f"batching must be True or False, got {short_repr(s.batching)}")
+    for name in ("batching", "call_groups"):
+        if not isinstance(getattr(s, name), bool):  # "false" is truthy: it stayed on
+            raise ValueError(f"{name} must be True or False, got "
+                             f"{short_repr(getattr(s, name))}")
     if s.limits is not None and not isinstance(s.limits, TaskLimits):
         raise ValueError(f"limits must be a workload.limits.TaskLimits or None, got "
                          f"{short_repr(s.limits)}")
@@ -537,7 +543,7 @@ class StreamplaceHook:
         return ExecutorFunctionSettings(
             bootstrap_servers=s.bootstrap_servers, feedback_topic=s.feedback_topic,
             scheduler=s.scheduler, feedback_interval_s=s.feedback_interval_s,
-            instances_on_node=instances, batching=s.batching,
+            instances_on_node=instances, batching=s.batching, call_groups=s.call_groups,
             node_memory_bytes=s.node_memory_bytes(host), first_instance=first_instance,
             operator_instances=self._operator_instances, max_attempts=s.max_attempts,
             none_outputs=carries_none(self._output_type))

@@ -170,7 +170,8 @@ class OperatorExecutorFunction(ExecutorFunctionBase):
         # co-schedule through the IAWP operator executor
         self.executor = operator_executor_for(self.operator, OperatorExecutorSettings.from_env(
             node_id=node, scheduler=s.scheduler, cpu_workers=s.workers(),
-            batching=s.batching, max_attempts=s.max_attempts, **s.limits()),
+            batching=s.batching, call_groups=s.call_groups, max_attempts=s.max_attempts,
+            **s.limits()),
             runtime_context=s.user_context(runtime_context))
         self.in_flight()
         self._open_feedback(runtime_context, self._snapshot)

@@ -56,7 +56,7 @@ from workload.limits import default_task_type_problem, finite_real, short_repr
 from workload.async_calls import (SomeCallsFailed, collect_async, is_async_callable,
                                   is_generator_callable, run_coroutines, run_each)
 
-__all__ = ["BatchPolicy", "OperatorStage", "StagedOperator", "TaskDescriber", "chain_cpu_stages", "stage", "torch_stage",
+__all__ = ["BatchPolicy", "OperatorStage", "StagedOperator", "TaskDescriber", "chain_cpu_stages", "stage", "torch_stage", "each_input",
            "async_function_stage", "ASYNC_BATCHING", "ASYNC_TIMEOUT_S",
            "as_operator", "batch_outputs", "pipeline_stages", "record_size", "record_bytes", "DEVICES", "OperatorError"]
 
@@ -181,6 +181,11 @@ class OperatorStage:
     #: the function itself, ``fn(x) -> y``, where ``run`` only calls it on each input (a plain
     #: synchronous per-input function): a caller with one record may call it directly
     per_record: Callable[[Any], Any] | None = None
+    #: ``run`` calls a function once per input and, for several inputs, reports which of them
+    #: failed (:class:`~workload.async_calls.SomeCallsFailed`) with the others' results: the
+    #: executor may hand it the ready inputs of several records in one call without batching
+    #: them (a *call group*: nothing is called twice or together that a plain map would not)
+    groupable: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -229,16 +234,33 @@ def stage(name: str, fn: Callable, deps: Sequence[str] = (), device: str = "cpu"
     elif is_generator_callable(fn):  # drained here: the work is the stage's (timed, retried)
         def run(inputs: list, device: str) -> list:
             if takes_device:
-                return [list(fn(x, device=device)) for x in inputs]
-            return [list(fn(x)) for x in inputs]
+                return each_input(name, lambda x: list(fn(x, device=device)), inputs)
+            return each_input(name, lambda x: list(fn(x)), inputs)
+        return OperatorStage(name, run, deps, device, policy, groupable=True)
     else:
         def run(inputs: list, device: str) -> list:
             if takes_device:
-                return [fn(x, device=device) for x in inputs]
-            return [fn(x) for x in inputs]
+                return each_input(name, lambda x: fn(x, device=device), inputs)
+            return each_input(name, fn, inputs)
         return OperatorStage(name, run, deps, device, policy,
-                             per_record=None if takes_device else fn)
+                             per_record=None if takes_device else fn, groupable=True)
     return OperatorStage(name, run, deps, device, policy)
+
+
+def each_input(name: str, call: Callable[[Any], Any], inputs: list) -> list:
+    """``call`` on each input, in order; a failure fails only its own input (the error of an
+    input alone, else :class:`SomeCallsFailed` with the others' results), so that the executor
+    never calls it again for an input whose call succeeded."""
+    if len(inputs) == 1:
+        return [call(inputs[0])]
+    results, errors = [], {}
+    for i, value in enumerate(inputs):
+        try:
+            results.append(call(value))
+        except Exception as exc:  # noqa: BLE001 - the input's own failure, reported as such
+            results.append(None)
+            errors[i] = exc
+    return _each_or_raise(name, results, errors)
 
 
 def batch_outputs(stage_name: str, outputs, count: int) -> list:
@@ -649,8 +671,13 @@ class _ChainedOperator(StagedOperator):
                        if group_of[d] != group]
             deps = tuple(dict.fromkeys(self._home[d] for d in outside))
             first = original.stage(names[0])
-            run = self._group_runner(names) if len(names) > 1 else first.run
-            stages.append(OperatorStage(label, run, deps, first.device, first.batch))
+            if len(names) > 1:
+                stages.append(OperatorStage(label, self._group_runner(label, names), deps,
+                                            first.device, first.batch, groupable=all(
+                                                original.stage(n).groupable for n in names)))
+            else:
+                stages.append(OperatorStage(label, first.run, deps, first.device, first.batch,
+                                            groupable=first.groupable))
         super().__init__(original.name, stages, original.flat, original.open, original.close,
                          original._task_type, original._task_size)
 
@@ -659,19 +686,20 @@ class _ChainedOperator(StagedOperator):
         home = self._home[dep]
         return outputs[home][dep] if home in self._chained else outputs[home]
 
-    def _group_runner(self, names: list[str]):
+    def _group_runner(self, label: str, names: list[str]):
         original = self.original
 
+        def one(value, device: str) -> dict:
+            record, outside = value      # outside: original dep -> its output
+            outputs: dict[str, Any] = {}
+            for name in names:
+                merged = {**outside, **outputs}
+                outputs[name] = original.stage(name).run(
+                    [original.stage_inputs(name, record, merged)], device)[0]
+            return outputs
+
         def run(inputs: list, device: str) -> list:
-            results = []
-            for record, outside in inputs:  # outside: original dep -> its output
-                outputs: dict[str, Any] = {}
-                for name in names:
-                    merged = {**outside, **outputs}
-                    outputs[name] = original.stage(name).run(
-                        [original.stage_inputs(name, record, merged)], device)[0]
-                results.append(outputs)
-            return results
+            return each_input(label, lambda value: one(value, device), inputs)
         return run
 
     def stage_inputs(self, name: str, record, outputs: dict[str, Any]):
@@ -933,15 +961,15 @@ def pipeline_stages(steps: Sequence) -> list[OperatorStage]:
                 stages.insert(0, stage(RECORD_STAGE, _identity))
                 stages[1] = OperatorStage(stages[1].name, stages[1].run, (RECORD_STAGE,),
                                           stages[1].device, stages[1].batch, stages[1].open,
-                                          stages[1].close)
+                                          stages[1].close, groupable=stages[1].groupable)
             previous = deps[0]
             run = made.run
             made = OperatorStage(name, lambda xs, device, p=previous, r=run: r(
                 [{RECORD_STAGE: x[RECORD_STAGE], "previous": x[p]} for x in xs], device),
-                (RECORD_STAGE, previous), made.device, made.batch)
+                (RECORD_STAGE, previous), made.device, made.batch, groupable=made.groupable)
             deps = made.deps
         stages.append(OperatorStage(name, made.run, deps, made.device, made.batch, made.open,
-                                    made.close))
+                                    made.close, groupable=made.groupable))
     return stages
 
 

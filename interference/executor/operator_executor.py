@@ -135,7 +135,9 @@ class OperatorExecutor(ExecutorCore):
             raise
         policies = {s.name: s.batch for s in self.operator.stages}
         self.sizer = BatchSizer(policies, settings.batching)
-        self._queues = StageQueues(policies, settings.batching)
+        self._queues = StageQueues(policies, settings.batching, grouped=[
+            s.name for s in self.operator.stages if settings.call_groups and s.groupable
+            and not s.batch.batching])
         self._records: dict[str, RecordState] = {}
         self._ready = ReadyBatches(self.operator.name, costs.devices, self._has_gpu, costs,
                                    self._t0)
@@ -268,12 +270,14 @@ class OperatorExecutor(ExecutorCore):
         ms = (call.end - call.start) * 1000.0 if call.run is not None else 0.0
         for item in batch.items:
             item.record.work_ms += ms / n
-        if call.error is None:
+        partly = call.error if isinstance(call.error, SomeCallsFailed) else None
+        # a call group some of whose inputs raised still timed its calls: learned from, or a
+        # per-record stage that often meets a bad record would never be
+        if call.error is None or (partly is not None and self._queues.grouped(batch.stage)):
             self.learner.learn(done.stage, unit, call.start, call.end, call.run)
             self.costs.add_run(batch.stage, unit.kind, n, ms)
             self.sizer.observe(batch.stage, unit.kind, n, ms)
         self._ready.finished(batch)
-        partly = call.error if isinstance(call.error, SomeCallsFailed) else None
         if call.error is not None and partly is None:
             self._batch_failed(batch, unit, call.error, call.run)
             return

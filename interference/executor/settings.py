@@ -202,9 +202,14 @@ class OperatorExecutorSettings(NodeSettings):
     chain_cpu_stages: run consecutive per-record CPU steps as one stage
         (``workload.operators.chain_cpu_stages``), as Flink chains operators: each dispatched
         call costs scheduling work that light steps do not repay.
+    call_groups: a per-record stage without a batch policy takes the inputs of several records
+        ready at once in one call, the function still called once per input
+        (:mod:`interference.executor.batching`); False = one input per call (with batching
+        off there are none either).
     """
 
     batching: bool = True
+    call_groups: bool = True
     interference: str = "slowdown"
     default_stage_ms: float = 1.0
     gpu_speedup_prior: float = 8.0

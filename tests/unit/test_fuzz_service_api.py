@@ -246,8 +246,11 @@ def fresh(tmp_path_factory):
 def trained(tmp_path_factory, passing_burst_check):
     """Learned from 160 task records (through the Avro codec, as from Kafka), one model version
     published; Flink lists tm_a and tm_b."""
+    # no version trial: its candidate would serve /decide only beside a published champion
+    # (none here), and what is fuzzed is the API with a model serving
     service = make_service(tmp_path_factory.mktemp("trained"), flink=_Flink(["tm_a", "tm_b"]),
-                           min_records_first_version=100, publish_every=100)
+                           min_records_first_version=100, publish_every=100,
+                           trial_window_tasks=0)
     # 160 records measure no drain rate for every node, so the burst check would hold the
     # version (tests/unit/test_burst_check.py); here only what the API serves is tested
     service.learner.burst_check = passing_burst_check

@@ -62,6 +62,8 @@ SETTING_CASES = [
     ("scheduler", None, ("scheduler", "None")),
     ("batching", "false", ("batching", "'false'")),
     ("batching", 1, ("batching", "1")),
+    ("call_groups", "false", ("call_groups", "'false'")),
+    ("call_groups", None, ("call_groups", "None")),
     ("plan", {"tm_a": 2.7}, ("plan['tm_a']", "2.7")),
     ("plan", {"tm_a": "2"}, ("plan['tm_a']", "'2'")),
     ("plan", {"tm_a": True}, ("plan['tm_a']", "True")),
