@@ -13,11 +13,14 @@ With batching off (the executor's setting, or a stage without a batching
 :class:`~workload.operators.BatchPolicy`) every input is due at once as a batch of one, except
 that a stage whose function is called once per input (``OperatorStage.groupable``: a plain
 per-record function, which reports which of its inputs failed) takes every input ready now,
-shared out over the free units, as one **call group** (at most :data:`MAX_CALL_GROUP`): the
-function is still called once per input, nothing waits for inputs to come, and the dispatcher
-schedules, times and hands over one call instead of one per record (measured on example (b)'s
-executor, 2026-12-06: the dispatcher spent 340 µs of CPU a review on its tokenize and label
-steps' batches of one).
+shared out over the free units, as one **call group**: the function is still called once per
+input, nothing waits for inputs to come, and the dispatcher schedules, times and hands over one
+call instead of one per record (measured on example (b)'s executor, 2026-12-06: the dispatcher
+spent 340 µs of CPU a review on its tokenize and label steps' batches of one). How many inputs
+a group may take follows its calls' measured time (:meth:`StageQueues.timed`,
+:func:`call_group_size`: as many as fit in :data:`CALL_GROUP_MS`, at most
+:data:`MAX_CALL_GROUP`; one until measured), so
+that a heavy per-record step still spreads over the free units instead of queueing on one.
 
 :class:`ReadyBatches` holds the formed :class:`Batch` es until the scheduler places them, knows
 where each may run (``"cpu"`` stages and retries after a GPU ran out of memory: cores; ``"gpu"``
@@ -46,12 +49,30 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 from workload.model import ComputingUnit, Stage
 
-__all__ = ["PendingInput", "StageQueues", "Batch", "ReadyBatches", "MAX_CALL_GROUP"]
+__all__ = ["PendingInput", "StageQueues", "Batch", "ReadyBatches", "MAX_CALL_GROUP",
+           "CALL_GROUP_MS", "call_group_size"]
 
 #: the most inputs one call group takes (a plain per-record stage's ready inputs, run in one
-#: call of the stage; see the module doc): a group runs on one unit, in order, so a long one
-#: delays its last record by the others' work
+#: call of the stage; see the module doc)
 MAX_CALL_GROUP = 32
+#: the measured work a call group may hold (ms): a group runs on one unit, in order, so a
+#: longer one would keep other free units idle and delay its last record by the others' work;
+#: past a few dispatcher passes (0.1-0.3 ms of CPU each, measured) grouping repays nothing
+CALL_GROUP_MS = 2.0
+#: a grouped stage's recent calls whose per-input time (median) sizes its groups
+CALL_TIMES_KEPT = 15
+
+
+def call_group_size(per_input_ms: float | None) -> int:
+    """Inputs a call group may take when one input's call measures ``per_input_ms`` (None:
+    not measured yet, one input, which measures it).
+
+    >>> call_group_size(None), call_group_size(0.03), call_group_size(0.5), call_group_size(40.0)
+    (1, 32, 4, 1)
+    """
+    if per_input_ms is None or not per_input_ms > 0:
+        return 1
+    return max(1, min(MAX_CALL_GROUP, int(CALL_GROUP_MS / per_input_ms)))
 
 
 @dataclass
@@ -75,6 +96,9 @@ class StageQueues:
                  grouped: Collection[str] = ()) -> None:
         self.batching = batching
         self._grouped = frozenset(grouped) if batching else frozenset()
+        # grouped stage -> one input's call (ms) in its last calls: a median, so that one
+        # slow call (a first call's warm-up) does not keep the groups small for long
+        self._input_ms: dict[str, deque[float]] = {}
         self._delay_s = {name: (p.max_queue_delay_us / 1e6 if batching and p.batching else 0.0)
                          for name, p in policies.items()}
         self._queues: dict[str, deque[PendingInput]] = {name: deque() for name in policies}
@@ -82,6 +106,16 @@ class StageQueues:
     def grouped(self, stage: str) -> bool:
         """Whether ``stage`` takes call groups (see the module doc)."""
         return stage in self._grouped
+
+    def timed(self, stage: str, inputs: int, ms: float) -> None:
+        """A call of ``stage`` with ``inputs`` inputs took ``ms`` (what sizes its call groups;
+        other stages' calls and implausible times are ignored)."""
+        if stage in self._grouped and inputs >= 1 and 0 < ms < 3_600_000:   # NaN fails too
+            self._input_ms.setdefault(stage, deque(maxlen=CALL_TIMES_KEPT)).append(ms / inputs)
+
+    def _per_input_ms(self, stage: str) -> float | None:
+        times = self._input_ms.get(stage)
+        return None if not times else sorted(times)[len(times) // 2]
 
     def put(self, stage: str, item: PendingInput) -> None:
         self._queues[stage].append(item)
@@ -99,7 +133,8 @@ class StageQueues:
         inputs (``size`` 1 when batching is off)."""
         queue = self._queues[stage]
         if stage in self._grouped:   # a call group: what is ready, shared over the units
-            size = min(MAX_CALL_GROUP, -(-len(queue) // max(1, budget)))
+            size = min(call_group_size(self._per_input_ms(stage)),
+                       -(-len(queue) // max(1, budget)))
         size = max(1, size if self.batching else 1)
         batches = []
         while budget > 0 and queue:

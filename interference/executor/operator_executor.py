@@ -277,6 +277,7 @@ class OperatorExecutor(ExecutorCore):
             self.learner.learn(done.stage, unit, call.start, call.end, call.run)
             self.costs.add_run(batch.stage, unit.kind, n, ms)
             self.sizer.observe(batch.stage, unit.kind, n, ms)
+            self._queues.timed(batch.stage, n, ms)
         self._ready.finished(batch)
         if call.error is not None and partly is None:
             self._batch_failed(batch, unit, call.error, call.run)

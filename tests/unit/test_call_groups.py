@@ -10,7 +10,8 @@ from collections import Counter
 import pytest
 
 from interference.executor import OperatorExecutor, OperatorExecutorSettings
-from interference.executor.batching import MAX_CALL_GROUP, PendingInput, StageQueues
+from interference.executor.batching import (MAX_CALL_GROUP, PendingInput, StageQueues,
+                                            call_group_size)
 from workload.async_calls import SomeCallsFailed
 from workload.operators import (BatchPolicy, StagedOperator, as_operator, chain_cpu_stages,
                                 each_input, stage)
@@ -85,25 +86,41 @@ def test_batching_off_calls_one_input_at_a_time():
     assert all(r.batch_size == 1 for o in outcomes for r in o.stages)
 
 
-# (name, ready inputs, budget, grouped?, the groups formed)
+# (name, ready inputs, budget, grouped?, the calls' measured ms per input, the groups formed)
 FORMING = [
-    ("all ready, one free unit", 10, 1, True, [10]),
-    ("shared over two free units", 10, 2, True, [5, 5]),
-    ("uneven share", 7, 2, True, [4, 3]),
-    ("at most MAX_CALL_GROUP", 70, 1, True, [MAX_CALL_GROUP]),
-    ("no free unit", 5, 0, True, []),
-    ("not a grouped stage", 3, 2, False, [1, 1]),
+    ("all ready, one free unit", 10, 1, True, [0.01], [10]),
+    ("shared over two free units", 10, 2, True, [0.01], [5, 5]),
+    ("uneven share", 7, 2, True, [0.01], [4, 3]),
+    ("at most MAX_CALL_GROUP", 70, 1, True, [0.01], [MAX_CALL_GROUP]),
+    ("no free unit", 5, 0, True, [0.01], []),
+    ("not measured yet: one, which measures it", 5, 1, True, [], [1]),
+    ("as many as fit in CALL_GROUP_MS", 20, 1, True, [0.5], [4]),
+    ("a heavy step spreads over the units", 6, 2, True, [40.0], [1, 1]),
+    ("one slow first call does not hold it", 10, 1, True, [200.0, 0.01, 0.01], [10]),
+    ("not a grouped stage", 3, 2, False, [0.01], [1, 1]),
 ]
 
 
-@pytest.mark.parametrize("name,ready,budget,grouped,groups", FORMING,
+@pytest.mark.parametrize("name,ready,budget,grouped,measured,groups", FORMING,
                          ids=[f[0] for f in FORMING])
-def test_call_groups_form_from_what_is_ready(name, ready, budget, grouped, groups):
+def test_call_groups_form_from_what_is_ready(name, ready, budget, grouped, measured, groups):
     queues = StageQueues({"parse": BatchPolicy()}, grouped=["parse"] if grouped else [])
+    for ms in measured:
+        queues.timed("parse", 1, ms)
     for i in range(ready):
         queues.put("parse", PendingInput(None, "parse", i, since=0.0))
     assert [len(g) for g in queues.form("parse", 1, budget, now=0.0)] == groups
     assert queues.grouped("parse") is grouped
+
+
+def test_call_group_times_that_cannot_be_true_are_ignored():
+    queues = StageQueues({"parse": BatchPolicy()}, grouped=["parse"])
+    for inputs, ms in ((1, float("nan")), (1, -1.0), (0, 1.0), (1, float("inf")), (1, 0.0)):
+        queues.timed("parse", inputs, ms)
+    for i in range(5):
+        queues.put("parse", PendingInput(None, "parse", i, since=0.0))
+    assert [len(g) for g in queues.form("parse", 1, 1, now=0.0)] == [1]   # still unmeasured
+    assert call_group_size(None) == 1 and call_group_size(float("nan")) == 1
 
 
 def test_no_call_groups_with_batching_off():
@@ -146,3 +163,20 @@ def test_the_hook_setting_reaches_the_executor_settings():
         hook = StreamplaceHook.create("127.0.0.1:9", call_groups=enabled)
         hook.nodes = hook.settings.resolved_nodes()
         assert hook.executor_settings(1, "tm_a").call_groups is enabled
+
+
+def test_a_heavy_per_record_step_still_spreads_over_the_units():
+    """Grouping a step whose calls take longer than CALL_GROUP_MS would queue its records on
+    one unit while the other idles: measured heavy, it runs one input a call, on both units."""
+    import time as clock
+
+    def heavy(x):
+        clock.sleep(0.03)
+        return x
+
+    outcomes, report = run(as_operator([heavy]), list(range(8)), cpu_workers=2,
+                           chain_cpu_stages=False)
+    assert all(o.status == "OK" for o in outcomes)
+    runs = [r for o in outcomes for r in o.stages]
+    assert {r.unit for r in runs} == {"cpu:0", "cpu:1"}
+    assert all(r.batch_size == 1 for r in runs)
