@@ -632,6 +632,9 @@ def _register_router_gauges(group, function: RouterFunction) -> None:
             group.gauge(f"streamplace_decision_{name}_p99_us",
                         lambda name=name: int(router.timing.percentile_us(name, 99)))
     group.gauge("streamplace_model_version", lambda: int(router.model_version or 0))
+    # a version on the service's interleaved trial, deciding its share beside the model; 0: none
+    group.gauge("streamplace_candidate_version",
+                lambda: int(getattr(router.candidate, "version", 0) or 0))
     group.gauge("streamplace_router_own_cpu_ns", function._own_cpu.mean_ns)
     group.gauge("streamplace_model_refresh_failures",
                 lambda: int(function.refresher.failures if function.refresher else 0))

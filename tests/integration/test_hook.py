@@ -132,10 +132,15 @@ def hook_run(stack_config, flink_cluster, tmp_path_factory, passing_burst_check)
             ) from None
         run["refused"] = (learner.models_rejected, learner.last_error)
         run["versions"] = client.versions() if hasattr(client, "versions") else None
-        run["router_version"] = _wait(
-            lambda: (lambda v: v if v and v >= run["version"]["version"] else None)(
-                _router_metric(flink_cluster, job_id, "streamplace_model_version")),
-            120, "the router to install that model version")
+        def router_version():
+            # the version the router decides with, or holds beside it while the version is a
+            # candidate on the service's interleaved trial (it decides its share of the tasks)
+            held = max(_router_metric(flink_cluster, job_id, name) or 0 for name in (
+                "streamplace_model_version", "streamplace_candidate_version"))
+            return held if held >= run["version"]["version"] else None
+
+        run["router_version"] = _wait(router_version, 120,
+                                      "the router to install that model version")
         service.stop()  # the service dies mid-run: routing must go on, nothing lost
         run["service_stopped"] = True
         second = _events(PHASE_TWO, seed=12, prefix="hook2")
