@@ -192,7 +192,8 @@ class OnlineRouted(Policy):
         """What the real router's ModelRefresher does: the newest version, or for a candidate
         on an interleaved trial (pyflink_jobs.model_trial) the champion beside the candidate,
         which then decides its share of the task ids."""
-        from pyflink_jobs.model_trial import CandidateArm, candidate_trial
+        from placement.service.interleaved_trial import candidate_trial
+        from pyflink_jobs.model_trial import CandidateArm
         latest = self.learner.store.latest()
         if latest is None or latest["version"] in (
                 self.version, None if self.candidate is None else self.candidate.version):

@@ -1,6 +1,6 @@
 """A router's side of the placement service's interleaved version trial
-(:mod:`placement.service.interleaved_trial`): the candidate version it holds beside its champion,
-and what a service entry must say for the router to serve one.
+(:mod:`placement.service.interleaved_trial`, which also reads what an entry asks:
+``candidate_trial``): the candidate version a router holds beside its champion.
 
 While the service's newest version is a candidate on an interleaved trial, its entry says
 ``trial_share`` (the candidate's share of the tasks, in (0, 1)) and ``trial_champion`` (the
@@ -20,28 +20,15 @@ Example::
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 
 from placement.service.interleaved_trial import in_candidate_share
 from workload.limits import MAX_MODEL_VERSION, short_repr
 from workload.model import Policy
 
-__all__ = ["CandidateArm", "CandidateTrial", "ServedModels", "candidate_trial",
-           "plausible_version", "NO_CHAMPION_VERSION"]
+__all__ = ["CandidateArm", "ServedModels", "plausible_version"]
 
 log = logging.getLogger(__name__)
-
-#: ``trial_champion`` when the champion is no published version (the router's own rule)
-NO_CHAMPION_VERSION = -1
-
-
-@dataclass(frozen=True)
-class CandidateTrial:
-    """What a candidate's service entry asks of the routers."""
-
-    share: float              # the candidate's share of the tasks, in (0, 1)
-    champion_version: int     # the rest: decided with this version (-1: the router's own rule)
 
 
 @dataclass(frozen=True)
@@ -54,26 +41,6 @@ class CandidateArm:
 
     def decides(self, task_id: str) -> bool:
         return in_candidate_share(task_id, self.share)
-
-
-def candidate_trial(entry: dict) -> CandidateTrial | None:
-    """The interleaved trial a service entry asks for, or None for a version that serves
-    alone (no ``trial_share``). A malformed one raises ValueError: the router must not serve a
-    version whose share or champion it cannot read (a share of NaN, 5 or "all" would hand the
-    candidate every task, or none)."""
-    if not isinstance(entry, dict) or "trial_share" not in entry:
-        return None
-    share, champion = entry.get("trial_share"), entry.get("trial_champion")
-    if not (isinstance(share, (int, float)) and not isinstance(share, bool)
-            and math.isfinite(share) and 0.0 < share < 1.0):
-        raise ValueError(f"trial_share must be a number in (0, 1), got {short_repr(share)}")
-    if not (isinstance(champion, int) and not isinstance(champion, bool)
-            and NO_CHAMPION_VERSION <= champion <= MAX_MODEL_VERSION):
-        raise ValueError(f"trial_champion must be an int in [{NO_CHAMPION_VERSION}, "
-                         f"{MAX_MODEL_VERSION}], got {short_repr(champion)}")
-    if champion == entry.get("version"):
-        raise ValueError(f"trial_champion is the candidate itself (version {champion})")
-    return CandidateTrial(float(share), champion)
 
 
 def plausible_version(version) -> bool:

@@ -45,11 +45,12 @@ from dataclasses import dataclass, field
 
 from placement.ldwp.compiled import decision_path
 from placement.measured_costs import MeasuredCosts
+from placement.service.interleaved_trial import candidate_trial
 from placement.speed import ObservedSpeed, timing_sample
 from pyflink_jobs.decision_timing import DecisionTimer
 from pyflink_jobs.in_flight import InFlightLedger
 from pyflink_jobs.keep_rule import MAX_KEPT_LINES, KeepRule
-from pyflink_jobs.model_trial import ServedModels, candidate_trial, plausible_version
+from pyflink_jobs.model_trial import ServedModels, plausible_version
 from pyflink_jobs.routed import DecisionContext
 from pyflink_jobs.task_event_routing import TaskEventRouting
 from pyflink_jobs.tenant_quotas import QuotaSettings, QuotaVerdict, TenantQuotas

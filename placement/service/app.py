@@ -56,6 +56,7 @@ from placement.cost_snapshot import cost_snapshot
 from placement.ldwp.modelfile import ModelFileError
 from placement.service.feedback import FeedbackConsumer, FeedbackIngest, consumer_config
 from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
+from placement.service.interleaved_trial import candidate_trial
 from placement.service.http_limits import (MAX_BODY_BYTES, BodySizeLimit, bounded_echo,
                                            text_safe)
 from placement.service.learner import OnlineLearner, to_cluster_spec
@@ -191,11 +192,17 @@ class ServingPolicy:
 
     @staticmethod
     def _served_version(latest: dict | None) -> int | None:
-        """The version /decide serves: the newest, or its trial's champion (None: none)."""
-        if latest is None or "trial_share" not in latest:
-            return None if latest is None else latest["version"]
-        champion = latest.get("trial_champion")   # written by this service (TrialServing)
-        return champion if isinstance(champion, int) and champion >= 0 else None
+        """The version /decide serves: the newest, or its trial's champion (None: none, or an
+        entry whose trial cannot be read: what serves now keeps serving)."""
+        if latest is None:
+            return None
+        try:
+            trial = candidate_trial(latest)
+        except ValueError:
+            return None
+        if trial is None:
+            return latest["version"]
+        return trial.champion_version if trial.champion_version >= 0 else None
 
     def _load(self, version: int) -> None:
         """Switch to stored ``version``, or refuse it and keep what serves now (lock held)."""

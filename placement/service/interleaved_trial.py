@@ -43,13 +43,47 @@ from __future__ import annotations
 
 import math
 import zlib
+from dataclasses import dataclass
 
 from placement.service.version_trial import TrialSettings, TrialVerdict, VersionTrial
+from workload.limits import MAX_MODEL_VERSION, short_repr
 
-__all__ = ["InterleavedTrial", "in_candidate_share", "SHARE_RESOLUTION"]
+__all__ = ["InterleavedTrial", "in_candidate_share", "SHARE_RESOLUTION", "CandidateTrial",
+           "candidate_trial", "NO_CHAMPION_VERSION"]
 
 #: how finely a task id's hash is cut into shares
 SHARE_RESOLUTION = 1 << 32
+#: ``trial_champion`` when the champion is no published version (the router's own rule)
+NO_CHAMPION_VERSION = -1
+
+
+@dataclass(frozen=True)
+class CandidateTrial:
+    """What a candidate's service entry asks of the routers."""
+
+    share: float              # the candidate's share of the tasks, in (0, 1)
+    champion_version: int     # the rest: decided with this version (-1: the router's own rule)
+
+
+def candidate_trial(entry: dict) -> CandidateTrial | None:
+    """The interleaved trial a service entry asks for, or None for a version that serves
+    alone (no ``trial_share``); read by the routers (:mod:`pyflink_jobs.model_trial`) and by
+    ``/decide``, which serves the champion meanwhile. A malformed one raises ValueError: a
+    router must not serve a version whose share or champion it cannot read (a share of NaN, 5
+    or "all" would hand the candidate every task, or none)."""
+    if not isinstance(entry, dict) or "trial_share" not in entry:
+        return None
+    share, champion = entry.get("trial_share"), entry.get("trial_champion")
+    if not (isinstance(share, (int, float)) and not isinstance(share, bool)
+            and math.isfinite(share) and 0.0 < share < 1.0):
+        raise ValueError(f"trial_share must be a number in (0, 1), got {short_repr(share)}")
+    if not (isinstance(champion, int) and not isinstance(champion, bool)
+            and NO_CHAMPION_VERSION <= champion <= MAX_MODEL_VERSION):
+        raise ValueError(f"trial_champion must be an int in [{NO_CHAMPION_VERSION}, "
+                         f"{MAX_MODEL_VERSION}], got {short_repr(champion)}")
+    if champion == entry.get("version"):
+        raise ValueError(f"trial_champion is the candidate itself (version {champion})")
+    return CandidateTrial(float(share), champion)
 
 
 def in_candidate_share(task_id: str, share: float) -> bool:

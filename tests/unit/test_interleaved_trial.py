@@ -172,7 +172,7 @@ def _feed(learner, candidate_ms: float, champion_ms: float, reports: int) -> lis
     """Routers that do what the service's newest entry asks (the candidate decides its share
     of the task ids): returns how many tasks each version decided, per report."""
     from test_model_gate import NODES
-    from pyflink_jobs.model_trial import candidate_trial
+    from placement.service.interleaved_trial import candidate_trial
     t0, decided = 1_700_000_000_000, []
     for r in range(reports):
         latest = learner.store.latest()

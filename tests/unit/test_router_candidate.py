@@ -9,7 +9,7 @@ import pytest
 from test_router import NODES, FakeClock, _agent, event
 
 from placement.service.interleaved_trial import in_candidate_share
-from pyflink_jobs.model_trial import candidate_trial
+from placement.service.interleaved_trial import candidate_trial
 from pyflink_jobs.router import ModelRefresher, Router, RouterSettings
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from placement.ldwp.modelfile import ModelFileError, load_model
 from placement.ldwp.networks import export_layers
-from placement.service.app import PlacementService, plan_executors
+from placement.service.app import PlacementService, ServingPolicy, plan_executors
 from placement.service.client import PlacementClient, ServiceError, ServiceUnavailable
 from placement.service.feedback import Deduplicator
 from placement.service.flink_rest import FlinkRestClient, FlinkUnreachable
@@ -600,3 +600,16 @@ def test_the_service_tries_its_first_version_and_health_says_so(tmp_path,
     assert trials["share"] == 0.1 and trials["block_tasks"][0] == [0, 0]
     decision = client_for(service).post("/decide", json={"tasks": PROBE_TASKS[:1]}).json()[0]
     assert decision["policy"] == "ldwp v1"
+
+
+@pytest.mark.parametrize("entry,served", [
+    ({"version": 3}, 3),                                                # serves alone
+    ({"version": 3, "trial_share": 0.1, "trial_champion": 2}, 2),       # on trial: champion
+    ({"version": 3, "trial_share": 0.1, "trial_champion": -1}, None),   # no champion: as now
+    ({"version": 3, "trial_share": float("nan"), "trial_champion": 2}, None),   # unreadable
+    ({"version": 3, "trial_share": 0.1, "trial_champion": "2"}, None),
+    ({"version": 3, "trial_share": 0.1, "trial_champion": 3}, None),
+])
+def test_decide_serves_the_newest_version_or_its_trials_champion(entry, served):
+    """What /decide loads (None: what serves now keeps serving)."""
+    assert ServingPolicy._served_version(entry) == served
