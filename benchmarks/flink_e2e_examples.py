@@ -110,7 +110,15 @@ EXTRA_VARIANTS = [
     # the executors' per-record stages one input per call, as before 2026-12-06
     # (interference.executor.batching: call groups)
     ("MCT at measured speeds, no call groups", {"POLICY": "mct", "CALL_GROUPS": "false"}),
+    # deciding late (pyflink_jobs.decision_hold): the router holds the next review in Kafka
+    # while every host holds --hold-in-flight times its share of the executors' capacity
+    ("MCT at measured speeds, decided late", {"POLICY": "mct", "HOLD_IN_FLIGHT": "late"}),
+    (f"{PRIOR_SERVICE_LABEL}, decided late",
+     {"POLICY": "ldwp", "SERVICE_URL": PRIOR_SERVICE_URL, "HOLD_IN_FLIGHT": "late"}),
+    ("LDWP + IAWP, decided late", {"POLICY": "ldwp", "HOLD_IN_FLIGHT": "late"}),
 ]
+#: --hold-in-flight's default: the "decided late" variants' depth (capacity shares per host)
+HOLD_IN_FLIGHT = 3.0
 #: The prior-only service never reaches a first learned version, and never trains: a
 #: learner that trained without publishing would only take CPU from the job on this machine.
 NEVER = 10**12
@@ -581,6 +589,9 @@ def _main(argv=None) -> int:
     parser.add_argument("--only", default="",
                         help="variants whose label contains this (or any of these, "
                              "comma-separated)")
+    parser.add_argument("--exclude", default="",
+                        help="leave out the variants whose label contains this (or any of "
+                             "these, comma-separated), after --only")
     parser.add_argument("--spec", default="default",
                         help="cluster spec: a shipped name (workload/specs) or a YAML path; "
                              "'hosts' runs on the emulated hosts (needs root; else the cpuset "
@@ -593,6 +604,10 @@ def _main(argv=None) -> int:
                         help="run every hooked job's router (and its sources and sinks) on "
                              "this TaskManager (the hook's router_host); the output's name "
                              "gains '_router-<host>'")
+    parser.add_argument("--hold-in-flight", type=float, default=HOLD_IN_FLIGHT,
+                        help="the 'decided late' variants' depth: a router holds the next "
+                             "record while every host holds this many times its share of the "
+                             "executors' capacity (HookSettings.hold_in_flight)")
     parser.add_argument("--frozen-model", default="",
                         help="the model file of the 'LDWP frozen' ablation (default: the shipped "
                              "residual model), e.g. a version the service learned; 'prior': the "
@@ -656,6 +671,10 @@ def _main(argv=None) -> int:
         [frozen_variant(v, args.frozen_model) for v in EXTRA_VARIANTS
          if args.only and any(part in v[0] for part in wanted)] + \
         [("plain job (Flink places its map; see docstring)", None)]
+    unwanted = [part for part in args.exclude.split(",") if part]
+    variants = [v for v in variants if not any(part in v[0] for part in unwanted)]
+    variants = [(label, dict(env, HOLD_IN_FLIGHT=f"{args.hold_in_flight:g}"))
+                if env and "HOLD_IN_FLIGHT" in env else (label, env) for label, env in variants]
     cfg = bench_config("default", args.spec)
     flink_conf = flink_conf_entries(args.flink_conf)
     cfg.flink.extra_config.update(flink_conf)

@@ -80,6 +80,7 @@ from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExec
                                             SplitOutcomes)
 from interference.executor.direct import direct_operator
 from interference.schedulers import NODE_SCHEDULERS
+from pyflink_jobs.decision_hold import MAX_HOLD_IN_FLIGHT
 from pyflink_jobs.router import RouterNode, RouterSettings
 from pyflink_jobs.tenant_quotas import QuotaSettings, parse_tenant_shares
 from pyflink_jobs.router_function import (OperatorRecords, RestAwarePartitioner, RouterFunction,
@@ -195,6 +196,12 @@ class HookSettings:
     # of the router's Python, measured); "auto", "topic" with routing "colocated" (every record
     # crosses a router there) and "broadcast" otherwise.
     router_feedback: str = "auto"
+    # Decide late (pyflink_jobs/decision_hold.py): while every node holds this many times its
+    # share of the executors' capacity in flight, the router waits for a completion report
+    # before it decides the next record (which waits in Kafka meanwhile); 0 = decide each
+    # record as it comes. The wait needs the feedback read on the router's own thread, so
+    # "auto" feedback is "topic" then.
+    hold_in_flight: float = 0.0
     # Calls of the user's operator per record before the record is a dead letter. 1, as a
     # plain map calls it once; more re-run an operator that raised (its side effects too).
     # (A batched stage whose batch raised re-runs its records one by one either way: that is
@@ -296,7 +303,7 @@ class HookSettings:
         job when no broker answers, while the tail waits for one (a plain script with a
         bounded input then runs without a broker)."""
         if self.router_feedback == "auto":
-            return self.routing == "colocated" or local
+            return self.routing == "colocated" or local or self.hold_in_flight > 0
         return self.router_feedback == "topic"
 
     def operator_instances(self, nodes) -> int:
@@ -339,6 +346,9 @@ def _check_choices(s: HookSettings) -> None:
     if s.router_feedback not in ROUTER_FEEDBACKS:
         raise ValueError(f"router_feedback must be one of {ROUTER_FEEDBACKS}, got "
                          f"{s.router_feedback!r}")
+    if s.router_feedback == "broadcast" and finite_real(s.hold_in_flight):
+        raise ValueError("hold_in_flight needs router_feedback 'topic' or 'auto': a router "
+                         "fed by its broadcast input cannot read a completion while it waits")
     if s.routing == "colocated" and s.router_parallelism != 1:
         raise ValueError("routing='colocated' runs one router per node (at most one per "
                          "TaskManager); leave router_parallelism at 1, got "
@@ -385,6 +395,8 @@ def _check_numbers(s: HookSettings) -> None:
         "keep_local_below_ms", s.keep_local_below_ms, 0.0, 1000.0)
     s.executor_capacity = _require_int("executor_capacity", s.executor_capacity, 1,
                                        MAX_EXECUTOR_CAPACITY)
+    s.hold_in_flight = _require_number("hold_in_flight", s.hold_in_flight, 0.0,
+                                       MAX_HOLD_IN_FLIGHT)
     s.transaction_timeout_ms = _require_int("transaction_timeout_ms", s.transaction_timeout_ms,
                                             1, MAX_TRANSACTION_TIMEOUT_MS)
 
@@ -526,6 +538,7 @@ class StreamplaceHook:
                               executor_capacity=s.executor_capacity,
                               routers=s.router_instances(),
                               keep_local_below_ms=s.keep_local_below_ms,
+                              hold_in_flight=s.hold_in_flight,
                               tenant_quotas=QuotaSettings(dict(s.tenant_shares))
                               if s.tenant_shares else None)
 
@@ -842,6 +855,12 @@ class HookBuilder:
         (HookSettings.router_feedback)."""
         replace(self._settings, router_feedback=mode)  # checked now (__post_init__)
         return self._set(router_feedback=mode)
+
+    def hold_in_flight(self, depth: float) -> "HookBuilder":
+        """Decide late: hold the next record while every node holds ``depth`` times its share
+        of the executors' capacity in flight (HookSettings.hold_in_flight; 0 = never)."""
+        checked = replace(self._settings, hold_in_flight=depth)  # (__post_init__)
+        return self._set(hold_in_flight=checked.hold_in_flight)
 
     def executor_capacity(self, capacity: int) -> "HookBuilder":
         checked = replace(self._settings, executor_capacity=capacity)  # (__post_init__)

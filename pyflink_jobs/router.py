@@ -47,6 +47,7 @@ from placement.ldwp.compiled import decision_path
 from placement.measured_costs import MeasuredCosts
 from placement.service.interleaved_trial import candidate_trial
 from placement.speed import ObservedSpeed, timing_sample
+from pyflink_jobs.decision_hold import MAX_HOLD_IN_FLIGHT, DecisionHold, hold_limits
 from pyflink_jobs.decision_timing import DecisionTimer
 from pyflink_jobs.in_flight import InFlightLedger
 from pyflink_jobs.keep_rule import MAX_KEPT_LINES, KeepRule
@@ -106,6 +107,12 @@ class RouterSettings:
     # another TaskManager costs about one more PyFlink crossing, ~0.1-0.3 ms of CPU on this
     # project's machine (benchmarks/hook_profile.py), more than such a task's work. 0 = never.
     keep_local_below_ms: float = 0.25
+    # Decide late (pyflink_jobs.decision_hold): while every node holds this many times its
+    # capacity share in flight, wait for a completion before deciding (at most hold_max_s a
+    # record); 0 = decide every record as it comes. Needs completions reported on the
+    # feedback tail's thread (the hook's router_feedback "topic").
+    hold_in_flight: float = 0.0
+    hold_max_s: float = 1.0
 
     def __post_init__(self) -> None:
         ids = [n.node_id for n in self.nodes]
@@ -118,6 +125,11 @@ class RouterSettings:
         if not 0.0 <= self.keep_local_below_ms <= 1000.0:  # NaN fails too
             raise ValueError(f"keep_local_below_ms must be in [0, 1000], got "
                              f"{self.keep_local_below_ms!r}")
+        if isinstance(self.hold_in_flight, bool) or not isinstance(
+                self.hold_in_flight, (int, float)) or \
+                not 0.0 <= self.hold_in_flight <= MAX_HOLD_IN_FLIGHT:
+            raise ValueError(f"hold_in_flight must be a number in [0, {MAX_HOLD_IN_FLIGHT:g}], "
+                             f"got {self.hold_in_flight!r}")
 
     def capacity_share(self, node: RouterNode) -> int:
         """The in-flight records one router instance may hold on ``node``: its share of the
@@ -147,7 +159,10 @@ class Router(ServedModels, TaskEventRouting):
         from workload.estimates import CostModel
         self.costs = MeasuredCosts(self.cluster, prior=CostModel(colocation=None))
         self.speeds = ObservedSpeed(self.cluster, self.costs)
-        self._lock = threading.Lock()
+        # a Condition: a record held for room (decision_hold) waits on it for a completion
+        self._lock = threading.Condition(threading.Lock())
+        self.hold = (DecisionHold(hold_limits(self._capacity, settings.hold_in_flight),
+                                  settings.hold_max_s) if settings.hold_in_flight else None)
         self.fallback: Policy = make_policy(settings.fallback, self.cluster, costs=self.costs)
         self.model_policy = None
         self.model_version: int | None = None
@@ -203,14 +218,17 @@ class Router(ServedModels, TaskEventRouting):
         observe = getattr(self.fixed_policy, "observe_completion", None)
         timings = _task_timings(feedback.get("completed"))
         with self._lock:
-            samples = []
+            samples, retired = [], False
             for timing in timings:
                 ran_here, entry = self.ledger.report(timing["task_id"], self.clock(), node_id)
+                retired = retired or entry is not None
                 if entry is not None and observe is not None:  # rules that learn from
                     # outcomes (e.g. liquid)
                     observe(timing["task_id"], max(0.0, self.clock() - entry[1]), entry[0])
                 if ran_here:  # (type, size, work s); None when implausible
                     samples.append(timing_sample(timing))
+            if retired and self.hold is not None:  # some of ours retired: room, perhaps
+                self.hold.completed(self._lock)
             for sample in samples:
                 if sample is not None:
                     self.speeds.observe(node_id, *sample)
@@ -295,6 +313,9 @@ class Router(ServedModels, TaskEventRouting):
             self.ledger.complete(task_id, self.clock())
 
     def _route(self, task: Task) -> tuple[Decision, DecisionContext, QuotaVerdict | None]:
+        if self.hold is not None:   # decide late: not in the decision's timings
+            with self._lock:
+                self.hold.wait(self._lock, self.ledger.count)
         cpu_started = time.thread_time() if self.timing.samples_cpu() else None
         started = time.perf_counter()
         with self._lock:
@@ -354,21 +375,28 @@ class Router(ServedModels, TaskEventRouting):
         return decision_path(self.policy)
 
     def stats(self) -> dict:
-        return {"routed": dict(self.routed), "in_flight": self.in_flight(),
-                "backlog_s": self.backlog_s(), "speed_factors": self.speeds.factors(),
-                "reported_slowness": self.speeds.reported_factors(),
-                "model_version": self.model_version, "policy": self.policy.name,
-                "candidate_version": None if self.candidate is None else self.candidate.version,
-                "candidate_decisions": self.candidate_decisions,
-                "decision_path": self.stats_decision_path(),
-                "fallback_decisions": self.fallback_decisions, "full_skips": self.full_skips,
-                "feedback_records": self.feedback_records,
-                "seeded_cost_fits": self.seeded_cost_fits,
-                "decision_p50_us": self.latency_percentile_us(50),
-                "decision_p99_us": self.latency_percentile_us(99),
-                "decision_timing_us": self.timing.summary(),
-                **({"tenants": self.quotas.stats(), "demoted": self.quotas.demoted_total}
-                   if self.quotas is not None else {})}
+        """Counts, speeds, latencies and the model in use, for gauges and benchmarks."""
+        return _router_stats(self)
+
+
+def _router_stats(router: Router) -> dict:
+    """Router.stats (kept outside the class: what it reports, not how it decides)."""
+    return {"routed": dict(router.routed), "in_flight": router.in_flight(),
+            "backlog_s": router.backlog_s(), "speed_factors": router.speeds.factors(),
+            "reported_slowness": router.speeds.reported_factors(),
+            "model_version": router.model_version, "policy": router.policy.name,
+            "candidate_version": None if router.candidate is None else router.candidate.version,
+            "candidate_decisions": router.candidate_decisions,
+            "decision_path": router.stats_decision_path(),
+            "fallback_decisions": router.fallback_decisions, "full_skips": router.full_skips,
+            "feedback_records": router.feedback_records,
+            "seeded_cost_fits": router.seeded_cost_fits,
+            **({"hold": router.hold.stats()} if router.hold is not None else {}),
+            "decision_p50_us": router.latency_percentile_us(50),
+            "decision_p99_us": router.latency_percentile_us(99),
+            "decision_timing_us": router.timing.summary(),
+            **({"tenants": router.quotas.stats(), "demoted": router.quotas.demoted_total}
+               if router.quotas is not None else {})}
 
 
 def _task_timings(completed) -> list:

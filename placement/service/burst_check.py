@@ -148,12 +148,17 @@ def burst_split(policy, states: list[NodeState], costs, tasks: list[Task],
     ids = [s.node_id for s in states]
     base = {s.node_id: s for s in states}
     queue, backlog, split = Counter(), dict.fromkeys(ids, 0.0), dict.fromkeys(ids, 0)
+    work_of: dict[tuple, float] = {}   # the costs do not move during a split: asked once each
     for task in tasks:
         offered, _ = offered_nodes(ids, queue, capacity)
         nodes = tuple(dataclasses.replace(base[n], queue_depth=queue[n], backlog_s=backlog[n])
                       for n in offered)
         node = policy.decide(Observation(task, nodes, 0.0)).node
-        work = costs.estimates_s([node], task.app_id, task.input_size, explore=False)[node]
+        key = (node, task.app_id, task.input_size)
+        work = work_of.get(key)
+        if work is None:
+            work = work_of[key] = costs.estimates_s([node], task.app_id, task.input_size,
+                                                    explore=False)[node]
         queue[node] += 1
         backlog[node] += work * base[node].speed_factor
         split[node] += 1

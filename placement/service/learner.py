@@ -88,7 +88,7 @@ from placement.service.burst_check import BurstCheck
 from placement.service.examples import FeedbackExamples, NodeHistory, TrainingExample
 from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
-from placement.service.trial_serving import trial_serving_for
+from placement.service.trial_serving import MAX_WAIT_FACTOR, trial_serving_for
 from placement.service.version_trial import TrialSettings
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation
@@ -104,9 +104,14 @@ PRIOR_SOURCE = "the starting weights, untrained: MCT's completion estimate at th
 #: LDWPSettings the service changes from the paper's defaults (users override any of them in
 #: ``service.learning``): a bandit regression on small, noisy latencies learns steadily with
 #: Adam at 1e-3; the paper's SGD at 0.1 is tuned to its throughput reward. Epsilon does not
-#: matter (the service never explores; routers decide).
+#: matter (the service never explores; routers decide). One gradient step per 4 examples on
+#: 128 samples, not one per example on 32 (the same samples per example): a step costs about
+#: 2.5 ms of CPU whatever the batch (torch's per-call overhead), so one per completed task made
+#: the service's CPU grow with the cluster's task rate; on the emulated hosts it took 0.6 of
+#: the machine's 2 cores from the TaskManagers (2026-12-07, README "What the service costs").
 SERVICE_LEARNING_DEFAULTS: dict = {"optimizer": "adam", "learning_rate": 1e-3,
-                                   "batch_size": 32, "learning_starts": 32,
+                                   "batch_size": 128, "train_frequency": 4,
+                                   "learning_starts": 32,
                                    "latency_scale_s": 10.0, "hidden_sizes": (128, 64),
                                    # the residual LDWP (docs/ldwp.md): Q = -log(1 + e^g wait
                                    # + e^h task time), untrained = MCT at measured speeds
@@ -389,6 +394,7 @@ class OnlineLearner:
         self._published_records = self.records_trained if latest is not None else 0
         self._learned_version = latest is not None and self.records_trained > 0
         self._tried = False         # a version was checked (published, refused or held)
+        self._refusal_wait = 1      # publish_every times this till the next check (refusals)
         self._hash = hashlib.sha256(f"previous:{previous_hash}\n".encode())
         self._nodes_trained: set[str] = set()
         # the version trial (placement.service.version_trial): None publishes what passes
@@ -489,7 +495,7 @@ class OnlineLearner:
             return self.records_trained >= self.min_records_first_version
         # after a version, or a first one refused or held: publish_every more records (more
         # after a candidate the trial refused: TrialServing.wait_factor)
-        wait = 1 if self.trials is None else self.trials.wait_factor
+        wait = max(self._refusal_wait, 1 if self.trials is None else self.trials.wait_factor)
         return new >= self.publish_every * wait
 
     def publish(self) -> dict | None:
@@ -509,6 +515,10 @@ class OnlineLearner:
         if not verdict.ok or not burst.ok:
             self._roll_back(verdict.reason if not verdict.ok else burst.reason)
             self._published_records = self.records_trained  # try again after publish_every
+            # times 2, 4, then 8 after refusals in a row: a check costs seconds of CPU (a
+            # 2,000-task burst split ten times), which a learner that keeps failing it spent
+            # every publish_every records, on the TaskManagers' machine (2026-12-07)
+            self._refusal_wait = min(MAX_WAIT_FACTOR, 2 * self._refusal_wait)
             return None
         if burst.held:   # not judged yet: the routers keep what they have, training goes on
             self.versions_held += 1
@@ -533,6 +543,7 @@ class OnlineLearner:
             meta.update(self.trials.candidate_metadata())
         entry = _publish_agent(self.store, agent, meta)
         self._published_records = self.records_trained
+        self._refusal_wait = 1
         self._learned_version = True
         self.gate.accept(agent)
         if self.trials is not None:   # it serves its first window; the trial decides the rest

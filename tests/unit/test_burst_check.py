@@ -325,3 +325,33 @@ def test_a_version_the_check_cannot_judge_yet_is_held_not_published_nor_rolled_b
     assert len(versions) == 1 and versions[0]["trained_on_records"] == 300
     assert learner.versions_held == 1 and learner.models_rejected == 0
     assert learner.agent.updates > 0 and len(learner.agent.replay.items) >= 300
+
+
+def test_refusals_in_a_row_space_the_next_checks_out_and_a_publish_resets_them(tmp_path):
+    """A check splits a 2,000-task burst ten times (seconds of CPU): a learner whose versions
+    keep failing it waits publish_every times 2, 4, then 8 before the next one."""
+    from test_model_gate import CLUSTER, feedback
+    from placement.service.learner import OnlineLearner
+    from placement.service.store import ModelStore
+    check = Verdicts(*[(False, "its decisions drain slower than its prior's")] * 3,
+                     (True, "burst drains in 1 s (prior 2 s)"),
+                     (False, "its decisions drain slower than its prior's"))
+    learner = OnlineLearner(CLUSTER, ModelStore(tmp_path), min_records_first_version=100,
+                            publish_every=100, burst_check=check, publish_prior=False,
+                            trial=None)
+    checked_at = []
+    original = check.check
+
+    def counted(*args):
+        checked_at.append(learner.records_trained)
+        return original(*args)
+
+    check.check = counted
+    learner.take(feedback(1600))
+    learner.train_pending()
+    # refused at 100, 300 (+200), 700 (+400); published at 1,500 (+800, the cap); then +100
+    assert checked_at == [100, 300, 700, 1500]
+    assert learner.models_rejected == 3 and len(learner.store.versions()) == 1
+    learner.take(feedback(150, seed=9, prefix="w"))   # (some are held back by the gate)
+    learner.train_pending()
+    assert checked_at == [100, 300, 700, 1500, 1600]   # published: publish_every again

@@ -149,7 +149,8 @@ def test_a_bad_candidate_is_not_published_and_the_learner_rolls_back(tmp_path, h
     assert not learn.agent.replay.items                   # what led there is not replayed
     metrics = learn.metrics.render().decode()
     assert 'streamplace_service_learning_rejections_total{kind="model"} 1.0' in metrics
-    learn.take(feedback(200, seed=9, prefix="u"))          # and it keeps learning
+    learn.take(feedback(400, seed=9, prefix="u"))          # and it keeps learning (the next
+    #                                                        check after twice publish_every)
     learn.train_pending()
     assert all_finite(learn.store) and learn.store.latest()["version"] > versions[-1]["version"]
 
@@ -172,7 +173,7 @@ def test_a_nan_training_loss_rolls_back_at_once(tmp_path, monkeypatch):
         learn.agent.losses[-1] = float("nan")
 
     monkeypatch.setattr(learn.agent, "_train_step", diverging_step)
-    learn.take(feedback(3, seed=5, prefix="v"))
+    learn.take(feedback(8, seed=5, prefix="v"))   # a training step every 4th record
     learn.train_pending()
     assert learn.models_rejected >= 1
     assert all(torch.isfinite(p).all() for p in learn.agent.q_network.parameters())
