@@ -627,6 +627,8 @@ def create_app(service: "PlacementService") -> FastAPI:
                               "examples_dropped": service.learner.examples.examples_dropped,
                               "models_rejected": service.learner.models_rejected,
                               "versions_held": service.learner.versions_held,
+                              "cpu_share": service.learner.loop.cpu_share,
+                              "paused_s": service.learner.loop.paused_s,
                               "trials": None if service.learner.trials is None
                               else service.learner.trials.stats()},
                   "nodes": service.learner.node_ids(),
@@ -787,7 +789,8 @@ class PlacementService:
             min_records_first_version=self.settings.min_records_first_version,
             initial_model=self.settings.initial_model, metrics=self.metrics,
             history_per_node=self.settings.history_per_node, judge=self.settings.judge,
-            trial=self.settings.version_trial(), publish_prior=self.settings.publish_prior)
+            trial=self.settings.version_trial(), publish_prior=self.settings.publish_prior,
+            cpu_share=self.settings.learner_cpu_share)
         self.tenants = TenantReport()
         self.ingest = FeedbackIngest(self.learner, self.metrics, self.settings.dedup_capacity,
                                      reports=[self.tenants])

@@ -85,6 +85,7 @@ from placement.ldwp.modelfile import ModelFileError
 from placement.measured_costs import MeasuredCosts
 from placement.ldwp.networks import export_layers
 from placement.service.burst_check import BurstCheck
+from placement.service.cpu_budget import CpuBudget
 from placement.service.examples import FeedbackExamples, NodeHistory, TrainingExample
 from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
@@ -297,9 +298,13 @@ class TrainingLoop:
     ``stop`` never waits long and publishing stays timely), and keeps going after an error
     (kept in the learner's ``last_error``, shown by ``/health``)."""
 
-    def __init__(self, learner: "OnlineLearner", wake: threading.Event | None = None):
+    def __init__(self, learner: "OnlineLearner", wake: threading.Event | None = None,
+                 cpu_share: float = 1.0):
         self.learner = learner
         self.wake = wake if wake is not None else threading.Event()
+        # at most this share of one core (placement.service.cpu_budget); made in the thread
+        self.cpu_share = CpuBudget(cpu_share).share   # (checked now, not in the thread)
+        self.budget: CpuBudget | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -312,12 +317,15 @@ class TrainingLoop:
         self._thread.start()
 
     def _run(self) -> None:
+        self.budget = budget = CpuBudget(self.cpu_share)   # thread_time is this thread's
         while not self._stop.is_set():
             self.wake.wait(0.5)
             self.wake.clear()
             try:
                 while not self._stop.is_set() and self.learner.train_pending(max_records=64):
-                    pass
+                    pause = budget.pause_s()
+                    if pause:   # past its CPU share: the queue waits (bounded; see budget)
+                        self._stop.wait(pause)
             except Exception as exc:  # noqa: BLE001 - keep serving; /health shows the error
                 self.learner.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("online learner failed on a record; continuing")
@@ -333,6 +341,11 @@ class TrainingLoop:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def paused_s(self) -> float:
+        """Seconds the thread slept to keep within its CPU share."""
+        return 0.0 if self.budget is None else round(self.budget.paused_s, 3)
+
 
 class OnlineLearner:
     """Learns LDWP from feedback and publishes model versions (see the module docstring).
@@ -344,7 +357,9 @@ class OnlineLearner:
     calibration's CostModel as prior; a plain CostModel keeps the older behaviour (per-app
     estimates, built-in apps only, times measured speed factors). ``max_unknown_nodes``: how
     many nodes outside the cluster spec are learned from (more would be ignored: hostile
-    feedback must not grow every example's node list without bound).
+    feedback must not grow every example's node list without bound). ``cpu_share``: at most
+    this share of one core for the learner's own thread (:mod:`placement.service.cpu_budget`;
+    1: no limit).
     """
 
     def __init__(self, cluster, store: ModelStore, learning: Mapping | LDWPSettings | None = None,
@@ -354,7 +369,8 @@ class OnlineLearner:
                  max_unknown_nodes: int = 64, gate: PublishGate | None = None,
                  max_latency_s: float = 3600.0, max_task_size: int = 10**11,
                  burst_check: BurstCheck | None = None, judge: str = "drain",
-                 trial: TrialSettings | None = None, publish_prior: bool = True):
+                 trial: TrialSettings | None = None, publish_prior: bool = True,
+                 cpu_share: float = 1.0):
         if publish_every < 1 or min_records_first_version < 1:
             raise ValueError("publish_every and min_records_first_version must be at least 1")
         self.cluster = to_cluster_spec(cluster, gpu_model)
@@ -371,7 +387,7 @@ class OnlineLearner:
                                          max_unknown_nodes, max_latency_s, max_task_size,
                                          judge=judge)
         self._train_lock = threading.Lock()  # one trainer at a time (thread or caller)
-        self._loop = TrainingLoop(self, self.examples.wake)
+        self.loop = TrainingLoop(self, self.examples.wake, cpu_share)
         self.last_error: str | None = None
 
         self.agent, latest, self.records_trained, previous_hash = _starting_agent(
@@ -557,15 +573,15 @@ class OnlineLearner:
     # -- background thread (TrainingLoop) -------------------------------------------------------
     def start(self) -> "OnlineLearner":
         """Train in a daemon thread until :meth:`stop`."""
-        self._loop.start()
+        self.loop.start()
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._loop.stop(timeout_s)
+        self.loop.stop(timeout_s)
 
     @property
     def running(self) -> bool:
-        return self._loop.running
+        return self.loop.running
 
     def pending(self) -> int:
         return self.examples.pending()

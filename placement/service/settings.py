@@ -125,6 +125,12 @@ class ServiceSettings(BaseModel):
                                "process (torch.set_num_threads): the network is tiny, more "
                                "threads only contend for the cores (15x slower measured on 2 "
                                "busy cores)")
+    learner_cpu_share: float = Field(0.5, gt=0.0, le=1.0, description="at most this share "
+                                     "of one core for the learner's training thread "
+                                     "(placement.service.cpu_budget): a service that shares "
+                                     "a machine with the TaskManagers must not take their CPU "
+                                     "(0.34-0.67 of 2 cores measured unbounded); past it, "
+                                     "examples wait in the bounded queue; 1 = no limit")
     fallback: str = Field("least_loaded", description="placement.policies rule /decide uses "
                           "while no model version exists")
 
