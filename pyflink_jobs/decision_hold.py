@@ -40,7 +40,10 @@ import math
 import threading
 import time
 
-__all__ = ["DecisionHold", "hold_limits", "MAX_HOLD_IN_FLIGHT", "MAX_HOLD_WAIT_S"]
+from workload.limits import finite_real
+
+__all__ = ["DecisionHold", "hold_limits", "checked_hold_in_flight", "MAX_HOLD_IN_FLIGHT",
+           "MAX_HOLD_WAIT_S"]
 
 #: ``hold_in_flight`` above this holds nothing in practice (and is a unit mistake)
 MAX_HOLD_IN_FLIGHT = 1000.0
@@ -48,19 +51,27 @@ MAX_HOLD_IN_FLIGHT = 1000.0
 MAX_HOLD_WAIT_S = 60.0
 
 
+def checked_hold_in_flight(value) -> float:
+    """``value`` as a hold's depth, a finite number in [0, MAX_HOLD_IN_FLIGHT] (0: no hold);
+    else a ValueError naming the setting (bools and strings refused)."""
+    depth = finite_real(value)
+    if depth is None or not 0.0 <= depth <= MAX_HOLD_IN_FLIGHT:
+        raise ValueError(f"hold_in_flight must be a number in [0, {MAX_HOLD_IN_FLIGHT:g}], "
+                         f"got {value!r}")
+    return depth
+
+
 def hold_limits(capacity_shares: dict[str, int], hold_in_flight: float) -> dict[str, int]:
-    """Per node: the in-flight count at which it has no room, ``hold_in_flight`` times its
-    capacity share rounded up (at least 1).
+    """Per node: the in-flight count at which it has no room, ``hold_in_flight`` (above 0)
+    times its capacity share rounded up (at least 1).
 
     >>> hold_limits({"tm_a": 32, "tm_b": 16}, 2.5)
     {'tm_a': 80, 'tm_b': 40}
     """
-    if isinstance(hold_in_flight, bool) or not isinstance(hold_in_flight, (int, float)) or \
-            not 0.0 < hold_in_flight <= MAX_HOLD_IN_FLIGHT:
-        raise ValueError(f"hold_in_flight must be a number in (0, {MAX_HOLD_IN_FLIGHT:g}], "
-                         f"got {hold_in_flight!r}")
-    return {node: max(1, math.ceil(share * hold_in_flight))
-            for node, share in capacity_shares.items()}
+    depth = checked_hold_in_flight(hold_in_flight)
+    if depth == 0.0:
+        raise ValueError("hold_in_flight 0 holds nothing: a hold needs a depth above 0")
+    return {node: max(1, math.ceil(share * depth)) for node, share in capacity_shares.items()}
 
 
 class DecisionHold:
@@ -91,8 +102,7 @@ class DecisionHold:
         if self.quiet or self.has_room(in_flight):
             return 0.0
         started = self.clock()
-        room = condition.wait_for(lambda: self.has_room(in_flight) or self.quiet,
-                                  timeout=self.max_wait_s)
+        room = condition.wait_for(lambda: self.has_room(in_flight), timeout=self.max_wait_s)
         held = max(0.0, self.clock() - started)
         self.holds += 1
         self.held_s += held

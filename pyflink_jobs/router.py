@@ -47,7 +47,7 @@ from placement.ldwp.compiled import decision_path
 from placement.measured_costs import MeasuredCosts
 from placement.service.interleaved_trial import candidate_trial
 from placement.speed import ObservedSpeed, timing_sample
-from pyflink_jobs.decision_hold import MAX_HOLD_IN_FLIGHT, DecisionHold, hold_limits
+from pyflink_jobs.decision_hold import DecisionHold, checked_hold_in_flight, hold_limits
 from pyflink_jobs.decision_timing import DecisionTimer
 from pyflink_jobs.in_flight import InFlightLedger
 from pyflink_jobs.keep_rule import MAX_KEPT_LINES, KeepRule
@@ -125,11 +125,7 @@ class RouterSettings:
         if not 0.0 <= self.keep_local_below_ms <= 1000.0:  # NaN fails too
             raise ValueError(f"keep_local_below_ms must be in [0, 1000], got "
                              f"{self.keep_local_below_ms!r}")
-        if isinstance(self.hold_in_flight, bool) or not isinstance(
-                self.hold_in_flight, (int, float)) or \
-                not 0.0 <= self.hold_in_flight <= MAX_HOLD_IN_FLIGHT:
-            raise ValueError(f"hold_in_flight must be a number in [0, {MAX_HOLD_IN_FLIGHT:g}], "
-                             f"got {self.hold_in_flight!r}")
+        self.hold_in_flight = checked_hold_in_flight(self.hold_in_flight)
 
     def capacity_share(self, node: RouterNode) -> int:
         """The in-flight records one router instance may hold on ``node``: its share of the

@@ -24,8 +24,9 @@ Example::
 
 from __future__ import annotations
 
-import math
 import time
+
+from workload.limits import finite_real
 
 __all__ = ["CpuBudget", "BUDGET_WINDOW_S"]
 
@@ -39,18 +40,22 @@ class CpuBudget:
 
     def __init__(self, share: float = 1.0, window_s: float = BUDGET_WINDOW_S,
                  cpu_clock=time.thread_time, wall_clock=time.monotonic):
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or \
-                not 0.0 < share <= 1.0:   # NaN fails too
+        checked_share, checked_window = finite_real(share), finite_real(window_s)
+        if checked_share is None or not 0.0 < checked_share <= 1.0:
             raise ValueError(f"the learner's CPU share must be in (0, 1], got {share!r}")
-        if not (isinstance(window_s, (int, float)) and math.isfinite(window_s)
-                and window_s > 0):
+        if checked_window is None or checked_window <= 0:
             raise ValueError(f"the budget's window must be a positive number of seconds, got "
                              f"{window_s!r}")
-        self.share, self.window_s = float(share), float(window_s)
+        self.share, self.window_s = checked_share, checked_window
         self.cpu_clock, self.wall_clock = cpu_clock, wall_clock
         self.paused_s = 0.0     # slept in all, for /health
         self._start_cpu: float | None = None
         self._start_wall = 0.0
+
+    def restart(self) -> None:
+        """Begin a new window at the next :meth:`pause_s`: call it from a new thread (its CPU
+        clock is not the last one's)."""
+        self._start_cpu = None
 
     def pause_s(self) -> float:
         """Seconds to sleep now so that the thread's CPU since the window began stays within

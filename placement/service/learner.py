@@ -89,7 +89,7 @@ from placement.service.cpu_budget import CpuBudget
 from placement.service.examples import FeedbackExamples, NodeHistory, TrainingExample
 from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
-from placement.service.trial_serving import MAX_WAIT_FACTOR, trial_serving_for
+from placement.service.trial_serving import backed_off, trial_serving_for
 from placement.service.version_trial import TrialSettings
 from workload.estimates import CostModel
 from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation
@@ -302,9 +302,8 @@ class TrainingLoop:
                  cpu_share: float = 1.0):
         self.learner = learner
         self.wake = wake if wake is not None else threading.Event()
-        # at most this share of one core (placement.service.cpu_budget); made in the thread
-        self.cpu_share = CpuBudget(cpu_share).share   # (checked now, not in the thread)
-        self.budget: CpuBudget | None = None
+        # at most this share of one core (placement.service.cpu_budget)
+        self.budget = CpuBudget(cpu_share)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -317,7 +316,8 @@ class TrainingLoop:
         self._thread.start()
 
     def _run(self) -> None:
-        self.budget = budget = CpuBudget(self.cpu_share)   # thread_time is this thread's
+        budget = self.budget
+        budget.restart()   # its CPU clock is this thread's
         while not self._stop.is_set():
             self.wake.wait(0.5)
             self.wake.clear()
@@ -342,9 +342,13 @@ class TrainingLoop:
         return self._thread is not None and self._thread.is_alive()
 
     @property
+    def cpu_share(self) -> float:
+        return self.budget.share
+
+    @property
     def paused_s(self) -> float:
         """Seconds the thread slept to keep within its CPU share."""
-        return 0.0 if self.budget is None else round(self.budget.paused_s, 3)
+        return round(self.budget.paused_s, 3)
 
 
 class OnlineLearner:
@@ -534,7 +538,7 @@ class OnlineLearner:
             # times 2, 4, then 8 after refusals in a row: a check costs seconds of CPU (a
             # 2,000-task burst split ten times), which a learner that keeps failing it spent
             # every publish_every records, on the TaskManagers' machine (2026-12-07)
-            self._refusal_wait = min(MAX_WAIT_FACTOR, 2 * self._refusal_wait)
+            self._refusal_wait = backed_off(self._refusal_wait)
             return None
         if burst.held:   # not judged yet: the routers keep what they have, training goes on
             self.versions_held += 1

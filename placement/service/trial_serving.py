@@ -38,7 +38,8 @@ from placement.service.store import ModelStore
 from placement.service.version_trial import (CANDIDATE, CHAMPION, TrialSettings,
                                              TrialVerdict, TrialWindow, VersionTrial)
 
-__all__ = ["TrialServing", "champion_of_store", "trial_serving_for", "MAX_WAIT_FACTOR"]
+__all__ = ["TrialServing", "champion_of_store", "trial_serving_for", "backed_off",
+           "MAX_WAIT_FACTOR"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,16 @@ MAX_WAIT_FACTOR = 8
 #: What a copy keeps of its original's metadata.
 _KEPT = ("trained_on_records", "training_data_hash", "nodes", "cluster_fingerprint",
          "policy", "network", "reward")
+
+
+def backed_off(wait_factor: int) -> int:
+    """The wait after one more refusal in a row: twice ``wait_factor``, at most
+    :data:`MAX_WAIT_FACTOR` (the trial's refused candidates and the learner's refused checks).
+
+    >>> [backed_off(w) for w in (1, 2, 4, 8)]
+    [2, 4, 8, 8]
+    """
+    return min(MAX_WAIT_FACTOR, 2 * wait_factor)
 
 
 def champion_of_store(store: ModelStore) -> tuple[dict | None, bool]:
@@ -149,7 +160,7 @@ class TrialServing:
             self.champion_entry = self.candidate_entry
             self.wait_factor = 1
         else:
-            self.wait_factor = min(MAX_WAIT_FACTOR, 2 * self.wait_factor)
+            self.wait_factor = backed_off(self.wait_factor)
         if verdict.promoted or self.serving != CHAMPION:
             self._publish(verdict.data, CHAMPION, self.champion_entry,
                           {"trial_verdict": verdict.reason})

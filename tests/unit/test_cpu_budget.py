@@ -89,3 +89,14 @@ def test_a_training_thread_on_a_budget_uses_about_its_share(tmp_path):
     assert learner.loop.paused_s > 0.5
     assert learner.loop.paused_s < wall
     assert learner.records_trained > 0
+
+
+def test_a_restart_opens_a_new_window_for_a_new_threads_clock():
+    b, clocks = budget(0.25)
+    b.pause_s()
+    clocks.work(1.0)
+    b.restart()                        # a new thread: its CPU clock is not the last one's
+    clocks.cpu = 0.0
+    assert b.pause_s() == 0.0          # the window begins again, nothing owed from before
+    clocks.work(1.0)
+    assert b.pause_s() == pytest.approx(3.0)
