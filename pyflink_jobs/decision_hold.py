@@ -42,13 +42,37 @@ import time
 
 from workload.limits import finite_real
 
-__all__ = ["DecisionHold", "hold_limits", "checked_hold_in_flight", "MAX_HOLD_IN_FLIGHT",
-           "MAX_HOLD_WAIT_S"]
+__all__ = ["DecisionHold", "hold_limits", "checked_hold_in_flight", "held_router_bundle",
+           "MAX_HOLD_IN_FLIGHT", "MAX_HOLD_WAIT_S", "HELD_ROUTER_BUNDLE_MS",
+           "HELD_ROUTER_BUNDLE_SHARE"]
 
 #: ``hold_in_flight`` above this holds nothing in practice (and is a unit mistake)
 MAX_HOLD_IN_FLIGHT = 1000.0
 #: the longest one wait may last, seconds: a record must not wait on feedback for longer
 MAX_HOLD_WAIT_S = 60.0
+#: A holding router's PyFlink bundle is at most this share of its hold's whole depth (the sum
+#: of its nodes' limits): a bundle's outputs stay in the router's Python worker until the
+#: bundle closes, and records still there count as in flight while no executor has them. With
+#: PyFlink's 1,000-record bundles and a depth of 288 (3 hosts x 32 x 3) the router filled every
+#: node's limit with records it had not sent, waited its longest wait for completions that
+#: could not come, and lost to deciding on arrival (2026-12-07).
+HELD_ROUTER_BUNDLE_SHARE = 0.25
+#: ... and at most this long, ms (PyFlink's default: 1,000): a bundle that fills slowly (a
+#: thin stream) still reaches the executors soon
+HELD_ROUTER_BUNDLE_MS = 50
+
+
+def held_router_bundle(limits: dict[str, int]) -> int:
+    """The bundle size, records, for a router holding to ``limits`` (:func:`hold_limits`):
+    ``HELD_ROUTER_BUNDLE_SHARE`` of their sum, in [1, 1000].
+
+    >>> held_router_bundle({"tm_a": 96, "tm_b": 96, "tm_c": 96})
+    72
+    """
+    depth = sum(limits.values())
+    if depth < 1:
+        raise ValueError(f"a hold's limits must sum to at least 1, got {limits!r}")
+    return max(1, min(1000, int(depth * HELD_ROUTER_BUNDLE_SHARE)))
 
 
 def checked_hold_in_flight(value) -> float:

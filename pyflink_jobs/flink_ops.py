@@ -26,7 +26,7 @@ __all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter", "carri
            "dead_letter_raw",
            "EXECUTOR_CPU", "EXECUTOR_HEAP_MB", "EXECUTOR_MANAGED_MB",
            "IO_CPU", "IO_HEAP_MB", "IO_MANAGED_MB", "subtask_index",
-           "python_execution_mode"]
+           "python_execution_mode", "own_python_bundle"]
 
 DEAD_LETTER_TAG_NAME = "dead-letter"
 
@@ -137,6 +137,52 @@ def disable_python_chaining(env) -> None:
     _job_option(lambda: env._j_stream_execution_environment,
                 lambda conf, jvm: conf.setString("python.operator-chaining.enabled", "false"),
                 "")
+
+
+def own_python_bundle(stream, size: int, time_ms: int) -> bool:
+    """Give the Python operator behind ``stream`` (a ``process``/``map`` result) bundles of its
+    own, at most ``size`` records and ``time_ms`` ms (``python.fn-execution.bundle.size`` /
+    ``.bundle.time``), leaving every other operator of the job on the job's settings. True when
+    done; False when there is no Python operator or JVM behind ``stream`` (a stand-in in
+    tests), or the operator is not the kind PyFlink 2.2 builds.
+
+    Why: PyFlink sets bundles per job, and a Python operator's outputs leave its worker only
+    when its bundle closes (Beam's data channel flushes at 10 MB or at the bundle's end). A
+    router that waits for completions (:mod:`pyflink_jobs.decision_hold`) must have sent what
+    it already decided, or the completions it waits for never come; the executors need their
+    large bundles. PyFlink reads each operator's bundle limits from the configuration it keeps
+    (``AbstractPythonFunctionOperator.config``, the environment's own object, shared by every
+    Python operator): this swaps in a copy for one operator. At submission PyFlink adds the
+    job's explicitly set ``python.*`` options to every operator's configuration, so a job that
+    sets ``python.fn-execution.bundle.size`` itself keeps its own value here too.
+
+    Example::
+
+        routed = stream.process(router, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
+        own_python_bundle(routed, 32, 100)
+    """
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in (size, time_ms)):
+        raise ValueError(f"a bundle needs a size and a time of at least 1, got {size!r}, "
+                         f"{time_ms!r}")
+    try:
+        from pyflink.java_gateway import get_gateway
+        from pyflink.util.java_utils import load_java_class
+        operator = stream._j_data_stream.getTransformation().getOperatorFactory().getOperator()
+        python_operator = load_java_class(
+            "org.apache.flink.streaming.api.operators.python.AbstractPythonFunctionOperator")
+        if not python_operator.isInstance(operator):
+            return False
+        field = python_operator.getDeclaredField("config")
+        field.setAccessible(True)
+        own = get_gateway().jvm.org.apache.flink.configuration.Configuration(
+            operator.getConfiguration())
+        own.setString("python.fn-execution.bundle.size", str(size))
+        own.setString("python.fn-execution.bundle.time", str(time_ms))
+        field.set(operator, own)
+    except Exception:  # noqa: BLE001 - see the docstring: no JVM, or another PyFlink
+        logging.getLogger(__name__).debug("no bundle of its own for %r", stream, exc_info=True)
+        return False
+    return True
 
 
 def runtime_mode(stream) -> str:

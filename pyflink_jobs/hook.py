@@ -71,8 +71,8 @@ from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSe
 from pyflink_jobs.flink_ops import (DeadLetterLog, carries_none, dead_letter_tag,
                                     executor_slot_sharing_group,
                                     io_slot_sharing_group, kafka_bytes_sink,
-                                    python_execution_mode, router_slot_sharing_group,
-                                    side_output)
+                                    own_python_bundle, python_execution_mode,
+                                    router_slot_sharing_group, side_output)
 from pyflink_jobs.inline_executor import InlineExecutor, inline_output_tag
 from pyflink_jobs.feedback_tail import FeedbackTailSettings
 from pyflink_jobs.job_shape import JobShape
@@ -80,7 +80,8 @@ from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExec
                                             SplitOutcomes)
 from interference.executor.direct import direct_operator
 from interference.schedulers import NODE_SCHEDULERS
-from pyflink_jobs.decision_hold import MAX_HOLD_IN_FLIGHT
+from pyflink_jobs.decision_hold import (HELD_ROUTER_BUNDLE_MS, MAX_HOLD_IN_FLIGHT,
+                                       held_router_bundle, hold_limits)
 from pyflink_jobs.router import RouterNode, RouterSettings
 from pyflink_jobs.tenant_quotas import QuotaSettings, parse_tenant_shares
 from pyflink_jobs.router_function import (OperatorRecords, RestAwarePartitioner, RouterFunction,
@@ -606,7 +607,8 @@ class StreamplaceHook:
         inline = self._inline_executor(op) if s.routing == "colocated" else None
         tail = (FeedbackTailSettings(s.bootstrap_servers, s.feedback_topic)
                 if s.feedback_from_topic(self.local) else None)
-        router = RouterFunction(self.router_settings(), reader, single_output=single,
+        router_settings = self.router_settings()
+        router = RouterFunction(router_settings, reader, single_output=single,
                                 inline=inline, feedback=tail)
         if tail is None:   # the feedback as the router's broadcast input
             stream = stream.connect(feedback_stream(env, s, self.bounded).broadcast(
@@ -614,6 +616,8 @@ class StreamplaceHook:
         routed = (stream.process(router, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
                   .name("streamplace-router").uid(f"{s.uid_prefix}-router")
                   .set_parallelism(s.router_instances()))
+        if s.hold_in_flight > 0:
+            _held_router_bundle(routed, router_settings)
         if inline is not None and not self.local:  # one router per TaskManager
             routed = routed.slot_sharing_group(router_slot_sharing_group())
         self._dead = [routed]
@@ -735,6 +739,22 @@ class StreamplaceHook:
             lambda pair: pair[0])
         return self._executor_chain(partitioned, op, "", "", total,
                                     group="streamplace-executors")
+
+
+def _held_router_bundle(routed, settings: RouterSettings) -> None:
+    """A router that decides late sends what it decided in small bundles of its own
+    (pyflink_jobs/decision_hold.py, ``held_router_bundle``), or it waits for completions of
+    records still in its own worker."""
+    limits = hold_limits({n.node_id: settings.capacity_share(n) for n in settings.nodes},
+                         settings.hold_in_flight)
+    size = held_router_bundle(limits)
+    if own_python_bundle(routed, size, HELD_ROUTER_BUNDLE_MS):
+        log.info("the router decides late in bundles of %d records or %d ms", size,
+                    HELD_ROUTER_BUNDLE_MS)
+    else:
+        log.warning("the router decides late on the job's own PyFlink bundles (no Python "
+                       "operator to set them on): records it decided wait in its worker until "
+                       "a bundle closes (python.fn-execution.bundle.size / .bundle.time)")
 
 
 def feedback_stream(env, settings: HookSettings, bounded: bool = False):

@@ -652,6 +652,11 @@ def _register_router_gauges(group, function: RouterFunction) -> None:
         tail = function._tail
         group.gauge("streamplace_feedback_refused", lambda: int(tail.refused + tail.errors))
     group.gauge("streamplace_seeded_cost_fits", lambda: int(router.seeded_cost_fits))
+    if router.hold is not None:  # deciding late (pyflink_jobs.decision_hold)
+        hold = router.hold
+        group.gauge("streamplace_hold_waits", lambda: int(hold.holds))
+        group.gauge("streamplace_hold_ms", lambda: int(1000 * hold.held_s))
+        group.gauge("streamplace_hold_timeouts", lambda: int(hold.timeouts))
     group.gauge("streamplace_models_refused",
                 lambda: int(function.refresher.refused) if function.refresher else 0)
     for node in router.node_ids:  # measured slowness x 1000 (Flink gauges are ints here):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pyflink_jobs.decision_hold import DecisionHold, hold_limits
+from pyflink_jobs.decision_hold import DecisionHold, held_router_bundle, hold_limits
 from pyflink_jobs.hook import HookSettings
 from pyflink_jobs.router import Router, RouterNode, RouterSettings
 from workload.model import Task
@@ -146,3 +146,103 @@ def test_the_hook_refuses_a_hold_fed_by_the_broadcast_input():
 def test_the_hook_refuses_a_bad_depth(bad):
     with pytest.raises(ValueError, match="hold_in_flight"):
         HookSettings(hold_in_flight=bad)
+
+
+# -- the holding router's own PyFlink bundles ---------------------------------------------------
+
+# (name, the hold's limits, expected bundle size)
+BUNDLE_CASES = [
+    ("a quarter of the whole depth", {"tm_a": 96, "tm_b": 96, "tm_c": 96}, 72),
+    ("never below one record", {"tm_a": 1}, 1),
+    ("never above PyFlink's default", {"tm_a": 5000, "tm_b": 5000}, 1000),
+]
+
+
+@pytest.mark.parametrize("name,limits,expected", BUNDLE_CASES, ids=[c[0] for c in BUNDLE_CASES])
+def test_a_holding_routers_bundle_is_a_share_of_its_depth(name, limits, expected):
+    assert held_router_bundle(limits) == expected
+
+
+@pytest.mark.parametrize("limits", [{}, {"tm_a": 0}])
+def test_a_bundle_for_no_depth_is_refused(limits):
+    with pytest.raises(ValueError, match="at least 1"):
+        held_router_bundle(limits)
+
+
+def _bundle(stream):
+    """(bundle size, bundle time ms) the Python operator behind ``stream`` will run with."""
+    from pyflink.java_gateway import get_gateway
+    options = get_gateway().jvm.org.apache.flink.python.PythonOptions
+    config = stream._j_data_stream.getTransformation().getOperatorFactory().getOperator() \
+        .getConfiguration()
+    return config.get(options.MAX_BUNDLE_SIZE), config.get(options.MAX_BUNDLE_TIME_MILLS)
+
+
+def test_one_operator_gets_bundles_of_its_own_and_the_rest_keep_the_jobs():
+    from pyflink.common import Types
+    from pyflink.datastream import StreamExecutionEnvironment
+    from pyflink_jobs.flink_ops import own_python_bundle
+    env = StreamExecutionEnvironment.get_execution_environment()
+    source = env.from_collection(["a", "b"], type_info=Types.STRING())
+    router = source.map(str.upper, output_type=Types.STRING())
+    executor = router.map(str.lower, output_type=Types.STRING())
+    assert own_python_bundle(router, 7, 20)
+    assert _bundle(router) == (7, 20)
+    assert _bundle(executor) == (1000, 1000)             # PyFlink's defaults, untouched
+    assert not own_python_bundle(source, 7, 20)          # a Java source: nothing to set
+    assert not own_python_bundle(object(), 7, 20)        # a stand-in stream (no JVM behind)
+    for size, time_ms in [(0, 20), (7, 0), (7.5, 20), (True, 20)]:
+        with pytest.raises(ValueError, match="at least 1"):
+            own_python_bundle(router, size, time_ms)
+
+
+def test_a_hooked_router_that_decides_late_sends_in_small_bundles():
+    from pyflink.common import Types
+    from pyflink.datastream import StreamExecutionEnvironment
+    from pyflink_jobs.hook import StreamplaceHook
+    results = {}
+    for depth in (0.0, 3.0):
+        env = StreamExecutionEnvironment.get_execution_environment()
+        lines = env.from_collection(["a", "b"], type_info=Types.STRING())
+        hook = StreamplaceHook(HookSettings(nodes=[RouterNode("tm_a"), RouterNode("tm_b")],
+                                            executor_capacity=8, hold_in_flight=depth))
+        hook.apply(env, lines, str.upper, output_type=Types.STRING())
+        routers = [t for t in env._j_stream_execution_environment.getTransformations()
+                   if t.getName() == "streamplace-router"]
+        assert len(routers) == 1
+        config = routers[0].getOperatorFactory().getOperator().getConfiguration()
+        results[depth] = config.getString("python.fn-execution.bundle.size", "1000")
+    # 2 nodes x 8 x 3 = 48 in flight at most, a quarter of it per bundle; no hold: the job's own
+    assert results == {0.0: "1000", 3.0: "12"}
+
+
+class Gauges:
+    """A stand-in for a Flink metric group: the gauges registered, by name."""
+
+    def __init__(self):
+        self.gauges = {}
+
+    def gauge(self, name, read):
+        self.gauges[name] = read
+
+
+def _router_gauges(router):
+    from types import SimpleNamespace
+    from pyflink_jobs.router_function import _register_router_gauges
+    group = Gauges()
+    function = SimpleNamespace(router=router, _own_cpu=SimpleNamespace(mean_ns=lambda: 0),
+                               refresher=None, reader=None, _tail=None)
+    _register_router_gauges(group, function)
+    return group.gauges
+
+
+def test_the_holds_waits_show_in_the_routers_gauges_only_when_it_holds():
+    router = holding_router(capacity=1, max_s=0.05)
+    gauges = _router_gauges(router)
+    for i in range(3):                                # the third waits out its bound
+        router.decide(Task(f"t{i}", "review", 100))
+    assert gauges["streamplace_hold_waits"]() == 1
+    assert gauges["streamplace_hold_timeouts"]() == 1
+    assert 40 <= gauges["streamplace_hold_ms"]() < 1000
+    plain = Router(RouterSettings(nodes=NODES, policy="least_outstanding"))
+    assert not any(name.startswith("streamplace_hold") for name in _router_gauges(plain))
