@@ -24,8 +24,9 @@ Example::
 from __future__ import annotations
 
 import bisect
-import threading
 import time
+
+from benchmarks.sampler import PeriodicSampler
 
 __all__ = ["HostLoad", "machine_cpu_seconds"]
 
@@ -49,38 +50,22 @@ def machine_cpu_seconds(stat_path: str = "/proc/stat") -> tuple[float, float] | 
         return None
 
 
-class HostLoad:
+class HostLoad(PeriodicSampler):
     """Samples every host's CPU and throttled seconds, and this process's CPU, in a thread
-    (``with load: ...``); ``telemetry``: a HostTelemetry (or anything with ``sample_all()`` of
+    (``with load: ...``, :class:`benchmarks.sampler.PeriodicSampler`); ``telemetry``: a HostTelemetry (or anything with ``sample_all()`` of
     HostSamples and ``throttled_s(node_id)``)."""
 
     def __init__(self, telemetry, interval_s: float = 0.5, clock=time.time,
                  machine=machine_cpu_seconds):
+        super().__init__(interval_s, "host-load", join_timeout_s=5.0)
         self.telemetry = telemetry
         self.machine = machine          # () -> (busy, total) CPU time of the machine, or None
         self.machine_cpu: list[tuple[float, float] | None] = []
-        self.interval_s = interval_s
         self.clock = clock
         self.times: list[float] = []
         self.samples: list[dict] = []   # per time: {node: (cpu_s, throttled_s, quota)}
         self.own_cpu_s: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="host-load", daemon=True)
         self.error = ""
-
-    def __enter__(self) -> "HostLoad":
-        self.sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
-        self.sample()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.sample()
 
     def sample(self) -> None:
         try:

@@ -24,8 +24,9 @@ Example::
 from __future__ import annotations
 
 import math
-import threading
 import time
+
+from benchmarks.sampler import PeriodicSampler
 
 __all__ = ["VertexTime", "METRICS"]
 
@@ -34,36 +35,21 @@ METRICS = {"busyTimeMsPerSecond": "busy", "idleTimeMsPerSecond": "idle",
            "backPressuredTimeMsPerSecond": "back_pressured"}
 
 
-class VertexTime:
-    """Samples every vertex's busy / idle / back-pressured time in a thread (``with ...:``).
+class VertexTime(PeriodicSampler):
+    """Samples every vertex's busy / idle / back-pressured time in a thread (``with ...:``,
+    :class:`benchmarks.sampler.PeriodicSampler`).
     ``rest``: anything with ``get(path)`` returning decoded JSON (the project's
     FlinkRestClient); ``vertices``: vertex id -> name (``benchmarks.flink_e2e.vertex_names``)."""
 
     def __init__(self, rest, job_id: str, vertices: dict[str, str], interval_s: float = 1.0,
                  clock=time.time):
+        super().__init__(interval_s, "vertex-time")
         self.rest = rest
         self.job_id = job_id
         self.vertices = dict(vertices)
-        self.interval_s = interval_s
         self.clock = clock
         self.samples: list[tuple[float, dict[str, dict[str, float]]]] = []
         self.error = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="vertex-time", daemon=True)
-
-    def __enter__(self) -> "VertexTime":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10.0)
-
-    def _run(self) -> None:
-        while True:
-            self.sample()
-            if self._stop.wait(self.interval_s):
-                return
 
     def sample(self) -> None:
         """One sample of every vertex; a failure is kept in ``error``, never raised (a

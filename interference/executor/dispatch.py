@@ -57,7 +57,7 @@ from interference.schedulers.fcfs import FcfsScheduler
 from workload.model import Assignment, ComputingUnit, NodeScheduler, Stage
 from workload.refusals import learning_refusals
 
-__all__ = ["ExecutorCore"]
+__all__ = ["ExecutorCore", "await_submit"]
 
 log = logging.getLogger(__name__)
 
@@ -258,24 +258,6 @@ class ExecutorCore:
             except concurrent.futures.InvalidStateError:  # cancelled in between
                 pass
 
-    @staticmethod
-    async def _await_submit(submit: Callable[[Any], concurrent.futures.Future | None]):
-        """``submit(block)`` for asyncio: waits for a slot off the event loop, then for the
-        result. Cancelling the awaiting coroutine cancels the future, or, while it still waits
-        for a slot, stops the wait (a slot taken in that instant is given back by cancelling
-        what was submitted with it)."""
-        future = submit(False)
-        if future is None:  # every slot taken: wait for one in a thread, not on the loop
-            gave_up = threading.Event()
-            waiter = asyncio.ensure_future(asyncio.to_thread(submit, gave_up))
-            try:
-                future = await asyncio.shield(waiter)
-            except asyncio.CancelledError:
-                gave_up.set()
-                waiter.add_done_callback(_cancel_submitted)
-                raise
-        return await asyncio.wrap_future(future)
-
     # ------------------------------------------------------------------ dispatcher
     def _loop(self) -> None:
         closing, last_sweep = False, 0.0
@@ -366,6 +348,24 @@ class ExecutorCore:
     def _wake_in_s(self) -> float | None:
         """Seconds until the dispatcher must look again without an event (None: no timer)."""
         return None
+
+
+async def await_submit(submit: Callable[[Any], concurrent.futures.Future | None]):
+    """``submit(block)`` for asyncio: waits for a slot off the event loop, then for the
+    result. Cancelling the awaiting coroutine cancels the future, or, while it still waits
+    for a slot, stops the wait (a slot taken in that instant is given back by cancelling
+    what was submitted with it)."""
+    future = submit(False)
+    if future is None:  # every slot taken: wait for one in a thread, not on the loop
+        gave_up = threading.Event()
+        waiter = asyncio.ensure_future(asyncio.to_thread(submit, gave_up))
+        try:
+            future = await asyncio.shield(waiter)
+        except asyncio.CancelledError:
+            gave_up.set()
+            waiter.add_done_callback(_cancel_submitted)
+            raise
+    return await asyncio.wrap_future(future)
 
 
 def _cancel_submitted(waiter: asyncio.Future) -> None:

@@ -75,7 +75,7 @@ from interference.executor.cancel import CANCELLED, StageCancelled, cancel_on_fu
 from interference.executor.clips import BadPayload, TaskClip, check_payload_type
 from interference.executor.corun import MIN_OVERLAP_FRACTION, CostBaseline
 from interference.executor.deadlines import Urgency, admission_key, urgency_of
-from interference.executor.dispatch import ExecutorCore
+from interference.executor.dispatch import ExecutorCore, await_submit
 from interference.executor.lanes import LaneCall, is_cuda_oom
 from interference.executor.results import (StageRecord, TaskOutcome, describe_failure,
                                            output_digest, task_seed, task_summary)
@@ -176,7 +176,7 @@ class NodeExecutor(ExecutorCore):
         """:meth:`submit` for asyncio: waits for a slot off the event loop, then for the
         outcome. Cancelling the awaiting coroutine cancels the task's remaining stages."""
         arrived_s = time.perf_counter()  # once: the deadline counts from here, not the retry
-        return await self._await_submit(lambda block: self._submit(
+        return await await_submit(lambda block: self._submit(
             task_id, app_id, input_size, payload, block, slo, arrived_s))
 
     def refuse(self, task_id: str, app_id: str, error: str) -> concurrent.futures.Future:

@@ -66,23 +66,21 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import logging
 import numbers
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from interference.executor.batch_sizer import BatchSizer
 from interference.executor.batching import Batch, ReadyBatches, StageQueues
-from interference.executor.cancel import CANCELLED, AllSet, StageCancelled, cancel_on_future
-from interference.executor.dispatch import ExecutorCore
+from interference.executor.cancel import CANCELLED, AllSet, cancel_on_future
+from interference.executor.dispatch import ExecutorCore, await_submit
 from interference.executor.devices import discover_units
-from interference.executor.lanes import LaneCall, is_cuda_oom
+from interference.executor.lanes import LaneCall
 from interference.executor.stage_costs import MeasuredStageCosts
 from interference.executor.operator_records import RecordState
-from interference.executor.results import (RecordOutcome, StageRun, describe_failure,
-                                           format_traceback)
+from interference.executor.record_failures import RecordFailures
+from interference.executor.results import RecordOutcome, StageRun
 from interference.executor.settings import OperatorExecutorSettings
 from interference.schedulers import make_node_scheduler
 from workload.async_calls import SomeCallsFailed
@@ -92,8 +90,6 @@ from workload.operators import (OperatorStage, StagedOperator, as_operator, batc
                                 chain_cpu_stages)
 
 __all__ = ["OperatorExecutor", "OperatorExecutorSettings", "RecordOutcome", "StageRun"]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -107,7 +103,7 @@ class _BatchDone:
     call: LaneCall
 
 
-class OperatorExecutor(ExecutorCore):
+class OperatorExecutor(RecordFailures, ExecutorCore):
     """Runs a user operator's records on this node (see the module doc).
 
     ``operator``: a :class:`StagedOperator` (or anything :func:`as_operator` takes), opened here
@@ -162,7 +158,7 @@ class OperatorExecutor(ExecutorCore):
     async def run(self, record_id: str, record, task_size: int = 0) -> RecordOutcome:
         """:meth:`submit` for asyncio: waits for a slot off the event loop, then for the
         outcome. Cancelling the awaiting coroutine drops the record's remaining stages."""
-        return await self._await_submit(
+        return await await_submit(
             lambda block: self._submit(record_id, record, task_size, block=block))
 
     def batch_report(self) -> dict:
@@ -305,64 +301,6 @@ class OperatorExecutor(ExecutorCore):
                 self._complete(state)
             else:
                 self._release(state)
-
-    def _batch_failed(self, batch: Batch, unit: ComputingUnit, exc: BaseException,
-                      run) -> None:
-        if isinstance(exc, StageCancelled):  # stopped for its cancelled records: no retry
-            for state in (item.record for item in batch.items):
-                if state.ok and state.cancel.is_set():
-                    self._fail(state, CANCELLED)
-        oom = unit.kind == "gpu" and is_cuda_oom(exc)
-        if oom:
-            sys.modules["torch"].cuda.empty_cache()
-            self.learner.out_of_memory(batch.stage, unit, run)
-        live = [item for item in batch.items if item.record.ok]
-        for item in batch.items:
-            if not item.record.ok:
-                self._drop_input(item.record)
-        if not live:
-            return
-        cpu_only = batch.cpu_only or oom
-        if len(batch.items) > 1:  # whose input broke it is unknown: no record is charged
-            log.info("executor %s: batch of %d for %r failed on %s (%s); %s",
-                     self.settings.node_id, len(batch.items), batch.stage, unit.unit_id, exc,
-                     "re-run on a core" if oom else "re-running its records one by one")
-            if oom and len(live) > 1:
-                self._ready.add(batch.stage, live, cpu_only=True)
-            else:
-                for item in live:
-                    self._ready.add(batch.stage, [item], cpu_only, solo=True)
-            return
-        self._charge(live[0], batch.stage, cpu_only, unit, exc)
-
-    def _charge(self, item, stage: str, cpu_only: bool, unit: ComputingUnit,
-                exc: BaseException) -> None:
-        """An input whose own call failed: re-run alone until it has failed ``max_attempts``
-        times, then its record fails."""
-        state = item.record
-        state.solo_failures[stage] += 1
-        if state.solo_failures[stage] < self.settings.max_attempts:
-            self._ready.add(stage, [item], cpu_only, solo=True)
-            return
-        state.in_flight -= 1
-        self._fail(state, describe_failure(stage, state.solo_failures[stage], unit.unit_id, exc),
-                   format_traceback(exc, self.settings.max_traceback_chars))
-
-    def _drop_input(self, state: RecordState) -> None:
-        """An input of a failed record came back: the record resolves with its last one."""
-        state.in_flight -= 1
-        if state.in_flight == 0:
-            self._complete(state)
-
-    def _fail(self, state: RecordState, error: str, traceback: str | None = None) -> None:
-        if state.ok:
-            state.error, state.traceback = error, traceback
-        state.cancel.set()  # batches made only of failed or cancelled records stop
-        state.waiting.clear()
-        mine = lambda item: item.record is state  # noqa: E731
-        state.in_flight -= len(self._queues.remove(mine)) + self._ready.drop(mine)
-        if state.in_flight == 0:  # else: resolved when its last running input reports back
-            self._complete(state)
 
     def _complete(self, state: RecordState) -> None:
         end = time.perf_counter()

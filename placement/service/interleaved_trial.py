@@ -169,8 +169,9 @@ class InterleavedTrial(VersionTrial):
         _, candidate_tasks, _, champion_tasks = self._blocks[self._current]
         if min(candidate_tasks, champion_tasks) < self.settings.window_tasks:
             return None
-        if self._current + 1 == len(self._blocks) or self._cannot_win():
-            return self._verdict()
+        differences = self._pair_differences()
+        if self._current + 1 == len(self._blocks) or self._cannot_win(differences):
+            return self._verdict(differences)
         self._current += 1
         return None
 

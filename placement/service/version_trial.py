@@ -185,8 +185,9 @@ class VersionTrial:
                              "versions?)", abandoned=True)
         if self._counts[self._current] < self.settings.window_tasks:
             return None
-        if self._current + 1 == len(self._counts) or self._cannot_win():
-            return self._verdict()
+        differences = self._pair_differences()
+        if self._current + 1 == len(self._counts) or self._cannot_win(differences):
+            return self._verdict(differences)
         self._current += 1
         self._stalled = 0
         self._awaiting_version = True
@@ -206,16 +207,15 @@ class VersionTrial:
         return [(means[i] - means[i + 1]) if window_arm(i) == CANDIDATE
                 else (means[i + 1] - means[i]) for i in range(0, closed, 2)]
 
-    def _cannot_win(self) -> bool:
+    def _cannot_win(self, differences: list[float]) -> bool:
         """Whether the candidate can no longer win ``min_wins`` pairs. Why stop then: every
         candidate window is the cluster's time spent on a worse version (on the emulated hosts
         a refused candidate lost all four pairs by 0.32 in log(1 + s), 2026-12-06)."""
-        differences = self._pair_differences()
         left = self.settings.pairs - len(differences)
         return sum(d < 0 for d in differences) + left < self.settings.min_wins
 
-    def _verdict(self) -> TrialVerdict:
-        differences = self._pair_differences()
+    def _verdict(self, differences: list[float]) -> TrialVerdict:
+        """Promote or refuse on ``differences`` (:meth:`_pair_differences`, asked once)."""
         wins = sum(d < 0 for d in differences)
         mean_difference = sum(differences) / len(differences)
         promoted = wins >= self.settings.min_wins and mean_difference < 0
