@@ -54,8 +54,9 @@ MAX_HOLD_WAIT_S = 60.0
 #: of its nodes' limits): a bundle's outputs stay in the router's Python worker until the
 #: bundle closes, and records still there count as in flight while no executor has them. With
 #: PyFlink's 1,000-record bundles and a depth of 288 (3 hosts x 32 x 3) the router filled every
-#: node's limit with records it had not sent, waited its longest wait for completions that
-#: could not come, and lost to deciding on arrival (2026-12-07).
+#: node's limit with records it had not sent and waited its longest wait for completions that
+#: could not come (2026-12-07). (With bundles of its own it still loses to deciding on
+#: arrival, for another reason: docs/hook.md, "Deciding late".)
 HELD_ROUTER_BUNDLE_SHARE = 0.25
 #: ... and at most this long, ms (PyFlink's default: 1,000): a bundle that fills slowly (a
 #: thin stream) still reaches the executors soon

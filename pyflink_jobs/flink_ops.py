@@ -142,7 +142,7 @@ def disable_python_chaining(env) -> None:
 def own_python_bundle(stream, size: int, time_ms: int) -> bool:
     """Give the Python operator behind ``stream`` (a ``process``/``map`` result) bundles of its
     own, at most ``size`` records and ``time_ms`` ms (``python.fn-execution.bundle.size`` /
-    ``.bundle.time``), leaving every other operator of the job on the job's settings. True when
+    ``.bundle.time``), leaving the job's other operators on the job's settings. True when
     done; False when there is no Python operator or JVM behind ``stream`` (a stand-in in
     tests), or the operator is not the kind PyFlink 2.2 builds.
 
@@ -152,9 +152,12 @@ def own_python_bundle(stream, size: int, time_ms: int) -> bool:
     it already decided, or the completions it waits for never come; the executors need their
     large bundles. PyFlink reads each operator's bundle limits from the configuration it keeps
     (``AbstractPythonFunctionOperator.config``, the environment's own object, shared by every
-    Python operator): this swaps in a copy for one operator. At submission PyFlink adds the
-    job's explicitly set ``python.*`` options to every operator's configuration, so a job that
-    sets ``python.fn-execution.bundle.size`` itself keeps its own value here too.
+    Python operator): this swaps in a copy for this operator. PyFlink fuses consecutive Python
+    operators (``python.operator-chaining.enabled``) into one that runs with the *first* one's
+    configuration, so the Python operators directly in front of this one (a user's own ``map``
+    before the hook) get the same copy. At submission PyFlink adds the job's explicitly set
+    ``python.*`` options to every operator's configuration, so a job that sets
+    ``python.fn-execution.bundle.size`` itself keeps its own value here too.
 
     Example::
 
@@ -167,22 +170,38 @@ def own_python_bundle(stream, size: int, time_ms: int) -> bool:
     try:
         from pyflink.java_gateway import get_gateway
         from pyflink.util.java_utils import load_java_class
-        operator = stream._j_data_stream.getTransformation().getOperatorFactory().getOperator()
         python_operator = load_java_class(
             "org.apache.flink.streaming.api.operators.python.AbstractPythonFunctionOperator")
-        if not python_operator.isInstance(operator):
-            return False
         field = python_operator.getDeclaredField("config")
         field.setAccessible(True)
+        transformation = stream._j_data_stream.getTransformation()
+        operator = _python_operator(transformation, python_operator)
+        if operator is None:
+            return False
         own = get_gateway().jvm.org.apache.flink.configuration.Configuration(
             operator.getConfiguration())
         own.setString("python.fn-execution.bundle.size", str(size))
         own.setString("python.fn-execution.bundle.time", str(time_ms))
-        field.set(operator, own)
+        while operator is not None:   # this one, then the Python operators fused in front
+            field.set(operator, own)
+            inputs = transformation.getInputs()
+            transformation = inputs[0] if inputs.size() == 1 else None
+            operator = (_python_operator(transformation, python_operator)
+                        if transformation is not None else None)
     except Exception:  # noqa: BLE001 - see the docstring: no JVM, or another PyFlink
         logging.getLogger(__name__).debug("no bundle of its own for %r", stream, exc_info=True)
         return False
     return True
+
+
+def _python_operator(transformation, python_operator_class):
+    """The Python operator a Java transformation runs (None: a source, a partitioning, a Java
+    operator, or more than one input)."""
+    try:
+        operator = transformation.getOperatorFactory().getOperator()
+    except Exception:  # noqa: BLE001 - a transformation with no operator factory
+        return None
+    return operator if python_operator_class.isInstance(operator) else None
 
 
 def runtime_mode(stream) -> str:

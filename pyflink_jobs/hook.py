@@ -750,11 +750,11 @@ def _held_router_bundle(routed, settings: RouterSettings) -> None:
     size = held_router_bundle(limits)
     if own_python_bundle(routed, size, HELD_ROUTER_BUNDLE_MS):
         log.info("the router decides late in bundles of %d records or %d ms", size,
-                    HELD_ROUTER_BUNDLE_MS)
+                 HELD_ROUTER_BUNDLE_MS)
     else:
         log.warning("the router decides late on the job's own PyFlink bundles (no Python "
-                       "operator to set them on): records it decided wait in its worker until "
-                       "a bundle closes (python.fn-execution.bundle.size / .bundle.time)")
+                    "operator to set them on): records it decided wait in its worker until a "
+                    "bundle closes (python.fn-execution.bundle.size / .bundle.time)")
 
 
 def feedback_stream(env, settings: HookSettings, bounded: bool = False):

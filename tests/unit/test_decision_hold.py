@@ -196,6 +196,24 @@ def test_one_operator_gets_bundles_of_its_own_and_the_rest_keep_the_jobs():
             own_python_bundle(router, size, time_ms)
 
 
+def test_the_python_operators_fused_in_front_get_the_same_bundle():
+    """PyFlink fuses consecutive Python operators into one that runs with the first one's
+    configuration: a user's map in front of the router gets the router's bundle (measured: the
+    fused operator logged the first one's bundle size), a Python operator after it does not."""
+    from pyflink.common import Types
+    from pyflink.datastream import StreamExecutionEnvironment
+    from pyflink_jobs.flink_ops import own_python_bundle
+    env = StreamExecutionEnvironment.get_execution_environment()
+    source = env.from_collection(["a", "b"], type_info=Types.STRING())
+    parse = source.map(str.strip, output_type=Types.STRING())        # the user's own map
+    router = parse.map(str.upper, output_type=Types.STRING())
+    after = router.map(str.lower, output_type=Types.STRING())
+    apart = parse.rebalance().map(str.lower, output_type=Types.STRING())  # not in front
+    assert own_python_bundle(router, 9, 30)
+    assert _bundle(router) == _bundle(parse) == (9, 30)
+    assert _bundle(after) == _bundle(apart) == (1000, 1000)
+
+
 def test_a_hooked_router_that_decides_late_sends_in_small_bundles():
     from pyflink.common import Types
     from pyflink.datastream import StreamExecutionEnvironment
