@@ -234,20 +234,11 @@ def test_a_hooked_router_that_decides_late_sends_in_small_bundles():
     assert results == {0.0: "1000", 3.0: "12"}
 
 
-class Gauges:
-    """A stand-in for a Flink metric group: the gauges registered, by name."""
-
-    def __init__(self):
-        self.gauges = {}
-
-    def gauge(self, name, read):
-        self.gauges[name] = read
-
-
 def _router_gauges(router):
     from types import SimpleNamespace
     from pyflink_jobs.router_function import _register_router_gauges
-    group = Gauges()
+    from flink_fakes import RecordingMetrics
+    group = RecordingMetrics()
     function = SimpleNamespace(router=router, _own_cpu=SimpleNamespace(mean_ns=lambda: 0),
                                refresher=None, reader=None, _tail=None)
     _register_router_gauges(group, function)
