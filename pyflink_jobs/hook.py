@@ -81,7 +81,7 @@ from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExec
 from interference.executor.direct import direct_operator
 from interference.schedulers import NODE_SCHEDULERS
 from pyflink_jobs.decision_hold import (HELD_ROUTER_BUNDLE_MS, MAX_HOLD_IN_FLIGHT,
-                                       held_router_bundle, hold_limits)
+                                       held_router_bundle)
 from pyflink_jobs.router import RouterNode, RouterSettings
 from pyflink_jobs.tenant_quotas import QuotaSettings, parse_tenant_shares
 from pyflink_jobs.router_function import (OperatorRecords, RestAwarePartitioner, RouterFunction,
@@ -745,9 +745,7 @@ def _held_router_bundle(routed, settings: RouterSettings) -> None:
     """A router that decides late sends what it decided in small bundles of its own
     (pyflink_jobs/decision_hold.py, ``held_router_bundle``), or it waits for completions of
     records still in its own worker."""
-    limits = hold_limits({n.node_id: settings.capacity_share(n) for n in settings.nodes},
-                         settings.hold_in_flight)
-    size = held_router_bundle(limits)
+    size = held_router_bundle(settings.hold_limits())
     if own_python_bundle(routed, size, HELD_ROUTER_BUNDLE_MS):
         log.info("the router decides late in bundles of %d records or %d ms", size,
                  HELD_ROUTER_BUNDLE_MS)

@@ -132,6 +132,13 @@ class RouterSettings:
         node's executor capacity (at least one, so every router can reach every node)."""
         return max(1, -(-node.instances * self.executor_capacity // self.routers))
 
+    def hold_limits(self) -> dict[str, int]:
+        """Per node, the in-flight count at which a router deciding late has no room there
+        (:func:`pyflink_jobs.decision_hold.hold_limits` of the capacity shares); only with
+        ``hold_in_flight`` above 0."""
+        return hold_limits({n.node_id: self.capacity_share(n) for n in self.nodes},
+                           self.hold_in_flight)
+
 
 class Router(ServedModels, TaskEventRouting):
     """Decides a node per task; see the module docstring."""
@@ -157,7 +164,7 @@ class Router(ServedModels, TaskEventRouting):
         self.speeds = ObservedSpeed(self.cluster, self.costs)
         # a Condition: a record held for room (decision_hold) waits on it for a completion
         self._lock = threading.Condition(threading.Lock())
-        self.hold = (DecisionHold(hold_limits(self._capacity, settings.hold_in_flight),
+        self.hold = (DecisionHold(settings.hold_limits(),
                                   settings.hold_max_s) if settings.hold_in_flight else None)
         self.fallback: Policy = make_policy(settings.fallback, self.cluster, costs=self.costs)
         self.model_policy = None
