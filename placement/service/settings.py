@@ -115,6 +115,12 @@ class ServiceSettings(BaseModel):
                                "judged in the same period (placement.service."
                                "interleaved_trial); 1: alternating windows, in which the "
                                "candidate decides every task (placement.service.version_trial)")
+    trial_confirm_share: float = Field(0.5, ge=0, lt=1, description="with trial_share below "
+                                       "1: a candidate that won at trial_share is tried again "
+                                       "deciding this larger share of the tasks, and promoted "
+                                       "only if it wins there too (placement.service."
+                                       "interleaved_trial, the confirmation stage); 0, or not "
+                                       "above trial_share: promoted after the first stage")
     trial_pairs: int = Field(4, ge=1, description="(candidate, champion) window pairs (or "
                              "blocks) per trial")
     trial_min_wins: int = Field(3, ge=1, description="window pairs a candidate must win (and "
@@ -192,8 +198,11 @@ class ServiceSettings(BaseModel):
         if self.trial_window_tasks == 0:
             return None
         from placement.service.version_trial import TrialSettings   # pydantic-only module
+        confirm = self.trial_confirm_share if self.trial_confirm_share > self.trial_share \
+            else 0.0
         return TrialSettings(window_tasks=self.trial_window_tasks, pairs=self.trial_pairs,
-                             min_wins=self.trial_min_wins, share=self.trial_share)
+                             min_wins=self.trial_min_wins, share=self.trial_share,
+                             confirm_share=confirm)
 
     def check_security(self) -> None:
         """Raise ValueError unless the host is loopback or a token is set. Checked when the

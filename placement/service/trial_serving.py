@@ -13,8 +13,10 @@ resets it.
 With ``TrialSettings.share`` below 1 the trial is interleaved
 (:mod:`placement.service.interleaved_trial`): the candidate's entry also says ``trial_share``
 and ``trial_champion`` (the version the routers' champion decisions carry, -1 for none), the
-routers decide that share of their tasks with it and the rest with the champion, and nothing is
-published until the verdict (a copy of the winner, which ends the trial in every router).
+routers decide that share of their tasks with it and the rest with the champion. A candidate
+that wins at that share is published again, as a copy that decides ``confirm_share`` of the
+tasks (``trial_stage`` 1, the confirmation stage), and nothing else is published until the
+verdict (a copy of the winner, which ends the trial in every router).
 
 Every copy's metadata says what it is (``trial_arm``, ``trial_window``, ``trial_of``: the
 candidate's version, ``copy_of``: the version whose weights it carries, or null for the prior)
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import logging
 
-from placement.service.interleaved_trial import InterleavedTrial
+from placement.service.interleaved_trial import InterleavedTrial, TrialStage
 from placement.service.store import ModelStore
 from placement.service.version_trial import (CANDIDATE, CHAMPION, TrialSettings,
                                              TrialVerdict, TrialWindow, VersionTrial)
@@ -121,8 +123,7 @@ class TrialServing:
         first window, and for an interleaved trial its share and the champion's version."""
         meta = {"trial_arm": CANDIDATE, "trial_window": 0}
         if isinstance(self.trial, InterleavedTrial):
-            meta.update(trial_share=self.trial.settings.share,
-                        trial_champion=self.champion_version)
+            meta.update(trial_share=self.trial.share, trial_champion=self.champion_version)
         return meta
 
     def start(self, entry: dict, data: bytes) -> None:
@@ -148,6 +149,13 @@ class TrialServing:
             original = self.candidate_entry if step.arm == CANDIDATE else self.champion_entry
             entry = self._publish(step.data, step.arm, original, {"trial_window": step.index})
             self.trial.window_published(entry["version"])
+        elif isinstance(step, TrialStage):
+            entry = self._publish(step.data, CANDIDATE, self.candidate_entry,
+                                  {**self.candidate_metadata(), "trial_stage": step.stage})
+            self.trial.stage_published(entry["version"])
+            log.info("model version %d won at a share of %g; confirming at %g as version %d",
+                     self.candidate_entry["version"], self.trial.settings.share, step.share,
+                     entry["version"])
         elif isinstance(step, TrialVerdict):
             self._conclude(step)
             return step
@@ -171,7 +179,8 @@ class TrialServing:
                 **{k: original[k] for k in _KEPT if original and k in original}}
         meta.update(trial_arm=arm, copy_of=None if original is None else original["version"],
                     trial_of=None if self.candidate_entry is None
-                    else self.candidate_entry["version"], **extra)
+                    else self.candidate_entry["version"])
+        meta.update(extra)
         entry = self.store.publish_bytes(data, meta)
         self.serving = arm
         if arm == CHAMPION:
@@ -190,6 +199,8 @@ class TrialServing:
         return {"trials": trial.trials, "promoted": trial.promoted, "refused": trial.refused,
                 "abandoned": trial.abandoned, "running": trial.running,
                 "serving": self.serving, "share": trial.settings.share,
+                **({"confirm_share": trial.settings.confirm_share, "stage": trial.stage}
+                   if isinstance(trial, InterleavedTrial) else {}),
                 "champion_serving_version": self.champion_version,
                 **({"block_tasks": trial.block_counts()}
                    if isinstance(trial, InterleavedTrial) and trial.running else {}),

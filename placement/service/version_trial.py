@@ -66,13 +66,17 @@ class TrialSettings:
     judged tasks of other versions after which a trial whose window gets none is abandoned;
     share: below 1, the candidate decides only this share of the tasks, beside the champion,
     and each "window pair" is a block of the two arms' tasks judged in the same period
-    (:mod:`placement.service.interleaved_trial`); 1, alternating windows (this module)."""
+    (:mod:`placement.service.interleaved_trial`); 1, alternating windows (this module);
+    confirm_share: for an interleaved trial, a candidate that won at ``share`` is tried again,
+    deciding this larger share, before it is promoted (0: promoted at once; see
+    :mod:`placement.service.interleaved_trial`, "The confirmation stage")."""
 
     window_tasks: int = 200
     pairs: int = 4
     min_wins: int = 3
     stall_tasks: int = 20_000
     share: float = 1.0
+    confirm_share: float = 0.0
 
     def __post_init__(self):
         for name in ("window_tasks", "pairs", "min_wins", "stall_tasks"):
@@ -82,6 +86,11 @@ class TrialSettings:
         if not (isinstance(self.share, (int, float)) and not isinstance(self.share, bool)
                 and 0.0 < self.share <= 1.0):   # NaN fails too
             raise ValueError(f"share must be a number in (0, 1], got {self.share!r}")
+        confirm = self.confirm_share
+        if not (isinstance(confirm, (int, float)) and not isinstance(confirm, bool)
+                and (confirm == 0 or self.share < confirm < 1)):
+            raise ValueError("confirm_share must be 0 (no confirmation stage) or a number "
+                             f"between share ({self.share}) and 1, got {confirm!r}")
 
     @property
     def interleaved(self) -> bool:
@@ -216,6 +225,11 @@ class VersionTrial:
 
     def _verdict(self, differences: list[float]) -> TrialVerdict:
         """Promote or refuse on ``differences`` (:meth:`_pair_differences`, asked once)."""
+        promoted, reason, wins, mean_difference = self._judged(differences)
+        return self._end(promoted, reason, wins, mean_difference)
+
+    def _judged(self, differences: list[float]) -> tuple[bool, str, int, float]:
+        """(promoted, why, wins, mean difference) on ``differences``: the verdict's rule."""
         wins = sum(d < 0 for d in differences)
         mean_difference = sum(differences) / len(differences)
         promoted = wins >= self.settings.min_wins and mean_difference < 0
@@ -225,7 +239,7 @@ class VersionTrial:
                   f"{self.settings.min_wins} of {self.settings.pairs}"
                   f"{'; stopped: it could no longer win' if early else ''}), mean difference "
                   f"{mean_difference:+.4f} log(1+s)")
-        return self._end(promoted, reason, wins, mean_difference)
+        return promoted, reason, wins, mean_difference
 
     def _end(self, promoted: bool, reason: str, wins: int = 0,
              mean_difference: float | None = None, abandoned: bool = False) -> TrialVerdict:

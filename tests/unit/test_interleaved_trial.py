@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from placement.service.interleaved_trial import InterleavedTrial, in_candidate_share
+from placement.service.interleaved_trial import (InterleavedTrial, TrialStage,
+                                                 in_candidate_share)
 from placement.service.version_trial import CANDIDATE, CHAMPION, TrialSettings, TrialVerdict
 
 CHAMPION_BYTES, CANDIDATE_BYTES = b"champion-file", b"candidate-file"
-CANDIDATE_V, CHAMPION_V = 9, 4
+CANDIDATE_V, CHAMPION_V, COPY_V = 9, 4, 11
 
 
 def run_blocks(block_costs_ms: list[tuple[float, float]], settings: TrialSettings,
@@ -138,6 +139,103 @@ def test_settings_and_start_are_checked():
         trial.start(4, CANDIDATE_BYTES, champion_version=4)
 
 
+# -- the confirmation stage -------------------------------------------------------------------
+def feed_blocks(trial: InterleavedTrial, candidate_version: int,
+                block_costs_ms: list[tuple[float, float]], window_tasks: int):
+    """One stage's blocks (as :func:`run_blocks`, one champion task per candidate task);
+    returns the first step the trial asks for and the blocks it took."""
+    for block, (candidate_ms, champion_ms) in enumerate(block_costs_ms):
+        for _ in range(window_tasks):
+            trial.observe(candidate_version, candidate_ms)
+            trial.observe(CHAMPION_V, champion_ms)
+            step = trial.next_step()
+            if step is not None:
+                return step, block + 1
+    raise AssertionError("no step")
+
+
+WIN, LOSS = [(100, 200)] * 4, [(300, 200)] * 4
+# (name, first stage's blocks, confirmation's blocks or None, confirmed?, promoted)
+STAGE_SCENARIOS = [
+    ("wins at both shares: promoted", WIN, WIN, True, True),
+    ("wins at a tenth, loses at a half: refused", WIN, LOSS, True, False),
+    ("wins at a tenth, 2 of 4 at a half: refused", WIN,
+     [(100, 200), (300, 200), (100, 200), (300, 200)], True, False),
+    ("loses at a tenth: refused, never confirmed", LOSS, None, False, False),
+]
+
+
+@pytest.mark.parametrize("name,first,second,confirmed,promoted", STAGE_SCENARIOS,
+                         ids=[s[0] for s in STAGE_SCENARIOS])
+def test_a_candidate_is_promoted_only_after_winning_at_the_larger_share(name, first, second,
+                                                                         confirmed, promoted):
+    settings = TrialSettings(window_tasks=3, pairs=4, min_wins=3, share=0.1,
+                             confirm_share=0.5)
+    trial = InterleavedTrial(CHAMPION_BYTES, settings)
+    trial.start(CANDIDATE_V, CANDIDATE_BYTES, champion_version=CHAMPION_V)
+    step, _ = feed_blocks(trial, CANDIDATE_V, first, 3)
+    assert isinstance(step, TrialStage) is confirmed
+    if confirmed:
+        assert (step.stage, step.share, step.data) == (1, 0.5, CANDIDATE_BYTES)
+        assert trial.running and trial.promoted == 0 and trial.share == 0.5
+        assert trial.next_step() is None            # nothing until the copy serves
+        trial.stage_published(COPY_V)
+        assert trial.block_counts() == [(0, 0)] * 4
+        step, _ = feed_blocks(trial, COPY_V, second, 3)
+    assert isinstance(step, TrialVerdict) and not trial.running
+    assert step.promoted is promoted and step.candidate_version == CANDIDATE_V
+    assert step.data == (CANDIDATE_BYTES if promoted else CHAMPION_BYTES)
+    assert ("then at a share of 0.5" in step.reason) is confirmed
+    assert step.reason.startswith("at a share of 0.1")
+
+
+def test_in_the_confirmation_stage_only_the_copys_tasks_are_the_candidates():
+    """The first stage's tasks still finishing (version 9) and tasks judged while the copy is
+    not yet served count as neither arm: the copy is judged at its own share's load."""
+    trial = InterleavedTrial(CHAMPION_BYTES, TrialSettings(window_tasks=2, pairs=1, min_wins=1,
+                                                           share=0.1, confirm_share=0.5))
+    trial.start(CANDIDATE_V, CANDIDATE_BYTES, champion_version=CHAMPION_V)
+    step, _ = feed_blocks(trial, CANDIDATE_V, [(100, 200)], 2)
+    assert isinstance(step, TrialStage)
+    trial.observe(COPY_V, 1.0)                     # before the trial knows the copy's number
+    trial.stage_published(COPY_V)
+    for _ in range(5):
+        trial.observe(CANDIDATE_V, 1.0)            # the first stage's, very cheap
+    trial.observe(CHAMPION_V, 200.0)   # and the champion's count from the copy's first on
+    assert trial.block_counts() == [(0, 0)] and trial.next_step() is None
+    for _ in range(2):
+        trial.observe(COPY_V, 900.0)
+        trial.observe(CHAMPION_V, 200.0)
+    verdict = trial.next_step()
+    assert not verdict.promoted and verdict.mean_difference > 0
+
+
+def test_the_confirmation_settings_are_checked():
+    for bad in (0.05, 0.1, 1.0, 1.5, -0.5, float("nan"), True, "0.5"):
+        with pytest.raises(ValueError, match="confirm_share"):
+            TrialSettings(share=0.1, confirm_share=bad)
+    with pytest.raises(ValueError, match="confirm_share"):
+        TrialSettings(share=1.0, confirm_share=0.5)   # windows decide every task already
+    trial = InterleavedTrial(CHAMPION_BYTES, TrialSettings(window_tasks=1, pairs=1, min_wins=1,
+                                                           share=0.1, confirm_share=0.5))
+    trial.start(CANDIDATE_V, CANDIDATE_BYTES, champion_version=CHAMPION_V)
+    assert isinstance(feed_blocks(trial, CANDIDATE_V, [(1, 2)], 1)[0], TrialStage)
+    for taken in (CHAMPION_V, CANDIDATE_V):
+        with pytest.raises(ValueError, match="confirmation copy"):
+            trial.stage_published(taken)
+
+
+def test_the_services_settings_give_the_confirmation_stage():
+    from placement.service.settings import ServiceSettings
+    assert ServiceSettings().version_trial().confirm_share == 0.5
+    assert ServiceSettings(trial_share=0.6).version_trial().confirm_share == 0.0
+    assert ServiceSettings(trial_share=1.0).version_trial().confirm_share == 0.0
+    assert ServiceSettings(trial_confirm_share=0).version_trial().confirm_share == 0.0
+    for bad in (1.0, -0.1, float("nan")):
+        with pytest.raises(ValueError):
+            ServiceSettings(trial_confirm_share=bad)
+
+
 def test_the_share_is_a_deterministic_hash_of_the_task_id():
     ids = [f"review-{i:06d}" for i in range(20_000)]
     tenth = [t for t in ids if in_candidate_share(t, 0.1)]
@@ -156,7 +254,7 @@ class Judged:
     latency_ms: float
 
 
-def _learner(tmp_path, share: float = 0.25):
+def _learner(tmp_path, share: float = 0.25, confirm_share: float = 0.0):
     from test_model_gate import CLUSTER
     from placement.service.burst_check import BurstCheck
     from placement.service.learner import OnlineLearner
@@ -165,7 +263,8 @@ def _learner(tmp_path, share: float = 0.25):
                                                          "learning_starts": 4},
                          min_records_first_version=60, publish_every=60, judge="latency",
                          burst_check=BurstCheck(min_tasks=1, tolerance=float("inf")),
-                         trial=TrialSettings(window_tasks=20, pairs=2, min_wins=2, share=share))
+                         trial=TrialSettings(window_tasks=20, pairs=2, min_wins=2, share=share,
+                                             confirm_share=confirm_share))
 
 
 def _feed(learner, candidate_ms: float, champion_ms: float, reports: int) -> list[int]:
@@ -220,3 +319,27 @@ def test_the_learner_runs_an_interleaved_trial(tmp_path, candidate_ms, champion_
     assert 0.15 <= on_trial.count(2) / len(on_trial) <= 0.35
     if len(versions) > 3:   # the next candidate is tried against the copy that serves
         assert versions[3]["trial_champion"] == 3
+
+
+@pytest.mark.parametrize("candidate_ms,champion_ms,promoted", [(100.0, 900.0, True),
+                                                                (900.0, 100.0, False)])
+def test_the_learner_confirms_a_winner_at_the_larger_share(tmp_path, candidate_ms, champion_ms,
+                                                            promoted):
+    learner = _learner(tmp_path, confirm_share=0.6)
+    decided = _feed(learner, candidate_ms, champion_ms, reports=60)
+    versions = learner.store.versions()
+    if promoted:   # the candidate (v2), its confirmation copy (v3), then the verdict's copy
+        copy = versions[2]
+        assert (copy["trial_arm"], copy["trial_stage"], copy["copy_of"]) == (CANDIDATE, 1, 2)
+        assert (copy["trial_share"], copy["trial_champion"]) == (0.6, 1)
+        assert versions[3]["trial_arm"] == CHAMPION and versions[3]["copy_of"] == 2
+        first, last = decided.index(3), len(decided) - decided[::-1].index(3)
+        on_copy = decided[first:last]
+        assert 0.45 <= on_copy.count(3) / len(on_copy) <= 0.75
+        assert "then at a share of 0.6" in learner.trials.stats()["last_verdict"]
+    else:          # refused at its first share: never confirmed
+        assert versions[2]["trial_arm"] == CHAMPION and versions[2]["copy_of"] == 1
+        assert all(v.get("trial_stage") is None for v in versions)
+    stats = learner.trials.stats()
+    assert stats["promoted" if promoted else "refused"] >= 1
+    assert (stats["share"], stats["confirm_share"]) == (0.25, 0.6)

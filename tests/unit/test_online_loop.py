@@ -59,7 +59,8 @@ def test_with_the_interleaved_trial_the_candidate_decides_its_share_beside_the_p
     assert on_trial[0]["candidate_at_start"] == 2
     trials = rows[-1]["trials"]
     assert trials["share"] == 0.25 and trials["trials"] >= 1
-    assert rows[-1]["versions_published"] <= 2 + 2 * trials["trials"]   # candidate + verdict
+    # per trial: the candidate, its confirmation copy (trial_stage 1) and the verdict
+    assert rows[-1]["versions_published"] <= 2 + 3 * trials["trials"]
     assert rows == run_variant(VARIANTS[2], "hosts", 120, 6, 0, work_scale=4.0,
                                publish_every=100, records="payload", first_version=200,
                                trial_window=20, trial_share=0.25)   # deterministic

@@ -115,6 +115,25 @@ def test_the_refresher_installs_the_champion_then_the_candidate_then_the_verdict
     assert router.model_version == 10 and router.candidate is None
 
 
+def test_the_confirmation_copy_replaces_the_candidate_at_its_larger_share(model_files):
+    """The service's confirmation stage (placement.service.interleaved_trial): a copy of the
+    candidate, a newer version with a larger share, takes the candidate's place; the champion
+    is not downloaded again."""
+    service = TrialService({4: model_files[1], 9: model_files[2], 10: model_files[2]})
+    service.publish(9, trial_arm="candidate", trial_share=0.1, trial_champion=4)
+    router = ldwp_router()
+    refresher = ModelRefresher(router, service, interval_s=60.0)
+    assert refresher.poll_once() is True and router.candidate.version == 9
+    service.publish(10, trial_arm="candidate", trial_stage=1, copy_of=9, trial_share=0.5,
+                    trial_champion=4)
+    assert refresher.poll_once() is True
+    assert (router.model_version, router.candidate.version, router.candidate.share) == \
+        (4, 10, 0.5)
+    assert service.downloads == [4, 9, 10]
+    ids = [f"t{i}" for i in range(2_000)]
+    assert 0.45 <= sum(router.candidate.decides(t) for t in ids) / len(ids) <= 0.55
+
+
 def test_a_router_already_on_the_champion_downloads_only_the_candidate(model_files):
     service = TrialService({4: model_files[1], 9: model_files[2]})
     router = ldwp_router()
