@@ -159,6 +159,19 @@ def hook_environment(values: dict[str, str]):
                 os.environ[k] = v
 
 
+def service_health(url: str) -> dict | None:
+    """A benchmark service's ``/health`` at the end of the invocation (what its learner
+    published, held, refused and tried: the versions' index alone does not say why a service
+    published nothing), or None when it does not answer."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
+            return json.loads(response.read(1 << 20))
+    except Exception as exc:  # noqa: BLE001 - a benchmark's record, not its result
+        print(f"service /health at {url} not read: {exc}", flush=True)
+        return None
+
+
 def ensure_taskmanagers(cluster, expected: int = len(NODES)) -> bool:
     """Restart the cluster when a TaskManager is gone; True when it did. Why: PyFlink 2.2.1
     sometimes kills a TaskManager while cancelling a Python job ("FATAL - exception in
@@ -750,8 +763,10 @@ def _main(argv=None) -> int:
                       f"outputs {row['outputs']}/{row['records']}  routed {row['routed']}",
                       flush=True)
     finally:
+        health = {"learning": service_health(service.url)}
         service.stop()
         if prior_service is not None:
+            health["prior_only"] = service_health(prior_service.url)
             prior_service.stop()
         cluster.stop()
         broker.stop()
@@ -760,7 +775,7 @@ def _main(argv=None) -> int:
     write_result(name, {"example": args.example, "records": count, "rounds": runs,
                         "cluster_spec": spec_record(args.spec), "isolation": isolation,
                         "flink_conf": flink_conf, "router_host": args.router_host or None,
-                        "summary": summary,
+                        "summary": summary, "service_health": health,
                         "verdict": verdict(summary), "runs": rows})
     plot(summary, args.example, RESULTS / f"{name}.png")
     for s in summary:

@@ -392,3 +392,35 @@ def test_a_negative_or_nan_vertex_time_interval_is_refused_before_anything_start
     with pytest.raises(SystemExit) as exit_:
         _main(["--vertex-time", value])
     assert exit_.value.code == 2 and "--vertex-time must be" in capsys.readouterr().err
+
+
+def test_the_services_health_is_kept_and_a_silent_service_is_none():
+    """What a benchmark service learned, held and tried goes into the result (its /health);
+    one that does not answer (stopped, or not JSON) leaves None, not a failed benchmark."""
+    import http.server
+    import threading
+
+    from benchmarks.flink_e2e_examples import service_health
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):   # noqa: N802 - the stdlib's name
+            body = json.dumps({"model_version": 4, "learner": {"versions_held": 2}}).encode() \
+                if self.path == "/health" else b"not json"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert service_health(url) == {"model_version": 4, "learner": {"versions_held": 2}}
+        assert service_health(url + "/elsewhere") is None          # answers, but not JSON
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert service_health(url) is None                             # gone
