@@ -64,6 +64,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
 import time
@@ -456,6 +457,46 @@ def verdict(summary: list[dict]) -> dict:
             "batching_on_over_off": ratio("LDWP + IAWP, batching off")}
 
 
+#: (name, variant, baseline) of the paired ratios a result reports (:func:`paired_ratios`)
+PAIRED = (("ldwp_over_flink_default_distribution", "LDWP + IAWP", VARIANTS[0][0]),
+          ("ldwp_over_mct", "LDWP + IAWP", "MCT at measured speeds"),
+          ("ldwp_over_its_prior_served", "LDWP + IAWP", PRIOR_SERVICE_LABEL),
+          ("mct_over_flink_default_distribution", "MCT at measured speeds", VARIANTS[0][0]))
+
+
+def paired_ratios(rows: list[dict]) -> dict:
+    """Each :data:`PAIRED` ratio paired by round: per round, the variant's committed
+    outputs/s over the baseline's in the same round; their geometric mean and 95% interval
+    (a t-interval on the log ratios; none from one round). Why: the machine's speed moves
+    between rounds by as much as placements differ (the same decisions 1.14x apart on the
+    means, 2026-12-07), and both variants of a round share it, so a ratio within rounds is
+    less noisy than a ratio of means. A variant counts under its label or its label and a
+    parenthesis (the prior-only variant's has one), not an ablation's ("LDWP + IAWP, batching
+    off"); rounds missing either side are skipped."""
+    from benchmarks.baselines import confidence_interval
+
+    def rate(label: str, round_: int) -> float | None:
+        found = [r["records_per_s"] for r in rows if r.get("round") == round_
+                 and (r.get("variant") == label
+                      or str(r.get("variant", "")).startswith(label + " ("))
+                 and isinstance(r.get("records_per_s"), (int, float))
+                 and math.isfinite(r["records_per_s"]) and r["records_per_s"] > 0]
+        return found[0] if len(found) == 1 else None
+
+    out = {}
+    rounds = sorted({r.get("round") for r in rows if isinstance(r.get("round"), int)})
+    for name, variant, baseline in PAIRED:
+        logs = [math.log(a / b) for a, b in ((rate(variant, n), rate(baseline, n))
+                                             for n in rounds) if a and b]
+        if not logs:
+            continue
+        mean, low, high = confidence_interval(logs)
+        out[name] = {"geometric_mean": math.exp(mean),
+                     "ci95": [math.exp(low), math.exp(high)] if len(logs) > 1 else None,
+                     "per_round": [math.exp(x) for x in logs]}
+    return out
+
+
 def checkpoint_summary(rest_url: str, job_id: str) -> dict:
     """The job's checkpoint durations so far (Flink REST): completed, failed, p50/p95/max
     end-to-end ms. With a backlog, a checkpoint that cannot complete holds every output of
@@ -776,7 +817,8 @@ def _main(argv=None) -> int:
                         "cluster_spec": spec_record(args.spec), "isolation": isolation,
                         "flink_conf": flink_conf, "router_host": args.router_host or None,
                         "summary": summary, "service_health": health,
-                        "verdict": verdict(summary), "runs": rows})
+                        "verdict": verdict(summary), "paired": paired_ratios(rows),
+                        "runs": rows})
     plot(summary, args.example, RESULTS / f"{name}.png")
     for s in summary:
         ci = s["records_per_s"]["ci95"]
