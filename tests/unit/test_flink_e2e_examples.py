@@ -473,3 +473,17 @@ def test_paired_ratios_skip_rounds_without_both_sides(rows, expected):
     for name, (mean, ci, per_round) in expected.items():
         assert paired[name]["geometric_mean"] == pytest.approx(mean)
         assert paired[name]["ci95"] == ci and paired[name]["per_round"] == pytest.approx(per_round)
+
+
+def test_every_variant_runs_before_and_after_its_neighbours():
+    """Over two rounds each adjacent pair runs in both orders, and every variant runs once a
+    round: a variant after LDWP's run (and its service's training) is not always the same."""
+    from benchmarks.flink_e2e_examples import round_order
+    variants = ["default", "MCT", "LDWP", "prior", "plain"]
+    followed = set()
+    for r in range(4):
+        order = round_order(variants, r)
+        assert sorted(order) == sorted(variants)
+        followed |= set(zip(order, order[1:]))
+    assert ("LDWP", "prior") in followed and ("prior", "LDWP") in followed
+    assert round_order([], 3) == []
