@@ -29,7 +29,8 @@ repeating the work of a streamplace executor (``STREAMPLACE_WORK_MULTIPLIER``), 
 plain ``map`` never reads, so on tm_c the plain job gets the fast node the others do not.
 
 Protocol as in ``benchmarks/flink_e2e.py``: one throwaway run on the fresh cluster, then the
-variants in alternating order (``--runs`` rounds), fresh topics per run, a warm-up batch first
+variants in alternating order (``--runs`` rounds; rotated each round and reversed in
+odd rounds, :func:`round_order`), fresh topics per run, a warm-up batch first
 (Python workers, torch), then the measured records all at once (a backlog); throughput =
 records / (last committed output - sending); every output read with read_committed and counted
 exactly once. Each run also reports the time to the first committed output, the rate once
@@ -64,6 +65,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
 import time
@@ -157,6 +159,21 @@ def hook_environment(values: dict[str, str]):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def round_order(variants: list, round_: int) -> list:
+    """The variants' order in round ``round_``: rotated by the round, and reversed in odd
+    rounds, so that each variant runs both before and after each of its neighbours. Why
+    (2026-12-07): with rotation alone the prior-only variant always ran right after LDWP +
+    IAWP, whose service may still be training on that run's feedback, and over nine rounds it
+    made 1.09x [1.02, 1.17] less on mostly the same decisions.
+
+    >>> round_order(list("abcd"), 0), round_order(list("abcd"), 1)
+    (['a', 'b', 'c', 'd'], ['a', 'd', 'c', 'b'])
+    """
+    shift = round_ % len(variants) if variants else 0
+    rotated = variants[shift:] + variants[:shift]
+    return rotated if round_ % 2 == 0 else rotated[::-1]
 
 
 def service_health(url: str) -> dict | None:
@@ -456,6 +473,46 @@ def verdict(summary: list[dict]) -> dict:
             "batching_on_over_off": ratio("LDWP + IAWP, batching off")}
 
 
+#: (name, variant, baseline) of the paired ratios a result reports (:func:`paired_ratios`)
+PAIRED = (("ldwp_over_flink_default_distribution", "LDWP + IAWP", VARIANTS[0][0]),
+          ("ldwp_over_mct", "LDWP + IAWP", "MCT at measured speeds"),
+          ("ldwp_over_its_prior_served", "LDWP + IAWP", PRIOR_SERVICE_LABEL),
+          ("mct_over_flink_default_distribution", "MCT at measured speeds", VARIANTS[0][0]))
+
+
+def paired_ratios(rows: list[dict]) -> dict:
+    """Each :data:`PAIRED` ratio paired by round: per round, the variant's committed
+    outputs/s over the baseline's in the same round; their geometric mean and 95% interval
+    (a t-interval on the log ratios; none from one round). Why: the machine's speed moves
+    between rounds by as much as placements differ (the same decisions 1.14x apart on the
+    means, 2026-12-07), and both variants of a round share it, so a ratio within rounds is
+    less noisy than a ratio of means. A variant counts under its label or its label and a
+    parenthesis (the prior-only variant's has one), not an ablation's ("LDWP + IAWP, batching
+    off"); rounds missing either side are skipped."""
+    from benchmarks.baselines import confidence_interval
+
+    def rate(label: str, round_: int) -> float | None:
+        found = [r["records_per_s"] for r in rows if r.get("round") == round_
+                 and (r.get("variant") == label
+                      or str(r.get("variant", "")).startswith(label + " ("))
+                 and isinstance(r.get("records_per_s"), (int, float))
+                 and math.isfinite(r["records_per_s"]) and r["records_per_s"] > 0]
+        return found[0] if len(found) == 1 else None
+
+    out = {}
+    rounds = sorted({r.get("round") for r in rows if isinstance(r.get("round"), int)})
+    for name, variant, baseline in PAIRED:
+        logs = [math.log(a / b) for a, b in ((rate(variant, n), rate(baseline, n))
+                                             for n in rounds) if a and b]
+        if not logs:
+            continue
+        mean, low, high = confidence_interval(logs)
+        out[name] = {"geometric_mean": math.exp(mean),
+                     "ci95": [math.exp(low), math.exp(high)] if len(logs) > 1 else None,
+                     "per_round": [math.exp(x) for x in logs]}
+    return out
+
+
 def checkpoint_summary(rest_url: str, job_id: str) -> dict:
     """The job's checkpoint durations so far (Flink REST): completed, failed, p50/p95/max
     end-to-end ms. With a backlog, a checkpoint that cannot complete holds every output of
@@ -743,7 +800,7 @@ def _main(argv=None) -> int:
                 timeout_s=900, nodes=nodes)
         for r in range(runs):
             records = records_for(args.example, count, seed=r, prefix=f"r{r}")
-            order = variants[r % len(variants):] + variants[:r % len(variants)]
+            order = round_order(variants, r)
             for label, env in order:
                 # a variant's own SERVICE_URL ("" = none) wins over the benchmark's service
                 hook_env = {"SERVICE_URL": service.url, **service_env, **(env or {})}
@@ -776,7 +833,8 @@ def _main(argv=None) -> int:
                         "cluster_spec": spec_record(args.spec), "isolation": isolation,
                         "flink_conf": flink_conf, "router_host": args.router_host or None,
                         "summary": summary, "service_health": health,
-                        "verdict": verdict(summary), "runs": rows})
+                        "verdict": verdict(summary), "paired": paired_ratios(rows),
+                        "runs": rows})
     plot(summary, args.example, RESULTS / f"{name}.png")
     for s in summary:
         ci = s["records_per_s"]["ci95"]

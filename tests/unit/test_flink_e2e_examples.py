@@ -424,3 +424,66 @@ def test_the_services_health_is_kept_and_a_silent_service_is_none():
         server.shutdown()
         server.server_close()
     assert service_health(url) is None                             # gone
+
+
+def _run(variant: str, round_: int, rate):
+    return {"variant": variant, "round": round_, "records_per_s": rate}
+
+
+def test_paired_ratios_compare_variants_within_each_round():
+    """Per round the variant over its baseline; the geometric mean and interval of those, not
+    a ratio of means: here the machine doubles its speed in round 2 for everyone."""
+    from benchmarks.flink_e2e_examples import PRIOR_SERVICE_LABEL, paired_ratios
+    default, mct = VARIANTS[0][0], "MCT at measured speeds"
+    rows = [_run(default, 0, 100.0), _run(mct, 0, 110.0), _run("LDWP + IAWP", 0, 121.0),
+            _run(default, 1, 200.0), _run(mct, 1, 220.0), _run("LDWP + IAWP", 1, 242.0),
+            _run(default, 2, 150.0), _run(mct, 2, 165.0), _run("LDWP + IAWP", 2, 181.5),
+            # ablations with the same prefix are not LDWP + IAWP
+            _run("LDWP + IAWP, batching off", 0, 1.0), _run("LDWP + IAWP, batching off", 1, 1.0),
+            _run(f"{PRIOR_SERVICE_LABEL} (no learned versions)", 0, 110.0),
+            _run(f"{PRIOR_SERVICE_LABEL} (no learned versions)", 1, 242.0)]
+    paired = paired_ratios(rows)
+    assert paired["ldwp_over_mct"]["per_round"] == pytest.approx([1.1, 1.1, 1.1])
+    assert paired["ldwp_over_mct"]["geometric_mean"] == pytest.approx(1.1)
+    assert paired["ldwp_over_mct"]["ci95"] == pytest.approx([1.1, 1.1])   # no spread at all
+    assert paired["ldwp_over_flink_default_distribution"]["geometric_mean"] == \
+        pytest.approx(1.21)
+    assert paired["mct_over_flink_default_distribution"]["geometric_mean"] == pytest.approx(1.1)
+    prior = paired["ldwp_over_its_prior_served"]          # 2 rounds of 3 have the prior
+    assert prior["per_round"] == pytest.approx([1.1, 1.0])
+    low, high = prior["ci95"]
+    assert low < prior["geometric_mean"] < high
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ([], {}),
+    # one round: a ratio, no interval
+    ([_run(VARIANTS[0][0], 0, 50.0), _run("LDWP + IAWP", 0, 75.0)],
+     {"ldwp_over_flink_default_distribution": (1.5, None, [1.5])}),
+    # no rate, zero, NaN or a string on one side: that round is skipped, nothing raises
+    ([_run(VARIANTS[0][0], 0, None), _run("LDWP + IAWP", 0, 75.0),
+      _run(VARIANTS[0][0], 1, 0.0), _run("LDWP + IAWP", 1, 75.0),
+      _run(VARIANTS[0][0], 2, float("nan")), _run("LDWP + IAWP", 2, 75.0),
+      _run(VARIANTS[0][0], 3, "fast"), _run("LDWP + IAWP", 3, 75.0)], {}),
+])
+def test_paired_ratios_skip_rounds_without_both_sides(rows, expected):
+    from benchmarks.flink_e2e_examples import paired_ratios
+    paired = paired_ratios(rows)
+    assert sorted(paired) == sorted(expected)
+    for name, (mean, ci, per_round) in expected.items():
+        assert paired[name]["geometric_mean"] == pytest.approx(mean)
+        assert paired[name]["ci95"] == ci and paired[name]["per_round"] == pytest.approx(per_round)
+
+
+def test_every_variant_runs_before_and_after_its_neighbours():
+    """Over two rounds each adjacent pair runs in both orders, and every variant runs once a
+    round: a variant after LDWP's run (and its service's training) is not always the same."""
+    from benchmarks.flink_e2e_examples import round_order
+    variants = ["default", "MCT", "LDWP", "prior", "plain"]
+    followed = set()
+    for r in range(4):
+        order = round_order(variants, r)
+        assert sorted(order) == sorted(variants)
+        followed |= set(zip(order, order[1:]))
+    assert ("LDWP", "prior") in followed and ("prior", "LDWP") in followed
+    assert round_order([], 3) == []
