@@ -179,7 +179,8 @@ def round_order(variants: list, round_: int) -> list:
 def service_health(url: str) -> dict | None:
     """A benchmark service's ``/health`` at the end of the invocation (what its learner
     published, held, refused and tried: the versions' index alone does not say why a service
-    published nothing), or None when it does not answer."""
+    published nothing), or None when it does not answer. Not ``PlacementClient.health``:
+    that client reads answers up to a model file's size (65 MiB), a health answer 1 MiB."""
     import urllib.request
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=10) as response:

@@ -153,9 +153,13 @@ class InterleavedTrial(VersionTrial):
         # that stamp their other decisions with another version must not keep the candidate
         # on trial (at its share) for ever
         self._champion_stalled = 0
-        self.stage = 0
         self._arm_version: int | None = None    # whose tasks are the candidate's arm now
-        self._stage_reasons: list[str] = []
+        self._stage_reasons: list[str] = []      # the verdicts of the stages passed
+
+    @property
+    def stage(self) -> int:
+        """0: the first stage; 1: the confirmation stage (one stage passed)."""
+        return len(self._stage_reasons)
 
     @property
     def share(self) -> float:
@@ -197,7 +201,7 @@ class InterleavedTrial(VersionTrial):
         valid = isinstance(outcome_ms, (int, float)) and not isinstance(outcome_ms, bool) \
             and math.isfinite(outcome_ms) and outcome_ms >= 0
         block = self._blocks[self._current]
-        if valid and version == self._arm_version and not self._awaiting_version:
+        if valid and version == self._arm_version:
             block[0] += math.log1p(outcome_ms / 1000.0)
             block[1] += 1
             self._candidate_judged = True
@@ -241,9 +245,8 @@ class InterleavedTrial(VersionTrial):
         reason = f"at a share of {self.share:g}, {reason}"
         if promoted and self.stage == 0 and self.settings.confirm_share:
             self._stage_reasons.append(reason)
-            self.stage = 1
-            self._awaiting_version = True
-            return TrialStage(1, self.settings.confirm_share, self.candidate)
+            self._awaiting_version = True     # blocks start again in stage_published
+            return TrialStage(self.stage, self.share, self.candidate)
         return self._end(promoted, "; then ".join([*self._stage_reasons, reason]), wins,
                          mean_difference)
 
