@@ -150,8 +150,12 @@ def fit_nodes_to_cluster(nodes: list[RouterNode], live: list[LiveTaskManager] | 
     cluster offers nothing it could use instead, or the nodes were chosen."""
     if live is None or not live:   # unknown, or no TaskManager registered yet: nothing to say
         return nodes, ""
+    from workload.cluster_spec import NODE_ID_PATTERN
     pinned = routing != "rest_partitioner"
-    usable = {tm.node_id: tm for tm in live if tm.hosts_pinned_executors or not pinned}
+    # an id the hook cannot name its operators and resources after (Flink's generated ids
+    # hold ':' and '-') is not usable; the error below lists it
+    usable = {tm.node_id: tm for tm in live if (tm.hosts_pinned_executors or not pinned)
+              and NODE_ID_PATTERN.fullmatch(tm.node_id)}
     wanted = [n.node_id for n in nodes]
     present = [n for n in wanted if n in usable]
     if present:
@@ -161,10 +165,10 @@ def fit_nodes_to_cluster(nodes: list[RouterNode], live: list[LiveTaskManager] | 
                 "wait for them") if missing else ""
         return nodes, note
     what = ("TaskManagers offering an external resource named after their own id (amount "
-            ">= 1)" if pinned else "TaskManagers")
+            ">= 1)" if pinned else "TaskManagers") + " with ids of letters, digits and '_'"
     there = ", ".join(f"{tm.node_id} (resource {tm.own_resource:g})" for tm in live)
     if chosen or not usable:
-        fix = ("set the hook's cluster_spec (STREAMPLACE_HOOK_CLUSTER_SPEC, or "
+        fix = ("Set the hook's cluster_spec (STREAMPLACE_HOOK_CLUSTER_SPEC, or "
                "StreamplaceHook.create(..., cluster_spec=...)) to the spec the cluster was "
                "started with, or give its nodes")
         if not usable and pinned:

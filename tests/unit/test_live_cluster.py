@@ -41,6 +41,8 @@ FIT_CASES = [
      ValueError("amount >= 1"), ""),
     ("rest_partitioner needs ids only", [_tm("f00d", 0.0)], "rest_partitioner", False,
      ["f00d"], "instead"),
+    ("Flink's generated ids", [_tm("127.0.0.1:40123-2f5e1a", 4.0)], "rest_partitioner", False,
+     ValueError("registered: 127.0.0.1:40123-2f5e1a"), ""),
     ("ids of the spec without their resource", [_tm("tm_a", 0.0), _tm("tm_b", 0.0)], "pinned",
      False, ValueError("registered: tm_a (resource 0)"), ""),
 ]
@@ -136,15 +138,19 @@ def test_the_rest_address_comes_from_the_job_else_only_an_explicit_one():
 def _remote_env(port: int):
     """A real PyFlink environment configured as ``flink run`` configures a job's: a remote
     target and the cluster's REST address."""
-    from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
-    config = Configuration()
-    config.set_string("execution.target", "remote")
-    config.set_string("rest.address", "127.0.0.1")
-    config.set_string("rest.port", str(port))
-    return StreamExecutionEnvironment.get_execution_environment(config)
+    from pyflink.util.java_utils import get_j_env_configuration
+    env = StreamExecutionEnvironment.get_execution_environment()
+    # a script's own environment is local whatever it is given; flink run's is remote
+    config = get_j_env_configuration(env._j_stream_execution_environment)
+    config.setString("execution.target", "remote")
+    config.setString("rest.address", "127.0.0.1")
+    config.setString("rest.port", str(port))
+    return env
 
 
+#: The hooks built here read the feedback topic on the routers' own threads, so the job has no
+#: Kafka source and needs no connector jar to be built (it is never run here).
 def _lines(env):
     from pyflink.common import Types
     return env.from_collection(["a", "b"], type_info=Types.STRING())
@@ -152,23 +158,23 @@ def _lines(env):
 
 def test_the_hook_places_on_the_jobs_own_cluster_when_the_spec_was_not_chosen(jobmanager):
     jobmanager.routes[("GET", "/taskmanagers")] = (
-        200, json.dumps(_answer(_entry("worker-1"), _entry("worker-2", 2.0, 4))).encode())
+        200, json.dumps(_answer(_entry("worker_1"), _entry("worker_2", 2.0, 4))).encode())
     env = _remote_env(jobmanager.server_address[1])
     assert job_rest_url(env) == jobmanager.url
     from pyflink.common import Types
-    hook = StreamplaceHook(HookSettings())
+    hook = StreamplaceHook(HookSettings(router_feedback="topic"))
     hook.apply(env, _lines(env), str.upper, output_type=Types.STRING())
-    assert [(n.node_id, n.cpu_cores) for n in hook.nodes] == [("worker-1", 2), ("worker-2", 4)]
+    assert [(n.node_id, n.cpu_cores) for n in hook.nodes] == [("worker_1", 2), ("worker_2", 4)]
     assert ("GET", "/taskmanagers", b"") in jobmanager.seen
 
 
 def test_the_hook_refuses_a_chosen_spec_that_is_not_the_jobs_cluster(jobmanager):
     jobmanager.routes[("GET", "/taskmanagers")] = (
-        200, json.dumps(_answer(_entry("worker-1"))).encode())
+        200, json.dumps(_answer(_entry("worker_1"))).encode())
     env = _remote_env(jobmanager.server_address[1])
     from pyflink.common import Types
-    hook = StreamplaceHook(HookSettings(cluster_spec="hosts"))
-    with pytest.raises(ValueError, match="cluster spec 'hosts'.*registered: worker-1"):
+    hook = StreamplaceHook(HookSettings(cluster_spec="hosts", router_feedback="topic"))
+    with pytest.raises(ValueError, match="cluster spec 'hosts'.*registered: worker_1"):
         hook.apply(env, _lines(env), str.upper, output_type=Types.STRING())
 
 
@@ -177,13 +183,13 @@ def test_the_hook_keeps_the_spec_on_its_own_cluster_and_when_rest_is_down(jobman
         200, json.dumps(_answer(*(_entry(n) for n in ("tm_a", "tm_b", "tm_c")))).encode())
     env = _remote_env(jobmanager.server_address[1])
     from pyflink.common import Types
-    hook = StreamplaceHook(HookSettings())
+    hook = StreamplaceHook(HookSettings(router_feedback="topic"))
     hook.apply(env, _lines(env), str.upper, output_type=Types.STRING())
     assert [n.node_id for n in hook.nodes] == ["tm_a", "tm_b", "tm_c"]
     assert hook.nodes[2].work_multiplier == 2.0        # the spec's own description kept
     jobmanager.routes.clear()                          # every path 404 now
     env = _remote_env(jobmanager.server_address[1])
-    hook = StreamplaceHook(HookSettings())
+    hook = StreamplaceHook(HookSettings(router_feedback="topic"))
     hook.apply(env, _lines(env), str.upper, output_type=Types.STRING())
     assert [n.node_id for n in hook.nodes] == ["tm_a", "tm_b", "tm_c"]
 
@@ -193,10 +199,10 @@ def test_a_service_plan_for_other_nodes_is_not_used(jobmanager, caplog):
     way to one executor each (a plan the user wrote still has to name known nodes)."""
     jobmanager.routes[("GET", "/plan")] = (200, json.dumps(
         {"nodes": {"tm_a": 2, "tm_b": 1}}).encode())
-    live = [_tm("worker-1"), _tm("worker-2")]
+    live = [_tm("worker_1"), _tm("worker_2")]
     settings = HookSettings(service_url=jobmanager.url)
     nodes = settings.resolved_nodes(live)
-    assert [(n.node_id, n.instances) for n in nodes] == [("worker-1", 1), ("worker-2", 1)]
+    assert [(n.node_id, n.instances) for n in nodes] == [("worker_1", 1), ("worker_2", 1)]
     assert "plan names nodes this job lacks" in caplog.text
     with pytest.raises(ValueError, match="plan names nodes"):
         HookSettings(plan={"tm_a": 2}).resolved_nodes(live)
