@@ -2,7 +2,8 @@
 plain map: CPU a review per thread, and reviews a second.
 
 On the real engines example (b)'s hooked job spent 1.9-2.2 ms of Python CPU a review against the
-plain job's 0.9 (README, "Is it the service or its learned versions?"), and on this 2-core
+plain job's 0.9 (docs/results-engines.md, "Is it the service or its learned versions?"), and on
+this 2-core
 machine that CPU, not the placement, bounds it. This isolates the executor: the operator of
 ``examples/text_inference/hooked_job.py`` (``[tokenize, TextNet, to_label]``) in an
 :class:`~interference.executor.OperatorExecutor` with one CPU unit, 32 records in flight (the

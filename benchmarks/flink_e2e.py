@@ -584,7 +584,7 @@ def simulate(spec: str, isolation: str | None, tasks: int, seeds=SIM_SEEDS,
     every stage's compute time (``CostModel.work_scale``): the calibrated stage times are those
     of the apps alone, and a real task here also pays for Python workers, Kafka and Flink, so
     a scale that matches one real variant's rate puts compute and the shaped links in the real
-    run's proportion (README, "On three emulated hosts")."""
+    run's proportion (docs/results-engines.md, "On three emulated hosts")."""
     import dataclasses
 
     import torch

@@ -237,7 +237,8 @@ def prior_ratio_check(agent, tasks, first: dict | None) -> tuple[float, dict]:
     prior's (MCT's) on the same tasks. A checkpoint that loses to MCT on any burst length scores
     below the untrained agent, which is MCT (1.0). Why: a correction learned on long bursts alone
     overloaded the 4-GPU nodes early in every burst, which later decisions only make up for when
-    more tasks follow; on 300-task bursts it lost 19-26% to its prior (README, "Where the
+    more tasks follow; on 300-task bursts it lost 19-26% to its prior (docs/results-simulator.md,
+    "Where the
     previous shipped model lost"). ``tasks`` is ignored: the bursts are fixed here."""
     from placement.policies import make_policy
     ratios, throughput = {}, {}

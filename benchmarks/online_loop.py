@@ -1,6 +1,7 @@
 """The placement service's online learning, closed in the simulator.
 
-On the real engines (README, "On three emulated hosts") LDWP + IAWP with the online service
+On the real engines (docs/results-engines.md, "On three emulated hosts") LDWP + IAWP with the
+online service
 stays behind MCT at measured speeds, and replaying one recorded run (``benchmarks/
 replay_decisions.py``) cannot say why: a replay cannot show what the versions' own decisions
 would have produced. This closes the loop in the simulator, on the same cluster spec and the
@@ -237,7 +238,8 @@ def run_variant(variant: str, spec: str, tasks: int, rounds: int, seed: int,
     throughput (tasks/s), task counts per node and per (task type, node), and the model
     versions the routers used.
     ``records`` and ``work_scale`` as ``benchmarks.flink_e2e --simulate`` takes them (payload
-    records at work scale 4 put MCT at the real payload run's rate: README); ``learning``:
+    records at work scale 4 put MCT at the real payload run's rate: docs/results-engines.md);
+    ``learning``:
     ``service.learning`` settings on top of the service's defaults; ``burst_tolerance``: the
     burst check's (``placement.service.burst_check``; inf: no check); ``correction_scale``: the
     share of each version's learned correction the routers apply; ``judge``: the learner's

@@ -21,7 +21,8 @@ one trained on the real traces, and the same data gives the same hash on every m
   ratio to MCT's tuning throughput over bursts of 150, 300 and 1,500 tasks is highest
   (``benchmarks.ldwp.prior_ratio_check``). Why: trained on 1,500-task bursts alone (as
   ``benchmarks/ldwp.py`` still does, 10 episodes) the correction lost 19% to MCT on 300-task
-  bursts it never trained on; trained on short ones it is ahead of MCT on both (README).
+  bursts it never trained on; trained on short ones it is ahead of MCT on both
+  (docs/results-simulator.md).
 - ``size_agnostic``: the node-scoring network (one score per node row, so it runs on any
   cluster), pre-trained on MCT's decisions (1,500-task workloads), then 12 saturated online
   episodes of the same short bursts as ``residual``, with a checkpoint after every episode (the

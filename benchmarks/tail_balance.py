@@ -27,7 +27,7 @@ Both aim at the imbalance that is the same on every run (a node type the estimat
 what is left differs from run to run (which tasks, how long each really took), and no fixed
 table can remove it: every task is placed before most of the work's true times are seen. (When
 this was written, a 1-2% change of one node's entry moved single runs by a few tasks/min either
-way: the README, "Where the missing 4% is".)
+way: docs/results-simulator.md, "Where the missing 4% is".)
 
 Why this exists: issue 14 asks for +30% over the mean of Random / ETC / PATS (about 87 tasks/min
 on the evaluation seeds); the shipped LDWP makes about 84. The JSON says whether the gap is in

@@ -1,6 +1,7 @@
 """Where each operator's time went during a measured run: busy, idle or back-pressured.
 
-A host with CPU to spare while another host is throttled (README, example (b)) has two
+A host with CPU to spare while another host is throttled (docs/results-engines.md, example (b))
+has two
 readings: the router gives it too little work, or the router cannot hand it more because it is
 blocked. A router has one thread that emits to every executor's channel, so one executor's full
 channel stalls its emits to all of them (head-of-line blocking). Flink measures this per subtask:

@@ -5,7 +5,8 @@ Why (the paper's system model, and measured in the simulator): the paper's clust
 keeps a task waiting queue and decides the longest-waiting task when a node has room. A router
 that decides each record the moment it reads it commits a backlog to nodes on estimates made
 before any of that work ran: under a burst of 6,000 records the routers decided all of them in
-seconds (README, "Is it the service or its learned versions?"), and the run then ended when the
+seconds (docs/results-engines.md, "Is it the service or its learned versions?"), and the run then
+ended when the
 node whose estimate was most wrong finished. In the simulator, deciding late lifted every
 estimating rule by 11-27% (``python -m benchmarks.manager_queue``: MCT+HEFT 76.6 -> 95.7
 tasks/min), because each task goes where work is running out, on node state seconds old.

@@ -20,7 +20,7 @@ __all__ = ["DEAD_LETTER_TAG_NAME", "dead_letter_tag", "make_dead_letter", "carri
            "KAFKA_LOGGER",
            "executor_slot_sharing_group", "io_slot_sharing_group", "kafka_bytes_sink",
            "router_slot_sharing_group", "ROUTER_RESOURCE",
-           "input_is_bounded", "runtime_mode", "execution_target",
+           "input_is_bounded", "runtime_mode", "execution_target", "job_option",
            "disable_python_chaining", "DeadLetterLog",
            "side_output", "CountGauges", "MAX_REASON_CHARS", "MAX_DEAD_LETTER_RAW_BYTES",
            "dead_letter_raw",
@@ -129,6 +129,13 @@ def execution_target(env) -> str:
     mini cluster (``python my_job.py``), "remote" under ``flink run``; "" when unreadable."""
     return _job_option(lambda: env._j_stream_execution_environment,
                        lambda conf, jvm: conf.getString("execution.target", ""), "").lower()
+
+
+def job_option(env, key: str) -> str:
+    """The environment's configuration value of ``key`` as text ("" when unset or unreadable:
+    no JVM behind ``env``)."""
+    return _job_option(lambda: env._j_stream_execution_environment,
+                       lambda conf, jvm: conf.getString(key, ""), "")
 
 
 def disable_python_chaining(env) -> None:

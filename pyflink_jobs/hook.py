@@ -76,6 +76,8 @@ from pyflink_jobs.flink_ops import (DeadLetterLog, carries_none, dead_letter_tag
 from pyflink_jobs.inline_executor import InlineExecutor, inline_output_tag
 from pyflink_jobs.feedback_tail import FeedbackTailSettings
 from pyflink_jobs.job_shape import JobShape
+from pyflink_jobs.live_cluster import (LiveTaskManager, drop_unknown_plan, fit_nodes_to_cluster,
+                                       read_live_taskmanagers_of, with_instances)
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
 from interference.executor.direct import direct_operator
@@ -271,9 +273,16 @@ class HookSettings:
         values.update(explicit)
         return cls(**values)
 
-    def resolved_nodes(self) -> list[RouterNode]:
-        """The nodes with their planned instance counts (plan > service plan > 1 each)."""
-        nodes = list(self.nodes) or nodes_from_cluster_spec(self.cluster_spec)
+    def resolved_nodes(self, live: list[LiveTaskManager] | None = None) -> list[RouterNode]:
+        """The nodes with their planned instance counts (plan > service plan > 1 each);
+        ``live``: the cluster's registered TaskManagers, to check the nodes against
+        (:func:`pyflink_jobs.live_cluster.fit_nodes_to_cluster`; None: not checked)."""
+        spec_nodes = list(self.nodes) or nodes_from_cluster_spec(self.cluster_spec)
+        nodes, note = fit_nodes_to_cluster(
+            [n for n in spec_nodes if n.node_id not in self.retired], live, self.routing,
+            chosen=bool(self.nodes) or self.cluster_spec != "default", spec=self.cluster_spec)
+        if note:
+            log.warning("streamplace hook: %s", note)
         plan = dict(self.plan)
         if not plan and self.service_url:
             try:
@@ -283,12 +292,11 @@ class HookSettings:
             except Exception as exc:  # noqa: BLE001 - a plan of one instance each still works
                 log.warning("no plan from the placement service (%s): one executor per node",
                             exc)
-        unknown = sorted(set(plan) - {n.node_id for n in nodes})
+            plan = drop_unknown_plan(plan, nodes, "placement service")
+        unknown = sorted(set(plan) - {n.node_id for n in nodes} - set(self.retired))
         if unknown:
             raise ValueError(f"the plan names nodes the cluster spec lacks: {unknown}")
-        resolved = [replace(n, instances=int(plan.get(n.node_id, n.instances or 1)))
-                    for n in nodes if n.node_id not in self.retired]
-        resolved = [n for n in resolved if n.instances > 0]
+        resolved = [n for n in with_instances(nodes, plan) if n.instances > 0]
         hosts = {n.node_id for n in resolved}
         bad_hosts = {r: h for r, h in self.retired.items() if h not in hosts}
         if bad_hosts:
@@ -594,7 +602,8 @@ class StreamplaceHook:
               or flat is not None):
             raise ValueError("task_type, task_size, output_type and flat need an operator: "
                              "hook.apply(env, stream, operator, output_type=...)")
-        self.nodes = s.resolved_nodes()
+        self.nodes = s.resolved_nodes(None if self.local else read_live_taskmanagers_of(
+            env, s.rest_url))
         self._operator_instances = s.operator_instances(self.nodes) if op is not None else 0
         if self.local:  # no TaskManagers to pin to: every operator in the default group
             _warn_local(s, self.nodes, op is not None)

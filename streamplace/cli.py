@@ -111,6 +111,8 @@ def cmd_job(args) -> int:
     from streamplace.jobs import submit_task_pipeline
     cfg = _config(args)
     cluster = FlinkCluster(cfg)
+    if args.action == "run":
+        return _run_user_job(cfg, cluster, args)
     if args.action == "submit":
         if args.hook:
             job_id = submit_task_pipeline(cfg, cluster, **_hook_settings(cfg, args))
@@ -141,6 +143,40 @@ def cmd_job(args) -> int:
             return 3
         for job in status.jobs:
             print(f"{job['jid']} {job['state']:10s} {job['name']}")
+    return 0
+
+
+def _run_user_job(cfg, cluster, args) -> int:
+    """``streamplace job run my_job.py [-- its arguments]``: a user's own PyFlink script
+    submitted to this cluster with ``flink run`` (client and Python workers on this
+    interpreter). Its hook learns the cluster spec the cluster was started from, and the
+    placement service of ``--service-url``, through ``STREAMPLACE_HOOK_*`` variables (one the
+    caller set already wins); the script's own arguments go after ``--``."""
+    from pathlib import Path
+
+    from streamplace.flink_jobs import run_python_job
+    script = Path(args.job_id or "")
+    if not args.job_id or script.suffix != ".py" or not script.is_file():
+        print(f"streamplace job run: needs the path of a PyFlink job's .py file, got "
+              f"{args.job_id!r}", file=sys.stderr)
+        return 2
+    if cluster.rest.get_or_none("/overview") is None:
+        print(f"streamplace job run: no JobManager answers at {cfg.flink.rest_url} "
+              "(streamplace up)", file=sys.stderr)
+        return 3
+    job_args = list(args.script_args)
+    env = cluster.files.env("client")
+    env["FLINK_CONF_DIR"] = str(cluster.files.conf_dir("jobmanager"))
+    hook_env = {"STREAMPLACE_HOOK_CLUSTER_SPEC": str(cfg.flink.cluster_spec)}
+    if args.service_url:
+        hook_env["STREAMPLACE_HOOK_SERVICE_URL"] = args.service_url
+        hook_env["STREAMPLACE_HOOK_SERVICE_TOKEN"] = _service_token(cfg, args.service_url)
+    for name, value in hook_env.items():
+        env.setdefault(name, value)
+    job_id = run_python_job(f"{cfg.flink.host}:{cfg.flink.rest_port}", script.resolve(),
+                            job_args, env, timeout_s=300)
+    state = cluster.wait_job_state(job_id, {"RUNNING", "FINISHED"})
+    print(f"job {job_id} {state}; web UI: {cfg.flink.rest_url}/#/job/running/{job_id}/overview")
     return 0
 
 
@@ -532,9 +568,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true", help="show Maven's output")
     p.set_defaults(func=cmd_jars)
 
-    p = sub.add_parser("job", help="submit, list, cancel, watch or re-plan the task pipeline")
-    p.add_argument("action", choices=["submit", "list", "cancel", "watch", "replan"])
-    p.add_argument("job_id", nargs="?")
+    p = sub.add_parser("job", help="submit, list, cancel, watch or re-plan the task pipeline; "
+                                   "run your own PyFlink job on the cluster")
+    p.add_argument("action", choices=["submit", "run", "list", "cancel", "watch", "replan"])
+    p.add_argument("job_id", nargs="?", help="the job id (cancel, watch, replan), or the "
+                                             "job's .py file (run; its own arguments after "
+                                             "--)")
     p.add_argument("--pin", help="pin the executor to this TaskManager id")
     p.add_argument("--parallelism", type=_int_in(1, 1024), default=1, help="executor instances")
     p.add_argument("--executor", choices=["checksum", "iawp"], default="checksum",
@@ -661,7 +700,16 @@ def _data_error_line(exc: BaseException) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `job run my_job.py -- its arguments`: what follows the first -- is the job's, unparsed
+    cut = argv.index("--") if "--" in argv else len(argv)
+    argv, script_args = argv[:cut], argv[cut + 1:]
     args = build_parser().parse_args(argv)
+    args.script_args = script_args
+    if script_args and (args.command, getattr(args, "action", None)) != ("job", "run"):
+        print(f"streamplace: arguments after -- are a job's own, for `streamplace job run "
+              f"<job>.py -- ...` only: {' '.join(script_args)[:200]}", file=sys.stderr)
+        return 2
     from streamplace.config import ConfigError
     from streamplace.processes import LaunchError
     from workload.cluster_spec import SpecError

@@ -42,7 +42,7 @@ __all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecErro
            "MIN_CPU_QUOTA", "DEFAULT_LINK_MBPS", "MAX_CPU_CORES", "MAX_CPU_ID", "MAX_GPUS",
            "MAX_SLOTS", "MAX_THREADS", "MAX_MEMORY_MB", "MAX_WORK_MULTIPLIER",
            "MAX_TASKMANAGERS", "MAX_SPEC_BYTES", "PlainYamlLoader", "PlainYamlError",
-           "parse_plain_yaml", "read_plain_yaml"]
+           "parse_plain_yaml", "read_plain_yaml", "NODE_ID_PATTERN"]
 
 #: JVM parts we size explicitly and add to task heap + managed memory: framework heap 128,
 #: framework off-heap 128, network 64, metaspace 512, JVM overhead 192 (MB). Metaspace: every
@@ -50,6 +50,10 @@ __all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecErro
 #: (OutOfMemoryError: Metaspace) after about 25 Python jobs in one test session.
 JVM_METASPACE_MB = 512
 JVM_FIXED_OVERHEAD_MB = 128 + 128 + 64 + JVM_METASPACE_MB + 192
+
+#: What a node (TaskManager) id may look like: it becomes part of Flink option keys
+#: (``external-resource.<id>.amount``) and of the hook's operator names.
+NODE_ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 #: What a shipped spec's name may look like: a file stem, never a path (``../x`` must not
 #: reach outside ``workload/specs``).
@@ -190,7 +194,7 @@ class TaskManagerSpec(BaseModel):
     @classmethod
     def _id_is_a_config_key(cls, value: str) -> str:
         # It becomes part of Flink option keys (external-resource.<id>.amount).
-        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", value):
+        if not NODE_ID_PATTERN.fullmatch(value):
             raise ValueError(f"node id {value!r} must start with a letter and contain only "
                              "letters, digits and underscores")
         return value

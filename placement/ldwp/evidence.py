@@ -24,7 +24,8 @@ none: why (measured 2026-12-06): the corrections the shipped model learned on th
 are large and mostly common to every node (the prior underestimates how long work waits), so a
 node decided on its bare prior looked several times cheaper than the nodes beside it. One
 V100 node (never seen in training) added to the paper cluster put LDWP 16.5% behind MCT (12.9%
-ahead, pooled), with no more tasks sent to the V100 than MCT sent (README, "Trained models
+ahead, pooled), with no more tasks sent to the V100 than MCT sent (docs/results-simulator.md,
+"Trained models
 that ship"; ``benchmarks/trust_pooling.py``). Shrinking an unknown node's correction toward
 the others' (partial pooling) instead of toward zero keeps every node's Q on one scale.
 Training is unchanged (the network fits the whole correction); every example the agent learns

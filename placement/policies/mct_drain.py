@@ -10,7 +10,7 @@ On the simulated paper cluster none does: measured over MCT's own runs, the 4-GP
 cleared 0.60-0.68 of that, the 2-GPU nodes 0.47-0.55 (GPU co-runs, stages that must wait for
 their predecessors, input transfers). MCT so overfills the 2-GPU nodes: they finished up to
 270 s after the 4-GPU ones, and a split at the drain rates it had measured would have ended
-the same run about 14% sooner (README, "MCT at measured drain rates").
+the same run about 14% sooner (docs/results-simulator.md, "MCT at measured drain rates").
 
 This rule learns each node's drain rate from what every policy already sees, without any new
 feedback: between two observations a node's backlog (estimated seconds of work) falls by what

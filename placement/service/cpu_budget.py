@@ -1,6 +1,7 @@
 """A CPU budget for the service's learner thread: at most ``share`` of one core, measured.
 
-Why (2026-12-07, README "What the service costs, and deciding late"): the learner trains on
+Why (2026-12-07, docs/results-engines.md "What the service costs, and deciding late"): the learner
+trains on
 every completed task, so its CPU grows with the cluster's task rate; on the emulated hosts the
 benchmark's service took 0.34-0.67 of the machine's 2 cores during every hooked run, taken
 from the TaskManagers it serves. A placement service that shares a machine (a laptop, a head

@@ -9,7 +9,8 @@ fast there (its tasks batch together), and pins types to hosts: 5 seeds x rounds
 against MCT where its prior alone is -1.1%. Judged by drain time instead, the correction hurt
 less (-5.3%), and with unjudged versions held (``placement.service.burst_check``) it was level
 with its prior (-1.1%). On today's loop, 10 seeds: -1.0% [-1.5, -0.4] against the prior, where
-learning from latencies under the same rules is -6.2% [-8.6, -3.7] (README, "On three
+learning from latencies under the same rules is -6.2% [-8.6, -3.7] (docs/results-engines.md, "On
+three
 emulated hosts"; on the real engines it did not close the gap to MCT).
 
 **Drain time** (the simulator's ``drain_time`` reward, :mod:`placement.ldwp.outcomes`, from the

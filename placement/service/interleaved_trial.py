@@ -3,7 +3,8 @@ the champion, and serves for good only if its tasks drained faster than the cham
 the same period.
 
 Why not windows (:mod:`placement.service.version_trial`, measured 2026-12-06 on the emulated
-hosts, README "Is it the service or its learned versions?"): a window closes after 200 of its
+hosts, docs/results-engines.md "Is it the service or its learned versions?"): a window closes
+after 200 of its
 tasks are *judged*, and until then its version decides everything the routers decide. A backlog
 of 6,000 records is decided in seconds, far ahead of the judgments, so the refused candidates'
 windows lasted 84 s to 6.7 min and one candidate decided whole benchmark runs (0.58x to 0.79x of

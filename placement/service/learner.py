@@ -109,7 +109,8 @@ PRIOR_SOURCE = "the starting weights, untrained: MCT's completion estimate at th
 #: 128 samples, not one per example on 32 (the same samples per example): a step costs about
 #: 2.5 ms of CPU whatever the batch (torch's per-call overhead), so one per completed task made
 #: the service's CPU grow with the cluster's task rate; on the emulated hosts it took 0.6 of
-#: the machine's 2 cores from the TaskManagers (2026-12-07, README "What the service costs").
+#: the machine's 2 cores from the TaskManagers (2026-12-07, docs/results-engines.md "What the
+#: service costs").
 SERVICE_LEARNING_DEFAULTS: dict = {"optimizer": "adam", "learning_rate": 1e-3,
                                    "batch_size": 128, "train_frequency": 4,
                                    "learning_starts": 32,

@@ -1,7 +1,8 @@
 """The version trial: a learned model version serves the routers for good only after it beat
 the version they used before, on the cluster itself.
 
-Why (measured 2026-12-06 on the emulated hosts, README "On three emulated hosts"): every
+Why (measured 2026-12-06 on the emulated hosts, docs/results-engines.md "On three emulated
+hosts"): every
 version the service published there passed the publish gate and the burst check, yet the
 routers deciding with them made 0.82x the throughput of MCT at measured speeds, while the
 untrained prior alone (MCT's completion estimate at the learned costs) made 1.12x. Both checks

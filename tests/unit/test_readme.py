@@ -1,4 +1,5 @@
-"""Every file, folder and image the README points at exists in the repository."""
+"""Every file, folder and image the README and its results pages point at exists in the
+repository."""
 
 from __future__ import annotations
 
@@ -29,6 +30,21 @@ def test_readme_references_exist():
     assert len(paths) > 20, sorted(paths)  # the parser really finds the references
     missing = sorted(p for p in paths - WHEEL_ONLY if not (ROOT / p.rstrip("/")).exists())
     assert missing == [], f"README points at files that do not exist: {missing}"
+
+
+#: The pages the README's measured record moved to (2026-12-07); they name result files, models
+#: and commands as the README did, with paths from the repository's root.
+RESULT_PAGES = ("docs/results-engines.md", "docs/results-simulator.md")
+
+
+def test_results_pages_references_exist_and_the_readme_links_them():
+    readme = (ROOT / "README.md").read_text()
+    for page in RESULT_PAGES:
+        assert f"]({page})" in readme, f"the README does not link {page}"
+        paths = referenced_paths((ROOT / page).read_text())
+        assert len(paths) > 20, (page, sorted(paths))
+        missing = sorted(p for p in paths - WHEEL_ONLY if not (ROOT / p.rstrip("/")).exists())
+        assert missing == [], f"{page} points at files that do not exist: {missing}"
 
 
 def test_the_parser_catches_a_missing_file():
