@@ -319,13 +319,15 @@ class HookSettings:
         """How many instances the user's operator has in a job on ``nodes`` (what its runtime
         context says, ``pyflink_jobs.operator_context``): the colocated routers' (numbered
         first), then each node's executors in plan order, then the retired nodes'."""
-        return ((self.router_instances() if self.routing == "colocated" else 0)
+        return ((self.router_instances(nodes) if self.routing == "colocated" else 0)
                 + sum(n.instances for n in nodes) + len(self.retired))
 
-    def router_instances(self) -> int:
-        """Router parallelism: ``router_parallelism``; with routing "colocated" one per node."""
+    def router_instances(self, nodes: list[RouterNode] | None = None) -> int:
+        """Router parallelism: ``router_parallelism``; with routing "colocated" one per node
+        of ``nodes`` (the job's, as ``apply`` resolved them; default: resolved here from the
+        settings alone)."""
         if self.routing == "colocated":
-            return max(1, len(self.resolved_nodes()))
+            return max(1, len(self.resolved_nodes() if nodes is None else nodes))
         return self.router_parallelism
 
     def task_limits(self, user_records: bool) -> TaskLimits:
@@ -545,7 +547,7 @@ class StreamplaceHook:
                               service_token=s.service_token,
                               refresh_interval_s=s.refresh_interval_s,
                               executor_capacity=s.executor_capacity,
-                              routers=s.router_instances(),
+                              routers=s.router_instances(self.nodes or None),
                               keep_local_below_ms=s.keep_local_below_ms,
                               hold_in_flight=s.hold_in_flight,
                               tenant_quotas=QuotaSettings(dict(s.tenant_shares))
@@ -624,7 +626,7 @@ class StreamplaceHook:
                 feedback_state_descriptor()))
         routed = (stream.process(router, output_type=Types.PRIMITIVE_ARRAY(Types.BYTE()))
                   .name("streamplace-router").uid(f"{s.uid_prefix}-router")
-                  .set_parallelism(s.router_instances()))
+                  .set_parallelism(s.router_instances(self.nodes)))
         if s.hold_in_flight > 0:
             _held_router_bundle(routed, router_settings)
         if inline is not None and not self.local:  # one router per TaskManager
@@ -633,7 +635,7 @@ class StreamplaceHook:
         if single:
             result = self._apply_rest_partitioner(env, routed, op)
         else:
-            first = s.router_instances() if inline is not None else 0
+            first = s.router_instances(self.nodes) if inline is not None else 0
             outputs = []
             for node in self.nodes:
                 outputs.append(self._executor_chain(

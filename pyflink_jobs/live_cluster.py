@@ -33,6 +33,7 @@ import logging
 import math
 from dataclasses import dataclass, replace
 
+from pyflink_jobs.flink_ops import ROUTER_RESOURCE
 from pyflink_jobs.router import RouterNode
 
 __all__ = ["LiveTaskManager", "LIVE_READ_TIMEOUT_S", "MAX_LIVE_TASKMANAGERS",
@@ -60,11 +61,13 @@ MAX_CPU_CORES = 4096
 @dataclass(frozen=True)
 class LiveTaskManager:
     """One registered TaskManager: its id, the amount of the external resource named after
-    it (0: none, so it cannot host pinned executors) and its CPU cores as REST reports them."""
+    it (0: none, so it cannot host pinned executors), its CPU cores as REST reports them, and
+    its units of the colocated routers' resource."""
 
     node_id: str
     own_resource: float = 0.0
     cpu_cores: int = 1
+    router_resource: float = 0.0   # units of streamplace_router (routing "colocated")
 
     @property
     def hosts_pinned_executors(self) -> bool:
@@ -93,11 +96,14 @@ def live_taskmanagers_from(answer) -> list[LiveTaskManager] | None:
             return None
         total = entry.get("totalResource")
         extended = total.get("extendedResources") if isinstance(total, dict) else None
-        own = _number(extended.get(node_id), 0.0) if isinstance(extended, dict) else 0.0
+        extended = extended if isinstance(extended, dict) else {}
+        own = _number(extended.get(node_id), 0.0)
+        router = _number(extended.get(ROUTER_RESOURCE), 0.0)
         hardware = entry.get("hardware")
         cores = _number(hardware.get("cpuCores"), 1.0) if isinstance(hardware, dict) else 1.0
         live[node_id] = LiveTaskManager(node_id, max(0.0, own),
-                                        int(min(MAX_CPU_CORES, max(1.0, cores))))
+                                        int(min(MAX_CPU_CORES, max(1.0, cores))),
+                                        max(0.0, router))
     return [live[k] for k in sorted(live)]
 
 
@@ -150,6 +156,25 @@ def fit_nodes_to_cluster(nodes: list[RouterNode], live: list[LiveTaskManager] | 
     cluster offers nothing it could use instead, or the nodes were chosen."""
     if live is None or not live:   # unknown, or no TaskManager registered yet: nothing to say
         return nodes, ""
+    chosen_nodes, note = _fit(nodes, live, routing, chosen, spec)
+    if routing == "colocated":
+        by_id = {tm.node_id: tm for tm in live}
+        without = [n.node_id for n in chosen_nodes
+                   if n.node_id in by_id and by_id[n.node_id].router_resource < 1]
+        if without:
+            raise ValueError(
+                f"routing='colocated' runs one router on each node, each needing one unit of "
+                f"the {ROUTER_RESOURCE} external resource there; {without} have none: add "
+                f"{ROUTER_RESOURCE} to their external-resources with -D external-resource."
+                f"{ROUTER_RESOURCE}.amount=1 (streamplace doctor checks it), or use "
+                "routing='pinned'")
+    return chosen_nodes, note
+
+
+def _fit(nodes: list[RouterNode], live: list[LiveTaskManager], routing: str, chosen: bool,
+         spec: str) -> tuple[list[RouterNode], str]:
+    """:func:`fit_nodes_to_cluster` for a known, non-empty ``live``, before the colocated
+    routers' check."""
     from workload.cluster_spec import NODE_ID_PATTERN
     pinned = routing != "rest_partitioner"
     # an id the hook cannot name its operators and resources after (Flink's generated ids

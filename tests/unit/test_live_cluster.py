@@ -61,6 +61,34 @@ def test_the_nodes_fit_the_live_cluster(case, live, routing, chosen, expected, n
     assert (note_words in note) if note_words else note == ""
 
 
+@pytest.mark.parametrize("live, error", [
+    ([LiveTaskManager(n, 2.0, 1, 1.0) for n in ("tm_a", "tm_b", "tm_c")], None),
+    ([LiveTaskManager("tm_a", 2.0, 1, 1.0), LiveTaskManager("tm_b", 2.0, 1, 0.0),
+      LiveTaskManager("tm_c", 2.0, 1, 0.5)], "['tm_b', 'tm_c'] have none"),
+    ([LiveTaskManager(n, 2.0, 1, 0.0) for n in ("edge_1", "edge_2")], "['edge_1', 'edge_2']"),
+])
+def test_colocated_routers_need_their_resource_on_every_node(live, error):
+    """routing="colocated" pins a router to each node with one unit of streamplace_router:
+    a node without it would leave a router waiting for a slot forever."""
+    if error is None:
+        nodes, _ = fit_nodes_to_cluster(SPEC, live, "colocated", chosen=False)
+        assert [n.node_id for n in nodes] == ["tm_a", "tm_b", "tm_c"]
+        return
+    with pytest.raises(ValueError, match=r"streamplace_router.*" + error.replace("[", r"\[")
+                       .replace("]", r"\]")):
+        fit_nodes_to_cluster(SPEC, live, "colocated", chosen=False)
+    fit_nodes_to_cluster(SPEC, live, "pinned", chosen=False)   # pinned routers need none
+
+
+def test_colocated_routers_count_the_nodes_taken_from_the_cluster():
+    settings = HookSettings(routing="colocated")
+    live = [LiveTaskManager(f"edge_{i}", 2.0, 1, 1.0) for i in range(1, 5)]
+    nodes = settings.resolved_nodes(live)
+    assert len(nodes) == 4 and settings.router_instances(nodes) == 4
+    assert settings.operator_instances(nodes) == 4 + 4     # routers, then executors
+    assert settings.router_instances() == 3                # the spec's, without the cluster
+
+
 def test_nodes_taken_from_the_cluster_carry_its_cores_and_one_instance_each():
     nodes, _ = fit_nodes_to_cluster(SPEC, [_tm("tm_w", 4.0, 8), _tm("tm_x", 1.0, 1)],
                                     "pinned", chosen=False)
@@ -81,8 +109,10 @@ def _entry(node_id, own=4.0, cores=2, **extra):
 
 
 def test_rest_answers_become_live_taskmanagers_sorted_by_id():
-    live = live_taskmanagers_from(_answer(_entry("tm_b", 2.0, 1), _entry("tm_a")))
-    assert live == [LiveTaskManager("tm_a", 4.0, 2), LiveTaskManager("tm_b", 2.0, 1)]
+    colocated = _entry("tm_a")
+    colocated["totalResource"]["extendedResources"]["streamplace_router"] = 1.0
+    live = live_taskmanagers_from(_answer(_entry("tm_b", 2.0, 1), colocated))
+    assert live == [LiveTaskManager("tm_a", 4.0, 2, 1.0), LiveTaskManager("tm_b", 2.0, 1, 0.0)]
 
 
 @pytest.mark.parametrize("answer, expected", [
