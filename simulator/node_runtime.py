@@ -42,10 +42,7 @@ class StageRunner:
                  links: LinkTransfers, scheduler: NodeScheduler, costs: CostModel,
                  truth: GroundTruth, hidden_task_type_factors: tuple[tuple[str, str, float], ...],
                  oom_retry_s: float):
-        self.queue = queue
-        self.nodes = nodes
-        self.meter = meter
-        self.links = links
+        self.queue, self.nodes, self.meter, self.links = queue, nodes, meter, links
         self.scheduler = scheduler
         self.costs = costs
         self.truth = truth

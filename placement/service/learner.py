@@ -380,8 +380,7 @@ class OnlineLearner:
             raise ValueError("publish_every and min_records_first_version must be at least 1")
         self.cluster = to_cluster_spec(cluster, gpu_model)
         self.store = store
-        self.costs = costs if costs is not None else MeasuredCosts(self.cluster,
-                                                                   prior=CostModel())
+        self.costs = costs if costs is not None else MeasuredCosts(self.cluster, prior=CostModel())
         self.metrics = metrics
         self.publish_every = publish_every
         self.min_records_first_version = min_records_first_version
@@ -394,7 +393,6 @@ class OnlineLearner:
         self._train_lock = threading.Lock()  # one trainer at a time (thread or caller)
         self.loop = TrainingLoop(self, self.examples.wake, cpu_share)
         self.last_error: str | None = None
-
         self.agent, latest, self.records_trained, previous_hash = _starting_agent(
             store, self.cluster, self.costs, settings, initial_model, publish_prior)
         if self.agent.settings.network != "node_scoring":
