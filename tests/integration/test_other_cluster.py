@@ -88,16 +88,17 @@ def _executor_hosts(cluster, job_id: str) -> dict[str, set[str]]:
     return hosts
 
 
-def test_a_users_job_with_plain_flink_run_places_on_the_clusters_own_taskmanagers(
-        other_cluster):
-    cfg, cluster = other_cluster
-    topics = {"in": "edge-orders", "out": "edge-enriched", "dead": "edge-dead"}
-    create_topics(cfg, list(topics.values()) + ["feedback"])
-    data = [json.dumps({"id": f"edge-{i}", "customer": f"c{i % 7}", "note": "two words " * (i % 5),
+def _orders(prefix: str) -> list[str]:
+    return [json.dumps({"id": f"{prefix}-{i}", "customer": f"c{i % 7}",
+                        "note": "two words " * (i % 5),
                         "items": [{"price": 1.5 + i, "qty": 1 + i % 3}]}) for i in range(ORDERS)]
-    job_id = _submit(cfg, cluster, topics)
+
+
+def _check_run(cfg, cluster, job_id: str, topics: dict[str, str]) -> None:
+    """Every order of the input once in the output, the executors on edge_1 / edge_2."""
     try:
         cluster.wait_job_state(job_id, {"RUNNING"}, timeout_s=120)
+        data = _orders(topics["in"])
         report = produce_raw(cfg, topics["in"], [d.encode() for d in data])
         assert report.delivered == ORDERS
         out = read_topic(cfg, topics["out"], None, expected=ORDERS, timeout_s=240, settle_s=3)
@@ -108,6 +109,45 @@ def test_a_users_job_with_plain_flink_run_places_on_the_clusters_own_taskmanager
         assert cluster.job(job_id)["state"] == "RUNNING"
     finally:
         cluster.cancel_job(job_id)
+
+
+def _topics(name: str, cfg) -> dict[str, str]:
+    topics = {"in": f"{name}-orders", "out": f"{name}-enriched", "dead": f"{name}-dead"}
+    create_topics(cfg, list(topics.values()) + ["feedback"])
+    return topics
+
+
+@pytest.mark.parametrize("routing", ["pinned", "colocated"])
+def test_a_users_job_with_plain_flink_run_places_on_the_clusters_own_taskmanagers(
+        other_cluster, routing):
+    """Colocated: one router per TaskManager of the cluster (two), not per node of the default
+    spec (three, which would have waited for a third router slot)."""
+    cfg, cluster = other_cluster
+    topics = _topics(f"edge-{routing}", cfg)
+    extra = {"STREAMPLACE_HOOK_ROUTING": "colocated"} if routing == "colocated" else {}
+    _check_run(cfg, cluster, _submit(cfg, cluster, topics, **extra), topics)
+
+
+def test_streamplace_job_run_hands_the_hook_the_clusters_spec(other_cluster, capsys):
+    """``streamplace job run`` (in-process CLI, the real ``flink run`` under it): the hook gets
+    this cluster's spec from the command, so its nodes are the spec's, chosen, and live."""
+    from streamplace.cli import main
+    cfg, cluster = other_cluster
+    topics = _topics("edge-job-run", cfg)
+    argv = [f"--set=home={cfg.home}", f"--set=kafka.port={cfg.kafka.port}",
+            f"--set=flink.rest_port={cfg.flink.rest_port}",
+            f"--set=flink.rpc_port={cfg.flink.rpc_port}",
+            f"--set=flink.cluster_spec={cfg.flink.cluster_spec}",
+            "job", "run", str(JOB), "--",
+            "--bootstrap-servers", cfg.kafka.bootstrap_servers,
+            "--connector-jar", str(flink_connector_jar(cfg)), "--input-topic", topics["in"],
+            "--output-topic", topics["out"], "--dead-letter-topic", topics["dead"],
+            "--job-name", topics["in"]]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    job_id = printed.split()[1]
+    assert printed.startswith(f"job {job_id} RUNNING")
+    _check_run(cfg, cluster, job_id, topics)
 
 
 def test_a_chosen_spec_that_is_not_the_cluster_is_refused_at_submission(other_cluster):
