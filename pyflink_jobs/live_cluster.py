@@ -30,11 +30,11 @@ Example::
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, replace
 
 from pyflink_jobs.flink_ops import ROUTER_RESOURCE
 from pyflink_jobs.router import RouterNode
+from workload.limits import finite_real
 
 __all__ = ["LiveTaskManager", "LIVE_READ_TIMEOUT_S", "MAX_LIVE_TASKMANAGERS",
            "fit_nodes_to_cluster", "job_rest_url", "live_taskmanagers_from",
@@ -75,9 +75,9 @@ class LiveTaskManager:
 
 
 def _number(value, default: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return default
-    return float(value)
+    """``value`` as a finite float (an integer past a float's range clamps), else ``default``."""
+    number = finite_real(value)
+    return default if number is None else number
 
 
 def live_taskmanagers_from(answer) -> list[LiveTaskManager] | None:

@@ -127,6 +127,9 @@ def test_rest_answers_become_live_taskmanagers_sorted_by_id():
      [LiveTaskManager("tm_a", 0.0, 1)]),
     (_answer(_entry("tm_a", own=True, cores="8")), [LiveTaskManager("tm_a", 0.0, 1)]),
     (_answer(_entry("tm_a", own=-3.0, cores=10**9)), [LiveTaskManager("tm_a", 0.0, 4096)]),
+    # an integer past a float's range (JSON allows it) clamps instead of raising OverflowError
+    (_answer(_entry("tm_a", own=10**400, cores=-10**400)),
+     [LiveTaskManager("tm_a", 1.7976931348623157e308, 1)]),
     (_answer({"id": "tm_a", "totalResource": [], "hardware": None}),
      [LiveTaskManager("tm_a", 0.0, 1)]),
 ], ids=lambda v: str(v)[:40])
