@@ -127,8 +127,7 @@ def python_execution_mode(stream) -> str:
 def execution_target(env) -> str:
     """The environment's ``execution.target``: "local" when the job runs in this process's
     mini cluster (``python my_job.py``), "remote" under ``flink run``; "" when unreadable."""
-    return _job_option(lambda: env._j_stream_execution_environment,
-                       lambda conf, jvm: conf.getString("execution.target", ""), "").lower()
+    return job_option(env, "execution.target").lower()
 
 
 def job_option(env, key: str) -> str:

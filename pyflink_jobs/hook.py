@@ -77,7 +77,7 @@ from pyflink_jobs.inline_executor import InlineExecutor, inline_output_tag
 from pyflink_jobs.feedback_tail import FeedbackTailSettings
 from pyflink_jobs.job_shape import JobShape
 from pyflink_jobs.live_cluster import (LiveTaskManager, drop_unknown_plan, fit_nodes_to_cluster,
-                                       read_live_taskmanagers_of, with_instances)
+                                       read_live_taskmanagers_of)
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
 from interference.executor.direct import direct_operator
@@ -296,7 +296,9 @@ class HookSettings:
         unknown = sorted(set(plan) - {n.node_id for n in nodes} - set(self.retired))
         if unknown:
             raise ValueError(f"the plan names nodes the cluster spec lacks: {unknown}")
-        resolved = [n for n in with_instances(nodes, plan) if n.instances > 0]
+        resolved = [replace(n, instances=int(plan.get(n.node_id, n.instances or 1)))
+                    for n in nodes]
+        resolved = [n for n in resolved if n.instances > 0]
         hosts = {n.node_id for n in resolved}
         bad_hosts = {r: h for r, h in self.retired.items() if h not in hosts}
         if bad_hosts:

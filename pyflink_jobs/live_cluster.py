@@ -30,7 +30,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pyflink_jobs.flink_ops import ROUTER_RESOURCE
 from pyflink_jobs.router import RouterNode
@@ -38,8 +38,7 @@ from workload.limits import finite_real
 
 __all__ = ["LiveTaskManager", "LIVE_READ_TIMEOUT_S", "MAX_LIVE_TASKMANAGERS",
            "fit_nodes_to_cluster", "job_rest_url", "live_taskmanagers_from",
-           "read_live_taskmanagers", "read_live_taskmanagers_of", "drop_unknown_plan",
-           "with_instances"]
+           "read_live_taskmanagers", "read_live_taskmanagers_of", "drop_unknown_plan"]
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +221,3 @@ def drop_unknown_plan(plan: dict[str, int], nodes: list[RouterNode], source: str
         return {}
     return plan
 
-
-def with_instances(nodes: list[RouterNode], plan: dict[str, int]) -> list[RouterNode]:
-    """``nodes`` with the plan's instance counts (1 where it says nothing)."""
-    return [replace(n, instances=int(plan.get(n.node_id, n.instances or 1))) for n in nodes]

@@ -153,8 +153,6 @@ def _run_user_job(cfg, cluster, args) -> int:
     placement service of ``--service-url``, through ``STREAMPLACE_HOOK_*`` variables (one the
     caller set already wins); the script's own arguments go after ``--``."""
     from pathlib import Path
-
-    from streamplace.flink_jobs import run_python_job
     script = Path(args.job_id or "")
     if not args.job_id or script.suffix != ".py" or not script.is_file():
         print(f"streamplace job run: needs the path of a PyFlink job's .py file, got "
@@ -164,17 +162,12 @@ def _run_user_job(cfg, cluster, args) -> int:
         print(f"streamplace job run: no JobManager answers at {cfg.flink.rest_url} "
               "(streamplace up)", file=sys.stderr)
         return 3
-    job_args = list(args.script_args)
-    env = cluster.files.env("client")
-    env["FLINK_CONF_DIR"] = str(cluster.files.conf_dir("jobmanager"))
     hook_env = {"STREAMPLACE_HOOK_CLUSTER_SPEC": str(cfg.flink.cluster_spec)}
     if args.service_url:
         hook_env["STREAMPLACE_HOOK_SERVICE_URL"] = args.service_url
         hook_env["STREAMPLACE_HOOK_SERVICE_TOKEN"] = _service_token(cfg, args.service_url)
-    for name, value in hook_env.items():
-        env.setdefault(name, value)
-    job_id = run_python_job(f"{cfg.flink.host}:{cfg.flink.rest_port}", script.resolve(),
-                            job_args, env, timeout_s=300)
+    job_id = cluster.submit_python_job(script.resolve(), list(args.script_args), timeout_s=300,
+                                       default_env=hook_env)
     state = cluster.wait_job_state(job_id, {"RUNNING", "FINISHED"})
     print(f"job {job_id} {state}; web UI: {cfg.flink.rest_url}/#/job/running/{job_id}/overview")
     return 0

@@ -260,12 +260,16 @@ class FlinkCluster:
 
     # Jobs --------------------------------------------------------------------------------------
     def submit_python_job(self, script: Path, args: list[str], timeout_s: float = 180,
-                          restore_from: str | None = None) -> str:
+                          restore_from: str | None = None,
+                          default_env: dict[str, str] | None = None) -> str:
         """``flink run -d -py script -- args`` against this cluster; returns the job id.
         ``restore_from``: a savepoint or retained checkpoint to start from (state of operators
-        that no longer exist is skipped: ``--allowNonRestoredState``)."""
+        that no longer exist is skipped: ``--allowNonRestoredState``). ``default_env``:
+        variables for the job's client where the caller's environment has none of its own."""
         env = self.files.env("client")
         env["FLINK_CONF_DIR"] = str(self.files.conf_dir("jobmanager"))
+        for name, value in (default_env or {}).items():
+            env.setdefault(name, value)
         return run_python_job(f"{self.config.flink.host}:{self.config.flink.rest_port}", script,
                               args, env, timeout_s, restore_from)
 

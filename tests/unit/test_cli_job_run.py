@@ -26,7 +26,7 @@ def submitted(monkeypatch, tmp_path, jobmanager):
     def fake_run(address, script, args, env, timeout_s, restore_from=None):
         calls.append((address, script, list(args), env))
         return JOB_ID
-    monkeypatch.setattr("streamplace.flink_jobs.run_python_job", fake_run)
+    monkeypatch.setattr("streamplace.flink_cluster.run_python_job", fake_run)
     jobmanager.routes[("GET", "/overview")] = (200, b'{"taskmanagers": 3}')
     jobmanager.routes[("GET", f"/jobs/{JOB_ID}")] = (200, json.dumps({"state": "RUNNING"}).encode())
     return calls
