@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from pyflink_jobs.feedback import FeedbackPublisher, FinishedTask
 from pyflink_jobs.flink_ops import KAFKA_LOGGER, CountGauges, hook_metrics, subtask_index
+from pyflink_jobs.output_fit import OutputFit
 from pyflink_jobs.routed import RoutedRecord
 from workload.limits import MEMORY_FRACTION
 from workload.task_attributes import task_slo_from_attributes
@@ -76,8 +77,10 @@ class ExecutorFunctionSettings:
     node_memory_bytes / task_memory_fraction / limit_address_space: the executor's per-task
         memory budget and optional ``RLIMIT_AS`` (``interference.executor.memory``; 0 = the
         memory this process can have, 0.5 = half of it per task, off).
-    none_outputs: the job's output type carries None (Flink's STRING); False: an operator
-        output of None makes its record a dead letter instead of failing the job in Java.
+    output_fit: the check of each operator output against the job's ``output_type``
+        (:class:`pyflink_jobs.output_fit.OutputFit`; None: none): an output that does not fit
+        (None where the type cannot carry it, a str for ``Types.LONG()``) makes its record a
+        dead letter instead of failing the job in PyFlink's output coder or in Java.
     max_attempts: calls of the user's operator per record before it is a dead letter (1: as
         a plain map, which calls once; more re-run an operator that raised, side effects too).
     first_instance / operator_instances: this operator's instances are numbered
@@ -97,7 +100,7 @@ class ExecutorFunctionSettings:
     node_memory_bytes: int = 0
     task_memory_fraction: float = MEMORY_FRACTION
     limit_address_space: bool = False
-    none_outputs: bool = True
+    output_fit: OutputFit | None = None
     max_attempts: int = 1
     first_instance: int = 0
     operator_instances: int = 0

@@ -68,7 +68,7 @@ from workload.operators import as_operator
 
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
                                             NodeExecutorFunction)
-from pyflink_jobs.flink_ops import (DeadLetterLog, carries_none, dead_letter_tag,
+from pyflink_jobs.flink_ops import (DeadLetterLog, dead_letter_tag,
                                     executor_slot_sharing_group,
                                     io_slot_sharing_group, kafka_bytes_sink,
                                     own_python_bundle, python_execution_mode,
@@ -78,6 +78,7 @@ from pyflink_jobs.feedback_tail import FeedbackTailSettings
 from pyflink_jobs.job_shape import JobShape
 from pyflink_jobs.live_cluster import (LiveTaskManager, drop_unknown_plan, fit_nodes_to_cluster,
                                        read_live_taskmanagers_of)
+from pyflink_jobs.output_fit import OutputFit
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
 from interference.executor.direct import direct_operator
@@ -523,6 +524,7 @@ class StreamplaceHook:
         self.bounded = False  # apply(): every source behind the stream is bounded
         self._operator_instances = 0  # apply(): the user operator's instances in the job
         self._output_type = None      # apply(): the outputs' type (None: pickled objects)
+        self._python_mode = "process"  # apply(): the job's python.execution-mode
 
     @staticmethod
     def builder() -> "HookBuilder":
@@ -572,7 +574,7 @@ class StreamplaceHook:
             instances_on_node=instances, batching=s.batching, call_groups=s.call_groups,
             node_memory_bytes=s.node_memory_bytes(host), first_instance=first_instance,
             operator_instances=self._operator_instances, max_attempts=s.max_attempts,
-            none_outputs=carries_none(self._output_type))
+            output_fit=OutputFit.for_output_type(self._output_type, self._python_mode))
 
     def apply(self, env, stream, operator=None, output_type=None, task_type=None,
               task_size=None, name: str | None = None, flat: bool | None = None):
@@ -617,6 +619,7 @@ class StreamplaceHook:
         limits = s.task_limits(user_records=op is not None)
         reader = OperatorRecords(op, limits) if op is not None else TaskEventRecords(limits)
         self._output_type = output_type or Types.PICKLED_BYTE_ARRAY()
+        self._python_mode = python_execution_mode(stream)
         inline = self._inline_executor(op) if s.routing == "colocated" else None
         tail = (FeedbackTailSettings(s.bootstrap_servers, s.feedback_topic)
                 if s.feedback_from_topic(self.local) else None)

@@ -29,7 +29,7 @@ import os
 
 from interference.executor.results import RecordOutcome
 from pyflink_jobs.executor_function import ExecutorFunctionSettings
-from pyflink_jobs.operator_function import (DirectRun, ExecutedRecord, bytes_out, refusing_none,
+from pyflink_jobs.operator_function import (DirectRun, ExecutedRecord, bytes_out,
                                             report_outcome)
 from pyflink_jobs.routed import DecisionContext, RoutedRecord
 
@@ -92,13 +92,14 @@ class InlineExecutor(DirectRun):
         """(``call(record) -> list of outputs``, ``map_call(record) -> output`` or None): the
         operator's first attempt as plain calls (once opened on a node), for the router's
         :class:`~pyflink_jobs.light_lane.LightLane`. A record whose call raised goes on
-        through :meth:`run_quick` with ``failed_first`` (a None the output type cannot carry
-        raises :class:`~pyflink_jobs.operator_function.NoneOutput` there)."""
+        through :meth:`run_quick` with ``failed_first`` (an output the job's type cannot carry
+        raises :class:`~pyflink_jobs.output_fit.OutputMisfit` there)."""
         call, map_call = self.executor.light_call(), self.executor.light_map()
-        if self.settings.none_outputs:
+        fit = self.settings.output_fit
+        if fit is None:
             return call, map_call
-        return (refusing_none(call, flat=True),
-                None if map_call is None else refusing_none(map_call, flat=False))
+        return (fit.checking(call, flat=True),
+                None if map_call is None else fit.checking(map_call, flat=False))
 
     @property
     def gauge_values(self) -> dict:

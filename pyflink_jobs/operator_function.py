@@ -34,10 +34,11 @@ from pyflink_jobs.executor_function import (ExecutorFeedback, ExecutorFunctionBa
                                             ExecutorFunctionSettings, unwrap)
 from pyflink_jobs.feedback import FinishedTask, stage_batches
 from pyflink_jobs.flink_ops import dead_letter_raw, dead_letter_tag, make_dead_letter
+from pyflink_jobs.output_fit import NoneOutput, OutputFit, OutputMisfit
 
 __all__ = ["ExecutedRecord", "OperatorExecutorFunction", "SplitOutcomes", "DirectRun",
            "DirectOperatorFunction", "report_outcome", "bytes_out", "NoneOutput",
-           "refusing_none"]
+           "OutputMisfit"]
 
 try:  # The module must import without pyflink too (docs, unit tests of the helpers).
     from pyflink.datastream import ProcessFunction
@@ -53,44 +54,20 @@ class ExecutedRecord:
     dead_letter: bytes | None = None
 
 
-class NoneOutput(ValueError):
-    """The user's operator gave None where the job's ``output_type`` cannot carry it."""
-
-    def __init__(self):
-        super().__init__(
-            "the operator returned None, which the job's output_type cannot carry between "
-            "operators (Flink's STRING can; a plain map's None fails the job where it reaches "
-            "a Java operator or sink): return a value, or return no output with flat=True")
-
-
-def refusing_none(call, flat: bool):
-    """``call(record)`` that raises :class:`NoneOutput` where it would give None (``flat``:
-    a list of outputs with a None among them)."""
-    if flat:
-        def checked(record):
-            outputs = call(record)
-            if any(o is None for o in outputs):   # `is`: outputs may be arrays, no ==
-                raise NoneOutput()
-            return outputs
-    else:
-        def checked(record):
-            output = call(record)
-            if output is None:
-                raise NoneOutput()
-            return output
-    return checked
-
-
 def executed_from_outcome(routed, record, outcome, operator_name: str,
-                          none_outputs: bool = True) -> ExecutedRecord:
-    """An :class:`ExecutedRecord` from the executor's ``RecordOutcome``; ``none_outputs``
-    False: an output of None makes the record a dead letter (:class:`NoneOutput`)."""
+                          fit: OutputFit | None = None) -> ExecutedRecord:
+    """An :class:`ExecutedRecord` from the executor's ``RecordOutcome``; with ``fit``, an
+    output that does not fit the job's output type makes the record a dead letter with the
+    reason (:mod:`pyflink_jobs.output_fit`)."""
     if outcome.status == "OK":
         outputs = tuple(outcome.outputs)
-        if none_outputs or not any(o is None for o in outputs):
-            return ExecutedRecord(outputs)
-        return ExecutedRecord(dead_letter=_dead_letter(
-            routed, record, str(NoneOutput()), f"operator:{operator_name}"))
+        if fit is not None:
+            for output in outputs:
+                reason = fit.problem(output)
+                if reason is not None:
+                    return ExecutedRecord(dead_letter=_dead_letter(
+                        routed, record, reason, f"operator:{operator_name}"))
+        return ExecutedRecord(outputs)
     return ExecutedRecord(dead_letter=_dead_letter(
         routed, record, f"{outcome.error}\n{outcome.traceback or ''}".strip(),
         f"operator:{operator_name}"))
@@ -140,7 +117,7 @@ def report_outcome(function, routed, record, task_id: str, size: int, outcome,
     """Count the outcome, report its timing in the node's feedback (``timing``; its bytes
     always), and make the :class:`ExecutedRecord` (outputs, or a dead letter)."""
     executed = executed_from_outcome(routed, record, outcome, function.operator.name,
-                                     function.settings.none_outputs)
+                                     function.settings.output_fit)
     function._count(executed.dead_letter is None)
     if routed is not None and not timing:
         function.feedback.count_bytes(routed.raw_bytes, bytes_out(executed))

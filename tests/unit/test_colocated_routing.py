@@ -497,23 +497,25 @@ def test_a_record_over_the_size_limit_never_runs_on_the_light_lane(monkeypatch, 
     assert record not in calls  # the user's operator never saw it
 
 
-def test_the_light_path_sends_a_none_the_output_type_cannot_carry_to_the_dead_letters(
+def test_the_light_path_sends_outputs_the_output_type_cannot_carry_to_the_dead_letters(
         monkeypatch):
+    """None, and a str where Types.INT() is asked: a plain map fails the job on either."""
     from pyflink.common import Types
 
     from pyflink_jobs.executor_function import ExecutorFunctionSettings
     from pyflink_jobs.inline_executor import InlineExecutor, inline_output_tag
+    from pyflink_jobs.output_fit import OutputFit
     from pyflink_jobs.router_function import OperatorRecords, RouterFunction
     from workload.codec import decode
 
     def maybe(text):
-        return None if text == "none" else len(text)
+        return None if text == "none" else "many" if text == "long" else len(text)
 
     monkeypatch.setenv("STREAMPLACE_NODE_ID", "tm_a")
     op = as_operator(maybe)
     inline = InlineExecutor(op, ExecutorFunctionSettings(
-        bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0, none_outputs=False),
-        inline_output_tag(Types.INT()))
+        bootstrap_servers="127.0.0.1:1", feedback_interval_s=60.0,
+        output_fit=OutputFit.for_output_type(Types.INT())), inline_output_tag(Types.INT()))
     function = RouterFunction(RouterSettings(nodes=NODES, policy="round_robin"),
                               OperatorRecords(op, None), inline=inline)
     function.open(FakeContext())
@@ -521,10 +523,14 @@ def test_the_light_path_sends_a_none_the_output_type_cannot_carry_to_the_dead_le
     try:
         assert function._lane is not None
         emitted = [list(function.process_element(t, FakeContext()))
-                   for t in ["ab", "none", "abc"]]
+                   for t in ["ab", "none", "abc", "long"]]
     finally:
         _close(function)
     assert [out for _, out in emitted[0] + emitted[2]] == [2, 3]
     [dead] = emitted[1]
     letter = decode("DeadLetter", dead)
     assert letter["raw"] == b"none" and "returned None" in letter["reason"], letter
+    [dead] = emitted[3]
+    letter = decode("DeadLetter", dead)
+    assert letter["raw"] == b"long", letter
+    assert "does not fit the job's output_type" in letter["reason"], letter["reason"]

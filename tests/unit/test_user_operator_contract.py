@@ -191,14 +191,18 @@ def test_the_hook_calls_a_users_operator_once_unless_told_otherwise():
             HookSettings(max_attempts=bad)
 
 
-@pytest.mark.parametrize("none_outputs", [True, False])
-def test_a_none_output_is_a_dead_letter_where_the_type_cannot_carry_it(none_outputs):
+@pytest.mark.parametrize("checked", [False, True])
+def test_a_none_output_is_a_dead_letter_where_the_type_cannot_carry_it(checked):
+    from pyflink.common import Types
+
+    from pyflink_jobs.output_fit import OutputFit
     from workload.codec import decode
 
     def maybe(text):
         return None if text == "none" else text.upper()
 
-    function = _direct(maybe, none_outputs=none_outputs)
+    fit = OutputFit.for_output_type(Types.PICKLED_BYTE_ARRAY()) if checked else None
+    function = _direct(maybe, output_fit=fit)
     function.open(FakeContext())
     try:
         emitted = [list(function.process_element(r, None)) for r in _routed("a", "none")]
@@ -206,13 +210,39 @@ def test_a_none_output_is_a_dead_letter_where_the_type_cannot_carry_it(none_outp
         function.feedback.producer = None
         function.close()
     assert emitted[0] == ["A"]
-    if none_outputs:
+    if not checked:
         assert emitted[1] == [None]
     else:
         [(_, dead)] = emitted[1]
         letter = decode("DeadLetter", dead)
         assert letter["raw"] == b"none" and "returned None" in letter["reason"]
         assert function._counts.values["streamplace_tasks_failed"] == 1
+
+
+def test_an_output_of_the_wrong_type_is_a_dead_letter_and_the_others_come_out_unchanged():
+    """A plain map with Types.LONG() fails the job on a str output (PyFlink's coder): the
+    hook sends that record to the dead letters with the reason instead."""
+    from pyflink.common import Types
+
+    from pyflink_jobs.output_fit import OutputFit
+    from workload.codec import decode
+
+    def count_or_word(text):
+        return "many" if text == "long" else len(text)
+
+    function = _direct(count_or_word, output_fit=OutputFit.for_output_type(Types.LONG()))
+    function.open(FakeContext())
+    try:
+        emitted = [list(function.process_element(r, None))
+                   for r in _routed("ab", "long", "abcd")]
+    finally:
+        function.feedback.producer = None
+        function.close()
+    assert emitted[0] == [2] and emitted[2] == [4]
+    [(_, dead)] = emitted[1]
+    letter = decode("DeadLetter", dead)
+    assert letter["raw"] == b"long" and letter["stage"].startswith("operator:")
+    assert "(str: 'many') does not fit the job's output_type" in letter["reason"], letter
 
 
 def test_which_output_types_carry_none():
@@ -224,17 +254,26 @@ def test_which_output_types_carry_none():
         assert not carries_none(other)
 
 
-def test_refusing_none_checks_one_output_or_every_one_by_identity():
+def test_checking_looks_at_one_output_or_every_one_by_identity():
     import numpy as np
+    from pyflink.common import Types
 
-    from pyflink_jobs.operator_function import NoneOutput, refusing_none
-    assert refusing_none(lambda r: r, flat=False)(0) == 0
+    from pyflink_jobs.output_fit import NoneOutput, OutputFit, OutputMisfit
+    fit = OutputFit.for_output_type(Types.PICKLED_BYTE_ARRAY())
+    assert fit.checking(lambda r: r, flat=False)(0) == 0
     with pytest.raises(NoneOutput):
-        refusing_none(lambda r: None, flat=False)(1)
+        fit.checking(lambda r: None, flat=False)(1)
     arrays = [np.zeros(3), np.ones(2)]                 # `==` on these would be ambiguous
-    assert refusing_none(lambda r: arrays, flat=True)(1) is arrays
+    assert fit.checking(lambda r: arrays, flat=True)(1) is arrays
     with pytest.raises(NoneOutput):
-        refusing_none(lambda r: [1, None], flat=True)(1)
+        fit.checking(lambda r: [1, None], flat=True)(1)
+    longs = OutputFit.for_output_type(Types.LONG())
+    with pytest.raises(OutputMisfit, match="does not fit"):
+        longs.checking(lambda r: [1, "2"], flat=True)(1)
+    text = OutputFit.for_output_type(Types.STRING())
+    call = lambda r: r   # noqa: E731
+    assert text.checking(call, flat=False) is not call  # STRING: None passes, text is checked
+    assert OutputFit(None, carries_none=True).checking(call, flat=False) is call
 
 
 @pytest.mark.parametrize("routing,setting,local,expected", [
