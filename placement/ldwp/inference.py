@@ -59,7 +59,7 @@ from placement.ldwp.features import (APPS, COMPLETION_SCALE, NODE_ROW_SIZE, NODE
                                      task_estimates, task_size_feature, type_code)
 from placement.ldwp.compiled import compiled_scorer
 from placement.ldwp.evidence import (BANDWIDTH, EVIDENCE_HALF, EvidenceError, model_evidence,
-                                     pooled_correction)
+                                     pooled_correction, pooling_matrix)
 from placement.ldwp.model_settings import read_model_settings
 from placement.ldwp.modelfile import ModelFileError, load_model, parse_model
 from workload.estimates import CostModel
@@ -161,12 +161,14 @@ def _fuse_node_scoring(layers: list[tuple[np.ndarray, np.ndarray]], row_size: in
 
 
 def _fused_q(fused, encoded: tuple, kind: str, q_prior: str, residual: str,
-             trust: np.ndarray | None) -> np.ndarray:
+             trust: np.ndarray | None, pool: np.ndarray | None = None) -> np.ndarray:
     """Q per node (float64) of a network in its fused form (``kind`` "paper":
     :func:`_bias_carrying`'s matrices, "node_scoring": :func:`_fuse_node_scoring`'s triple) on
     ``NumpyLDWPPolicy.fast_encode``'s output, then the residual's prior (``q_prior``,
     ``residual``); ``trust`` per node weights the learned correction. What
-    ``NumpyLDWPPolicy.fast_q`` runs: it needs the model alone, none of a policy's caches."""
+    ``NumpyLDWPPolicy.fast_q`` runs: it needs the model alone, none of a policy's caches.
+    ``pool``: ``trust``'s :func:`~placement.ldwp.evidence.pooling_matrix`, when the caller keeps
+    one (the same pooling in one product)."""
     if kind == "paper":
         hidden = encoded[1]
         for i, weight in enumerate(fused):
@@ -184,7 +186,9 @@ def _fused_q(fused, encoded: tuple, kind: str, q_prior: str, residual: str,
         out = out @ weight
     if q_prior != "completion":
         return out[:, 0]
-    if trust is not None:
+    if pool is not None:
+        out = pool @ out
+    elif trust is not None:
         out = pooled_correction(out, trust)
     if residual == "additive":
         return out[:, 0] + completion_prior(rows)
@@ -195,6 +199,14 @@ def _fused_q(fused, encoded: tuple, kind: str, q_prior: str, residual: str,
     q = np.add.reduce(out, axis=1)
     np.log1p(q, out=q)
     return np.negative(q, out=q)
+
+
+def _pool_of(cache: dict, key: tuple, trust: np.ndarray) -> np.ndarray:
+    """``trust``'s pooling matrix for (node ids, task type) ``key``, built once per key."""
+    pool = cache.get(key)
+    if pool is None or pool.shape[0] != len(trust):
+        pool = _remember(cache, key, pooling_matrix(trust), TASK_TYPE_CACHE_SIZE)
+    return pool
 
 
 def _remember(cache: dict, key, value, limit: int):
@@ -510,6 +522,7 @@ class NumpyLDWPPolicy(Policy):
             except (EvidenceError, TypeError, ValueError) as exc:
                 raise ModelFileError(f"the model's evidence table: {exc}") from None
         self._trust_cache: dict[tuple, np.ndarray] = {}
+        self._pool_cache: dict[tuple, np.ndarray] = {}   # the same, as pooling matrices
         # How much of the learned correction decisions use, on top of the evidence weights
         # (set_correction_scale): 1 as trained, 0 the prior alone (an ablation, a replay).
         self.correction_scale = 1.0
@@ -608,8 +621,10 @@ class NumpyLDWPPolicy(Policy):
         encoded = self.fast_encode(observation)
         state = encoded[1] if self.kind == "node_scoring" else encoded[1][:-1]
         key = (encoded[0], observation.task.app_id)
-        return (encoded[0], self.fast_q(encoded, self._trust(key, observation, state)), state,
-                None, None)
+        trust = self._trust(key, observation, state)
+        pool = None if trust is None else _pool_of(self._pool_cache, key, trust)
+        return (encoded[0], _fused_q(self._fused, encoded, self.kind, self.q_prior,
+                                     self.residual, trust, pool), state, None, None)
 
     def set_correction_scale(self, scale: float) -> None:
         """Decide with ``scale`` times the learned correction (times its evidence weights):
@@ -620,6 +635,7 @@ class NumpyLDWPPolicy(Policy):
             raise ValueError(f"the correction scale must be in [0, 1], got {scale!r}")
         self.correction_scale = float(scale)
         self._trust_cache.clear()
+        self._pool_cache.clear()
         self._template_parts.clear()   # holds the trust weights beside the template part
 
     def _trust(self, key: tuple, observation: Observation, state=None) -> np.ndarray | None:

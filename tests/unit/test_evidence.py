@@ -191,6 +191,19 @@ def test_pooled_correction_scenarios(name, correction, trust, expected):
     batch = pooled_correction_torch(torch.from_numpy(correction)[None],
                                     torch.from_numpy(trust)[None])[0].numpy()
     np.testing.assert_allclose(batch, expected, atol=1e-12)
+    from placement.ldwp.evidence import pooling_matrix   # the router's numpy path's form
+    np.testing.assert_allclose(pooling_matrix(trust) @ correction, expected, atol=1e-12)
+
+
+def test_the_pooling_matrix_pools_as_pooled_correction_on_random_trust():
+    rng = np.random.default_rng(3)
+    from placement.ldwp.evidence import pooling_matrix
+    for m in (1, 2, 11, 40):
+        for _ in range(20):
+            trust = rng.uniform(0.0, 1.0, m) * (rng.uniform(size=m) > 0.3)
+            correction = rng.normal(size=(m, 2)) * 10.0
+            np.testing.assert_allclose(pooling_matrix(trust) @ correction,
+                                       pooled_correction(correction, trust), atol=1e-12)
 
 
 def test_a_correction_common_to_every_node_leaves_an_unknown_node_on_the_same_scale(costs):
