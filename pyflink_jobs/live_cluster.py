@@ -211,13 +211,13 @@ def _fit(nodes: list[RouterNode], live: list[LiveTaskManager], routing: str, cho
 
 def drop_unknown_plan(plan: dict[str, int], nodes: list[RouterNode], source: str
                       ) -> dict[str, int]:
-    """A plan the user did not write (the service's) that names nodes this job does not have
-    is not used: one executor each instead, with a warning."""
+    """A plan the user did not write (the service's): the counts of the nodes this job has;
+    the nodes it names that the job lacks are left out, with a warning (a node the plan does
+    not name gets one executor)."""
     known = {n.node_id for n in nodes}
     unknown = sorted(set(plan) - known)
     if unknown:
-        log.warning("streamplace hook: the %s's plan names nodes this job lacks %s: one "
-                    "executor per node instead", source, unknown)
-        return {}
-    return plan
-
+        log.warning("streamplace hook: the %s's plan names nodes this job lacks %s: those are "
+                    "left out; the job's nodes not in it get one executor each", source,
+                    unknown[:20])
+    return {node: count for node, count in plan.items() if node in known}

@@ -70,7 +70,7 @@ from workload.limits import finite_real
 from workload.model import ClusterSpec, NodeState, Observation, Task
 
 __all__ = ["PlacementService", "create_app", "plan_executors", "Plan", "NodeCapacity",
-           "node_capacities", "ServingPolicy"]
+           "node_capacities", "unlisted_capacities", "ServingPolicy"]
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +105,47 @@ def node_capacities(cluster_spec) -> list[NodeCapacity]:
             for tm in cluster_spec.taskmanagers]
 
 
+#: Most TaskManagers, and the longest id, taken from Flink's REST answer for the plan (as the
+#: hook's pyflink_jobs.live_cluster reads them)
+MAX_UNLISTED_NODES = 1024
+MAX_NODE_ID_CHARS = 200
+
+
+def unlisted_capacities(taskmanagers, listed) -> list[NodeCapacity]:
+    """The registered TaskManagers (``FlinkRestClient.taskmanagers()``) that the spec's ids
+    ``listed`` lack, as capacities from what REST says of them: their cores (one unit each,
+    speed unknown), and as slots the amount of the external resource named after their id
+    (what the hook pins executors with), else their task slots. An entry that is not that
+    shape, or whose id is not a usable node name (``workload.cluster_spec.NODE_ID_PATTERN``:
+    Flink's generated ids are not), is skipped; at most :data:`MAX_UNLISTED_NODES`."""
+    from workload.cluster_spec import NODE_ID_PATTERN
+    listed, out = set(listed), {}
+    for tm in list(taskmanagers or ())[:MAX_UNLISTED_NODES]:
+        node = tm.get("id") if isinstance(tm, dict) else None
+        if (not isinstance(node, str) or len(node) > MAX_NODE_ID_CHARS or node in listed
+                or node in out or not NODE_ID_PATTERN.fullmatch(node)):
+            continue
+        hardware = tm.get("hardware") if isinstance(tm.get("hardware"), dict) else {}
+        extended = tm.get("extended_resources")
+        own = finite_real(extended.get(node)) if isinstance(extended, dict) else None
+        slots = own if own is not None and own >= 1 else finite_real(tm.get("slots"))
+        cores = finite_real(hardware.get("cpuCores"))
+        cores = 1.0 if cores is None else min(4096.0, max(1.0, cores))
+        slots = 1 if slots is None else int(min(1024.0, max(1.0, slots)))
+        out[node] = NodeCapacity(node, cores, slots, cores)
+    return list(out.values())
+
+
 def plan_executors(cluster_spec, measured_rates: dict[str, float] | None = None,
-                   alive_nodes=None, max_total: int | None = None) -> Plan:
+                   alive_nodes=None, max_total: int | None = None,
+                   unlisted: list[NodeCapacity] = ()) -> Plan:
     """How many executor instances each TaskManager hosts.
 
     - Candidates: the spec's nodes, minus those not in ``alive_nodes`` (the TaskManagers Flink
       REST lists; None when Flink is unreachable: keep them all). Alive nodes the spec lacks
-      are left out (their capacity and slots are unknown).
+      are left out, unless none of the spec's nodes is alive: then the plan is for the
+      ``unlisted`` ones (:func:`unlisted_capacities`, from REST), as the hook then places on
+      the cluster's own TaskManagers (``pyflink_jobs.live_cluster``).
     - Rate of a node: its measured service rate (``measured_rates``, tasks/s) when known; a node
       without a measurement gets its static capacity (cpu_cores / work_multiplier) scaled by the
       median measured/static ratio of the measured nodes, so both kinds compare.
@@ -124,6 +158,9 @@ def plan_executors(cluster_spec, measured_rates: dict[str, float] | None = None,
     capacities = node_capacities(cluster_spec)
     alive = None if alive_nodes is None else set(alive_nodes)
     nodes = [c for c in capacities if alive is None or c.node_id in alive]
+    from_rest = not nodes and alive is not None and bool(unlisted)
+    if from_rest:   # a spec of another cluster: plan the TaskManagers Flink has
+        nodes = [c for c in unlisted if c.node_id in alive]
     if not nodes:
         return Plan({}, 0, "no TaskManager of the cluster spec is alive in Flink"
                     if alive is not None else "the cluster spec has no TaskManagers")
@@ -141,10 +178,15 @@ def plan_executors(cluster_spec, measured_rates: dict[str, float] | None = None,
         open_nodes = [n for n in nodes if counts[n.node_id] < n.slots]
         best = max(open_nodes, key=lambda n: rate[n.node_id] / counts[n.node_id])
         counts[best.node_id] += 1  # max() keeps the first of equals: spec order on ties
+    static = "REST's cores" if from_rest else "spec"
     parts = [f"{n.node_id} {counts[n.node_id]}/{n.slots} slots "
-             f"(rate {rate[n.node_id]:.2f}, {'measured' if n.node_id in measured else 'spec'})"
+             f"(rate {rate[n.node_id]:.2f}, {'measured' if n.node_id in measured else static})"
              for n in nodes]
     notes = []
+    if from_rest:
+        notes.append("none of the cluster spec's nodes is in Flink: planned for Flink's own "
+                     "TaskManagers (start the service with the cluster's spec to describe "
+                     "them)")
     if max_total is not None and max_total < len(nodes):
         notes.append(f"max_total {max_total} raised to {len(nodes)}: one instance per alive node")
     if max_total is not None and max_total > slots_total:
@@ -724,12 +766,15 @@ def create_app(service: "PlacementService") -> FastAPI:
         rate once feedback exists), at least 1, at most the node's slots; TaskManagers absent
         from Flink are left out when Flink is reachable."""
         try:
-            alive = [tm["id"] for tm in service.flink.taskmanagers()]
+            registered = service.flink.taskmanagers()
+            alive = [tm["id"] for tm in registered]
             flink = {"reachable": True}
         except (FlinkUnreachable, FlinkRestError) as exc:
-            alive, flink = None, {"reachable": False, "error": str(exc)}
+            registered, alive, flink = [], None, {"reachable": False, "error": str(exc)}
         rates = _finite_rates(service.learner.measured_rates())
-        result = plan_executors(service.spec, rates, alive, max_total)
+        unlisted = unlisted_capacities(registered, [c.node_id for c in
+                                                    node_capacities(service.spec)])
+        result = plan_executors(service.spec, rates, alive, max_total, unlisted)
         return PlanOut(nodes=result.nodes, total=result.total, reason=result.reason,
                        flink=flink, measured_rates=rates)
 

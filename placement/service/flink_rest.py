@@ -169,14 +169,21 @@ class FlinkRestClient:
         data_port, hardware, extended_resources}`` (``resources``/``free``: Flink's
         totalResource/freeResource; ``extended_resources``: external resources such as the
         per-node one the placement plan uses, e.g. ``{"tm_a": 4.0}``)."""
+        def mapping(value) -> dict:   # a field that is not an object reads as empty
+            return value if isinstance(value, dict) else {}
+
         out = []
-        for tm in self.get("/taskmanagers").get("taskmanagers", []):
-            total = tm.get("totalResource") or {}
+        answer = self.get("/taskmanagers")
+        entries = answer.get("taskmanagers") if isinstance(answer, dict) else None
+        for tm in entries if isinstance(entries, list) else []:
+            if not isinstance(tm, dict):   # not a TaskManager's entry: not one
+                continue
+            total = mapping(tm.get("totalResource"))
             out.append({"id": tm.get("id"), "slots": tm.get("slotsNumber"),
                         "free_slots": tm.get("freeSlots"), "resources": total,
-                        "free": tm.get("freeResource") or {},
-                        "extended_resources": total.get("extendedResources") or {},
-                        "data_port": tm.get("dataPort"), "hardware": tm.get("hardware") or {},
+                        "free": mapping(tm.get("freeResource")),
+                        "extended_resources": mapping(total.get("extendedResources")),
+                        "data_port": tm.get("dataPort"), "hardware": mapping(tm.get("hardware")),
                         "last_heartbeat_ms": tm.get("timeSinceLastHeartbeat")})
         return out
 

@@ -32,6 +32,21 @@ def test_reads_taskmanagers_jobs_and_subtasks(jobmanager):
     assert client.vertex_subtasks("j1", "v1")[0]["taskmanager-id"] == "tm_a"
 
 
+@pytest.mark.parametrize("answer, ids", [
+    ({"taskmanagers": ["tm_a", 3, None, {"id": "tm_b", "totalResource": "x"},
+                       {"id": "tm_c", "totalResource": {"extendedResources": [1]},
+                        "hardware": 7}]}, ["tm_b", "tm_c"]),
+    ({"taskmanagers": {"tm_a": {}}}, []),
+    ([{"id": "tm_a"}], []),
+])
+def test_taskmanager_entries_that_are_not_entries_are_skipped(jobmanager, answer, ids):
+    """A broken or hostile /taskmanagers answer is not a crash (a 500 of the service's /plan)."""
+    jobmanager.routes[("GET", "/taskmanagers")] = (200, json.dumps(answer).encode())
+    got = _client(jobmanager).taskmanagers()
+    assert [tm["id"] for tm in got] == ids
+    assert all(tm["extended_resources"] == {} and tm["hardware"] == {} for tm in got)
+
+
 def test_stop_with_savepoint_posts_json_and_cancel_patches(jobmanager):
     jobmanager.routes.update({
         ("POST", "/jobs/j1/stop"): (202, b'{"request-id": "t-1"}'),

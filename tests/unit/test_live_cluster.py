@@ -239,3 +239,15 @@ def test_a_service_plan_for_other_nodes_is_not_used(jobmanager, caplog):
     assert "plan names nodes this job lacks" in caplog.text
     with pytest.raises(ValueError, match="plan names nodes"):
         HookSettings(plan={"tm_a": 2}).resolved_nodes(live)
+
+
+def test_a_service_plan_naming_more_nodes_than_the_job_has_gives_the_jobs_their_counts(
+        jobmanager, caplog):
+    """A service whose plan also names nodes this job lacks (planned from another spec, or
+    a TaskManager the job does not use): the job's own nodes keep their planned counts."""
+    jobmanager.routes[("GET", "/plan")] = (200, json.dumps(
+        {"nodes": {"worker_1": 3, "tm_a": 2}}).encode())
+    live = [_tm("worker_1"), _tm("worker_2")]
+    nodes = HookSettings(service_url=jobmanager.url).resolved_nodes(live)
+    assert [(n.node_id, n.instances) for n in nodes] == [("worker_1", 3), ("worker_2", 1)]
+    assert "['tm_a']" in caplog.text

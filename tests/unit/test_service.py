@@ -243,6 +243,46 @@ PLAN_CASES = {
 }
 
 
+def _rest_tm(node, cores=2, slots=4, own=None, **extra):
+    """One entry as FlinkRestClient.taskmanagers() gives it."""
+    return {"id": node, "slots": slots, "hardware": {"cpuCores": cores},
+            "extended_resources": {} if own is None else {node: own}, **extra}
+
+
+def test_a_service_whose_spec_is_not_its_clusters_plans_flinks_own_taskmanagers():
+    """None of the spec's nodes is in Flink (the service was started with another cluster's
+    spec): the plan is for the TaskManagers REST lists, by their cores and own resource."""
+    from placement.service.app import unlisted_capacities
+    registered = [_rest_tm("worker_1", cores=4, own=3.0), _rest_tm("worker_2", cores=1),
+                  _rest_tm("127.0.0.1:4123-ab12cd"),            # Flink's generated id: skipped
+                  "not an entry", _rest_tm("worker_3", cores=float("nan"), slots=True)]
+    unlisted = unlisted_capacities(registered, ["tm_a", "tm_b", "tm_c"])
+    assert [(c.node_id, c.capacity, c.slots) for c in unlisted] == [
+        ("worker_1", 4.0, 3), ("worker_2", 1.0, 4), ("worker_3", 1.0, 1)]
+    alive = ["worker_1", "worker_2", "worker_3", "127.0.0.1:4123-ab12cd"]
+    plan = plan_executors(SPEC, None, alive, None, unlisted)
+    assert plan.nodes == {"worker_1": 3, "worker_2": 1, "worker_3": 1}, plan.reason
+    assert "none of the cluster spec's nodes is in Flink" in plan.reason
+    # a spec node alive: the spec's nodes, as before (the hook then uses the spec's too)
+    plan = plan_executors(SPEC, None, ["tm_a", "worker_1"], None,
+                          unlisted_capacities([_rest_tm("worker_1")], ["tm_a", "tm_b", "tm_c"]))
+    assert plan.nodes == {"tm_a": 2}
+    # Flink unreachable: the spec's nodes, whatever was read before
+    assert plan_executors(SPEC, None, None, None, unlisted).nodes == {"tm_a": 2, "tm_b": 1,
+                                                                      "tm_c": 1}
+
+
+def test_unlisted_capacities_are_bounded():
+    from placement.service.app import MAX_UNLISTED_NODES, unlisted_capacities
+    many = [_rest_tm(f"w{i}") for i in range(MAX_UNLISTED_NODES + 50)]
+    assert len(unlisted_capacities(many, [])) == MAX_UNLISTED_NODES
+    huge = [_rest_tm("w" * 500), _rest_tm("big", cores=10**400, slots=10**9),
+            _rest_tm("dup"), _rest_tm("dup", cores=8)]
+    got = {c.node_id: c for c in unlisted_capacities(huge, [])}
+    assert set(got) == {"big", "dup"}
+    assert got["big"].cores == 4096.0 and got["big"].slots == 1024 and got["dup"].cores == 2
+
+
 @pytest.mark.parametrize("case", list(PLAN_CASES))
 def test_plan_executors_scenarios(case):
     rates, alive, max_total, expected = PLAN_CASES[case]
