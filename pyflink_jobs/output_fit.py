@@ -144,6 +144,13 @@ class OutputFit:
         if self.proto is None and self.carries_none:
             return call
         check = self.check
+        if not flat and self.proto is not None and self._encoder() and self._plain is str:
+            def checked_text(record):   # the common case, text out, without a further call
+                output = call(record)
+                if type(output) is str and output.isascii():
+                    return output
+                return check(output)
+            return checked_text
         if flat:
             def checked(record):
                 outputs = call(record)

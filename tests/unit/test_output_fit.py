@@ -106,3 +106,13 @@ def test_a_proto_no_coder_can_read_checks_only_none():
 def test_a_huge_output_is_named_briefly_in_the_reason():
     reason = OutputFit.for_output_type(Types.LONG()).problem("x" * 1_000_000)
     assert reason is not None and len(reason) < 400
+
+
+def test_a_text_map_is_checked_on_its_fast_path_too():
+    fit = OutputFit.for_output_type(Types.STRING())
+    call = fit.checking(lambda r: r, flat=False)
+    assert call("plain") == "plain" and call("héllo") == "héllo" and call(None) is None
+    with pytest.raises(OutputMisfit):
+        call("bad \udc80")
+    with pytest.raises(OutputMisfit):
+        call(12)
