@@ -247,6 +247,28 @@ class LDWPPolicy(Policy):
 
     def _train_step(self) -> None:
         batch = self.replay.sample(self.rng, self.settings.batch_size)
+        # Examples of different node counts (a node that began reporting later: the service
+        # then sees more nodes than its spec names) cannot stack into one tensor: each count
+        # is its own group, their losses weighted by their sizes (one group: the same loss).
+        groups: dict[tuple, list] = {}
+        for item in batch:
+            after = item[3] if item[3] is not None else item[0]
+            groups.setdefault((item[0].shape, after.shape), []).append(item)
+        if len(groups) == 1:
+            loss = self._batch_loss(batch)
+        else:
+            loss = sum(self._batch_loss(items) * len(items) for items in groups.values()) \
+                / len(batch)
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q_network.parameters(), self.settings.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        self._numpy_layers = None
+        self.losses.append(loss.item())
+
+    def _batch_loss(self, batch: list) -> torch.Tensor:
+        """The TD loss of replayed examples whose states have one shape."""
         states = torch.from_numpy(np.stack([b[0] for b in batch]))
         actions = torch.tensor([b[1] for b in batch])
         rewards = torch.tensor([b[2] for b in batch], dtype=torch.float32)
@@ -264,13 +286,7 @@ class LDWPPolicy(Policy):
             chosen = states[torch.arange(len(batch)), actions]
             residual = q_taken - completion_prior(chosen)
             loss = loss + self.settings.residual_l2 * (residual ** 2).mean()
-        self.optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.q_network.parameters(), self.settings.max_grad_norm)
-        self.optimizer.step()
-        self.updates += 1
-        self._numpy_layers = None
-        self.losses.append(loss.item())
+        return loss
 
     def td_target(self, rewards: torch.Tensor, next_states: torch.Tensor,
                   dones: torch.Tensor) -> torch.Tensor:

@@ -117,7 +117,7 @@ def unlisted_capacities(taskmanagers, listed) -> list[NodeCapacity]:
     speed unknown), and as slots the amount of the external resource named after their id
     (what the hook pins executors with), else their task slots. An entry that is not that
     shape, or whose id is not a usable node name (``workload.cluster_spec.NODE_ID_PATTERN``:
-    Flink's generated ids are not), is skipped; at most :data:`MAX_UNLISTED_NODES`."""
+    Flink's generated ids are not), is skipped; at most :data:`MAX_UNLISTED_NODES`, by id."""
     from workload.cluster_spec import NODE_ID_PATTERN
     listed, out = set(listed), {}
     for tm in list(taskmanagers or ())[:MAX_UNLISTED_NODES]:
@@ -133,7 +133,7 @@ def unlisted_capacities(taskmanagers, listed) -> list[NodeCapacity]:
         cores = 1.0 if cores is None else min(4096.0, max(1.0, cores))
         slots = 1 if slots is None else int(min(1024.0, max(1.0, slots)))
         out[node] = NodeCapacity(node, cores, slots, cores)
-    return list(out.values())
+    return [out[node] for node in sorted(out)]
 
 
 def plan_executors(cluster_spec, measured_rates: dict[str, float] | None = None,

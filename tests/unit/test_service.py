@@ -283,6 +283,32 @@ def test_unlisted_capacities_are_bounded():
     assert got["big"].cores == 4096.0 and got["big"].slots == 1024 and got["dup"].cores == 2
 
 
+def test_a_service_learns_from_nodes_its_spec_does_not_name_as_they_join(tmp_path):
+    """Started with another cluster's spec (found on a real cluster of worker_1..3 beside a
+    service on the default spec): the nodes that report join its observations one by one,
+    so its replay holds states of several node counts. Training stacked them into one tensor
+    and failed on every step ("all input arrays must have the same shape"); now each node
+    count is its own group of the step's loss."""
+    service = make_service(tmp_path)
+    rename = dict(zip(NODES, ("worker_1", "worker_2", "worker_3")))
+    reports = [{**r, "node_id": rename[r["node_id"]],
+                "completed": [{**t, "task_id": f"{rename[r['node_id']]}-{t['task_id']}"}
+                              for t in r["completed"]]}
+               for r in synthetic_feedback(640, seed=3)]
+    joins = reports[len(reports) // 2]["emitted_at_ms"]   # worker_3 starts halfway
+    reports = [r for r in reports if r["node_id"] != "worker_3" or r["emitted_at_ms"] >= joins]
+    tasks = sum(len(r["completed"]) for r in reports)
+    taken = trained = 0
+    for start in range(0, len(reports), 8):   # trained as it arrives, as the service does
+        taken += service.ingest.ingest(reports[start:start + 8])
+        trained += service.learner.train_pending()
+    assert taken == trained == tasks
+    shapes = {item[0].shape[0] for item in service.learner.agent.replay.items}
+    assert len(shapes) > 1, shapes            # the replay really mixes node counts
+    assert service.learner.agent.updates > 0
+    assert {"worker_1", "worker_2", "worker_3"} <= set(service.learner.node_ids())
+
+
 @pytest.mark.parametrize("case", list(PLAN_CASES))
 def test_plan_executors_scenarios(case):
     rates, alive, max_total, expected = PLAN_CASES[case]
