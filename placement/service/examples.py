@@ -327,7 +327,7 @@ class FeedbackExamples:
                         self.reject_timing()
                         continue
                     decided = int(finished - latency)
-                    states = tuple(self._state_at(n, decided) for n in self._node_order)
+                    states = tuple(self._state_at(n, decided) for n in self._nodes_in_use())
                     if chosen:
                         states = tuple(dataclasses.replace(st, **chosen)
                                        if st.node_id == node else st for st in states)
@@ -403,6 +403,16 @@ class FeedbackExamples:
         if self.metrics is not None:
             self.metrics.learning_rejections.labels(kind="queue_full").inc()
 
+    def _nodes_in_use(self) -> list[str]:
+        """The nodes that observations (training examples, decisions) are over: every known
+        node, but not the spec's while none of them has reported and other nodes have (the
+        service was started with another cluster's spec: its nodes are not this cluster's,
+        and a decision must not pick one). Called with the lock held."""
+        reported = self.history.nodes()
+        if reported and not any(n in self.specs for n in reported):
+            return [n for n in self._node_order if n not in self.specs]
+        return list(self._node_order)
+
     def _accept_node(self, node) -> bool:
         """Whether records of ``node`` are learned from (adds a new node outside the spec
         while fewer than ``max_unknown_nodes`` are known). Called with the lock held."""
@@ -442,7 +452,7 @@ class FeedbackExamples:
     # -- views for the API -------------------------------------------------------------------
     def node_ids(self) -> list[str]:
         with self._lock:
-            return list(self._node_order)
+            return self._nodes_in_use()
 
     def node_states(self, now_ms: int | None = None) -> list[NodeState]:
         """Every known node's newest state (a zero state for nodes that never reported), with
@@ -450,7 +460,7 @@ class FeedbackExamples:
         with self._lock:
             return [dataclasses.replace(self.history.latest(n, now_ms),
                                         speed_factor=self.speeds.factor(n))
-                    for n in self._node_order]
+                    for n in self._nodes_in_use()]
 
     def latest_feedback(self) -> dict[str, dict]:
         """node -> its newest NodeFeedback (without the completed list)."""

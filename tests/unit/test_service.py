@@ -285,7 +285,8 @@ def test_unlisted_capacities_are_bounded():
 
 def test_a_service_learns_from_nodes_its_spec_does_not_name_as_they_join(tmp_path):
     """Started with another cluster's spec (found on a real cluster of worker_1..3 beside a
-    service on the default spec): the nodes that report join its observations one by one,
+    service on the default spec): the spec's nodes, which never report, are left out, and
+    the nodes that report join its observations one by one,
     so its replay holds states of several node counts. Training stacked them into one tensor
     and failed on every step ("all input arrays must have the same shape"); now each node
     count is its own group of the step's loss."""
@@ -306,7 +307,17 @@ def test_a_service_learns_from_nodes_its_spec_does_not_name_as_they_join(tmp_pat
     shapes = {item[0].shape[0] for item in service.learner.agent.replay.items}
     assert len(shapes) > 1, shapes            # the replay really mixes node counts
     assert service.learner.agent.updates > 0
-    assert {"worker_1", "worker_2", "worker_3"} <= set(service.learner.node_ids())
+    # the spec's nodes never reported: not this cluster's, so in no example and no decision
+    assert sorted(service.learner.node_ids()) == ["worker_1", "worker_2", "worker_3"]
+    assert all(item[0].shape[0] <= 3 for item in service.learner.agent.replay.items)
+    answer = client_for(service).post("/decide", json={"tasks": [
+        {"task_id": "x", "app_id": "face_recognition", "input_size": 1000}]})
+    assert answer.status_code == 200 and answer.json()[0]["node"].startswith("worker_")
+    # once one of the spec's nodes reports, the spec's nodes count again
+    service.ingest.ingest([{**reports[0], "node_id": "tm_a", "completed": [],
+                            "sequence": 10_000}])
+    assert sorted(service.learner.node_ids()) == ["tm_a", "tm_b", "tm_c", "worker_1",
+                                                  "worker_2", "worker_3"]
 
 
 @pytest.mark.parametrize("case", list(PLAN_CASES))
