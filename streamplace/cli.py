@@ -452,14 +452,15 @@ def service_settings(cfg, host=None, port=None, token=None):
 def cmd_serve(args) -> int:
     import logging
 
-    from streamplace.cluster_spec import load_cluster_spec
     cfg = _config(args)
     settings = service_settings(cfg, args.host, args.port, args.token)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     from placement.service.app import PlacementService
     try:
-        service = PlacementService(settings, load_cluster_spec(settings.cluster_spec))
+        # the spec from its setting; the default one gives way to the cluster's own
+        # TaskManagers when Flink lists none of its nodes (PlacementService)
+        service = PlacementService(settings)
     except ValueError as exc:  # a bad spec, initial model or learning setting: say which
         print(f"streamplace serve: {exc}", file=sys.stderr)
         return 2

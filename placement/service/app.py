@@ -808,6 +808,30 @@ def _load_spec(name: str):
     return load_cluster_spec(name)
 
 
+def spec_of_live_cluster(spec, taskmanagers) -> tuple[object, str]:
+    """(the spec to serve, a note): ``spec`` (a LocalClusterSpec) as it is, unless Flink lists
+    TaskManagers (``FlinkRestClient.taskmanagers()``; None: not reachable) and none of them is
+    one of its nodes; then a spec of those TaskManagers as REST describes them (cores, and
+    slots from :func:`unlisted_capacities`), the rule the hook follows for its own nodes
+    (``pyflink_jobs.live_cluster``). Only for a spec nobody chose (``"default"``): the caller
+    decides that."""
+    from workload.cluster_spec import LocalClusterSpec
+    listed = [tm.id for tm in spec.taskmanagers]
+    if not taskmanagers or any(isinstance(tm, dict) and tm.get("id") in listed
+                               for tm in taskmanagers):
+        return spec, ""
+    live = unlisted_capacities(taskmanagers, listed)
+    if not live:
+        return spec, ""
+    return LocalClusterSpec.model_validate({
+        "taskmanagers": [{"id": c.node_id, "cpu_cores": c.cores, "slots": c.slots}
+                         for c in live],
+        "source": "Flink REST (none of the default spec's nodes is registered)"}), (
+        f"none of the default cluster spec's nodes {listed} is registered in Flink: serving "
+        f"its TaskManagers {[c.node_id for c in live]} as REST describes them (cores, slots; "
+        "set service.cluster_spec to describe them fully)")
+
+
 class PlacementService:
     """Everything ``streamplace serve`` runs, as one object.
 
@@ -823,8 +847,10 @@ class PlacementService:
         self.settings.check_security()
         import torch
         torch.set_num_threads(self.settings.torch_threads)  # process-wide; see the setting
+        self.flink = flink or FlinkRestClient(self.settings.flink_rest_url,
+                                              self.settings.flink_timeout_s)
         self.spec = cluster_spec if cluster_spec is not None else \
-            _load_spec(self.settings.cluster_spec)
+            self._spec_from_settings()
         self.cluster = to_cluster_spec(self.spec, self.settings.gpu_model)
         self.metrics = ServiceMetrics()
         self.store = ModelStore(self.settings.resolved_model_dir(), keep=self.settings.max_models)
@@ -845,8 +871,6 @@ class PlacementService:
                 consumer_config(self.settings.bootstrap_servers, self.settings.group_id),
                 self.settings.feedback_topic, self.ingest, self.settings.poll_timeout_s,
                 self.settings.consume_batch)
-        self.flink = flink or FlinkRestClient(self.settings.flink_rest_url,
-                                              self.settings.flink_timeout_s)
         self.serving = ServingPolicy(self.store, self.cluster, self.learner.costs,
                                      self.settings.fallback)
         observe = getattr(self.serving.fallback, "observe_completion", None)
@@ -856,6 +880,21 @@ class PlacementService:
         self._server = None
         self._thread: threading.Thread | None = None
         self.port: int | None = None
+
+    def _spec_from_settings(self):
+        """``settings.cluster_spec``; when that is the default nobody chose and Flink lists
+        none of its nodes, the cluster's own TaskManagers (:func:`spec_of_live_cluster`)."""
+        spec = _load_spec(self.settings.cluster_spec)
+        if self.settings.cluster_spec != "default":
+            return spec
+        try:
+            registered = self.flink.taskmanagers()
+        except (FlinkUnreachable, FlinkRestError):
+            return spec   # not up yet: the spec, and /plan follows the cluster when it is
+        spec, note = spec_of_live_cluster(spec, registered)
+        if note:
+            log.warning("placement service: %s", note)
+        return spec
 
     @property
     def url(self) -> str:

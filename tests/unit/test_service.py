@@ -272,6 +272,43 @@ def test_a_service_whose_spec_is_not_its_clusters_plans_flinks_own_taskmanagers(
                                                                       "tm_c": 1}
 
 
+class _ListedTaskManagers:
+    """A FlinkRestClient stand-in: these TaskManagers registered (None: unreachable)."""
+
+    def __init__(self, taskmanagers):
+        self.registered = taskmanagers
+
+    def taskmanagers(self):
+        if self.registered is None:
+            raise FlinkUnreachable("nothing listening")
+        return self.registered
+
+
+@pytest.mark.parametrize("spec_name, registered, served", [
+    ("default", [_rest_tm("worker_1", cores=4, own=3.0), _rest_tm("worker_2", cores=1)],
+     ["worker_1", "worker_2"]),
+    ("default", [_rest_tm("tm_a"), _rest_tm("worker_1")], ["tm_a", "tm_b", "tm_c"]),
+    ("default", None, ["tm_a", "tm_b", "tm_c"]),
+    ("default", [], ["tm_a", "tm_b", "tm_c"]),
+    ("default", [_rest_tm("127.0.0.1:4123-ab")], ["tm_a", "tm_b", "tm_c"]),
+    ("hosts", [_rest_tm("worker_1")], ["tm_a", "tm_b", "tm_c"]),   # chosen: kept as it is
+])
+def test_a_service_on_the_default_spec_serves_the_cluster_flink_lists(tmp_path, spec_name,
+                                                                     registered, served):
+    """``streamplace serve`` beside a cluster the default spec does not describe: none of
+    its nodes registered, so the service starts from the TaskManagers Flink lists (the hook's
+    rule); a spec somebody chose, Flink down, or a spec node registered: the spec."""
+    settings = ServiceSettings(model_dir=tmp_path / "models", consume_feedback=False, port=0,
+                               cluster_spec=spec_name, publish_prior=False)
+    service = PlacementService(settings, flink=_ListedTaskManagers(registered))
+    assert list(service.cluster.node_ids) == served
+    if served[0] == "worker_1":
+        assert service.cluster.nodes[0].cpu_cores == 4
+        assert service.learner.node_ids() == served
+        plan = client_for(service).get("/plan").json()
+        assert plan["nodes"] == {"worker_1": 3, "worker_2": 1}, plan
+
+
 def test_unlisted_capacities_are_bounded():
     from placement.service.app import MAX_UNLISTED_NODES, unlisted_capacities
     many = [_rest_tm(f"w{i}") for i in range(MAX_UNLISTED_NODES + 50)]
