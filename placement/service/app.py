@@ -891,7 +891,12 @@ class PlacementService:
             registered = self.flink.taskmanagers()
         except (FlinkUnreachable, FlinkRestError):
             return spec   # not up yet: the spec, and /plan follows the cluster when it is
-        spec, note = spec_of_live_cluster(spec, registered)
+        try:
+            spec, note = spec_of_live_cluster(spec, registered)
+        except ValueError as exc:   # an answer no spec can be made of: the spec, as it is
+            log.warning("placement service: the TaskManagers Flink lists make no spec (%s); "
+                        "serving %s", exc, self.settings.cluster_spec)
+            return spec
         if note:
             log.warning("placement service: %s", note)
         return spec
