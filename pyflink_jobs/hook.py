@@ -77,7 +77,7 @@ from pyflink_jobs.inline_executor import InlineExecutor, inline_output_tag
 from pyflink_jobs.feedback_tail import FeedbackTailSettings
 from pyflink_jobs.job_shape import JobShape
 from pyflink_jobs.live_cluster import (LiveTaskManager, drop_unknown_plan, fit_nodes_to_cluster,
-                                       read_live_taskmanagers_of)
+                                       read_live_taskmanagers_of, retire_unregistered)
 from pyflink_jobs.output_fit import OutputFit
 from pyflink_jobs.operator_function import (DirectOperatorFunction, OperatorExecutorFunction,
                                             SplitOutcomes)
@@ -307,6 +307,22 @@ class HookSettings:
         if not resolved:
             raise ValueError("the plan gives no node an executor instance")
         return resolved
+
+    def retire_unregistered(self, live: list[LiveTaskManager] | None) -> dict[str, str]:
+        """The default spec's nodes that ``live`` lacks, retired onto registered ones
+        (:func:`pyflink_jobs.live_cluster.retire_unregistered`); {} when the spec or the
+        nodes were chosen, the routing is not pinned, or nothing is missing."""
+        if self.nodes or self.cluster_spec != "default" or self.routing != "pinned":
+            return {}
+        spec_ids = [n.node_id for n in nodes_from_cluster_spec(self.cluster_spec)
+                    if n.node_id not in self.retired]
+        retire = retire_unregistered(spec_ids, live)
+        if retire:
+            log.warning("streamplace hook: the cluster spec's nodes %s are not registered "
+                        "TaskManagers with their own resource: their executors are retired "
+                        "onto %s (fed nothing new); the job places on the others",
+                        sorted(retire), retire)
+        return retire
 
     def feedback_from_topic(self, local: bool = False) -> bool:
         """True when each router reads the feedback topic itself (``router_feedback``).
@@ -608,8 +624,11 @@ class StreamplaceHook:
               or flat is not None):
             raise ValueError("task_type, task_size, output_type and flat need an operator: "
                              "hook.apply(env, stream, operator, output_type=...)")
-        self.nodes = s.resolved_nodes(None if self.local else read_live_taskmanagers_of(
-            env, s.rest_url))
+        live = None if self.local else read_live_taskmanagers_of(env, s.rest_url)
+        retire = s.retire_unregistered(live)   # the default spec's nodes this cluster lacks
+        if retire:
+            self.settings = s = replace(s, retired={**retire, **s.retired})
+        self.nodes = s.resolved_nodes(live)
         self._operator_instances = s.operator_instances(self.nodes) if op is not None else 0
         if self.local:  # no TaskManagers to pin to: every operator in the default group
             _warn_local(s, self.nodes, op is not None)

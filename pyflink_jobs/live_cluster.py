@@ -38,7 +38,8 @@ from workload.limits import finite_real
 
 __all__ = ["LiveTaskManager", "LIVE_READ_TIMEOUT_S", "MAX_LIVE_TASKMANAGERS",
            "fit_nodes_to_cluster", "job_rest_url", "live_taskmanagers_from",
-           "read_live_taskmanagers", "read_live_taskmanagers_of", "drop_unknown_plan"]
+           "read_live_taskmanagers", "read_live_taskmanagers_of", "drop_unknown_plan",
+           "retire_unregistered"]
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +208,27 @@ def _fit(nodes: list[RouterNode], live: list[LiveTaskManager], routing: str, cho
     return fitted, (f"none of the default cluster spec's nodes {wanted} is registered; the "
                     f"hook places on the cluster's {sorted(usable)} instead (set cluster_spec "
                     "to describe them: cores, GPUs, links)")
+
+
+def retire_unregistered(spec_ids: list[str], live: list[LiveTaskManager] | None
+                        ) -> dict[str, str]:
+    """For a spec nobody chose, with pinned routing: the spec's nodes that are not registered
+    TaskManagers with their own resource, each retired onto a registered one (round robin, in
+    spec order), when at least one of the spec's nodes is registered; {} otherwise.
+
+    Why: the job's graph is fixed when it is built, and an executor pinned to a TaskManager
+    that is not there waits for a slot forever, so on a cluster of tm_a and tm_b the default
+    spec's tm_c held up the whole job. A retired node keeps its executor (and its uid, so the
+    tasks a savepoint holds in flight there still finish) on its host, fed nothing new: the
+    job runs on the nodes it has (``HookSettings.retired``)."""
+    if not live:
+        return {}
+    usable = {tm.node_id for tm in live if tm.hosts_pinned_executors}
+    present = [n for n in spec_ids if n in usable]
+    missing = [n for n in spec_ids if n not in usable]
+    if not present or not missing:
+        return {}
+    return {node: present[i % len(present)] for i, node in enumerate(missing)}
 
 
 def drop_unknown_plan(plan: dict[str, int], nodes: list[RouterNode], source: str

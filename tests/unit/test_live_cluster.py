@@ -251,3 +251,46 @@ def test_a_service_plan_naming_more_nodes_than_the_job_has_gives_the_jobs_their_
     nodes = HookSettings(service_url=jobmanager.url).resolved_nodes(live)
     assert [(n.node_id, n.instances) for n in nodes] == [("worker_1", 3), ("worker_2", 1)]
     assert "['tm_a']" in caplog.text
+
+
+# (case, spec node ids, live TaskManagers, expected retired -> host)
+RETIRE_CASES = [
+    ("REST not read", ["tm_a", "tm_b", "tm_c"], None, {}),
+    ("nothing registered yet", ["tm_a", "tm_b", "tm_c"], [], {}),
+    ("all there", ["tm_a", "tm_b", "tm_c"], [_tm("tm_a"), _tm("tm_b"), _tm("tm_c")], {}),
+    ("tm_c missing", ["tm_a", "tm_b", "tm_c"], [_tm("tm_a"), _tm("tm_b")], {"tm_c": "tm_a"}),
+    ("two missing, round robin", ["tm_a", "tm_b", "tm_c", "tm_d"],
+     [_tm("tm_b"), _tm("tm_d")], {"tm_a": "tm_b", "tm_c": "tm_d"}),
+    ("registered without its own resource counts as missing", ["tm_a", "tm_b"],
+     [_tm("tm_a"), _tm("tm_b", own=0.0)], {"tm_b": "tm_a"}),
+    ("none of the spec's: not this rule's (fit_nodes_to_cluster's)", ["tm_a", "tm_b"],
+     [_tm("worker_1")], {}),
+]
+
+
+@pytest.mark.parametrize("case, spec_ids, live, expected", RETIRE_CASES,
+                         ids=[c[0] for c in RETIRE_CASES])
+def test_the_default_specs_missing_nodes_are_retired_onto_registered_ones(case, spec_ids, live,
+                                                                         expected):
+    from pyflink_jobs.live_cluster import retire_unregistered
+    assert retire_unregistered(spec_ids, live) == expected
+
+
+def test_the_hook_runs_on_the_default_specs_nodes_a_cluster_has(jobmanager, caplog):
+    """A cluster of tm_a and tm_b, plain `flink run`, the default spec: before, tm_c's pinned
+    executor waited for a slot forever and nothing came out; now it is retired onto tm_a (its
+    uid kept, fed nothing) and the job places on tm_a and tm_b. A chosen spec still waits."""
+    jobmanager.routes[("GET", "/taskmanagers")] = (
+        200, json.dumps(_answer(_entry("tm_a"), _entry("tm_b"))).encode())
+    from pyflink.common import Types
+    env = _remote_env(jobmanager.server_address[1])
+    hook = StreamplaceHook(HookSettings(router_feedback="topic"))
+    hook.apply(env, _lines(env), str.upper, output_type=Types.STRING())
+    assert [n.node_id for n in hook.nodes] == ["tm_a", "tm_b"]
+    assert hook.settings.retired == {"tm_c": "tm_a"}
+    assert "retired onto" in caplog.text
+    env = _remote_env(jobmanager.server_address[1])
+    chosen = StreamplaceHook(HookSettings(cluster_spec="hosts", router_feedback="topic"))
+    chosen.apply(env, _lines(env), str.upper, output_type=Types.STRING())
+    assert [n.node_id for n in chosen.nodes] == ["tm_a", "tm_b", "tm_c"]
+    assert chosen.settings.retired == {}
