@@ -204,7 +204,7 @@ def _fused_q(fused, encoded: tuple, kind: str, q_prior: str, residual: str,
 def _pool_of(cache: dict, key: tuple, trust: np.ndarray) -> np.ndarray:
     """``trust``'s pooling matrix for (node ids, task type) ``key``, built once per key."""
     pool = cache.get(key)
-    if pool is None or pool.shape[0] != len(trust):
+    if pool is None:   # the key holds the node ids, so a kept matrix has trust's size
         pool = _remember(cache, key, pooling_matrix(trust), TASK_TYPE_CACHE_SIZE)
     return pool
 
