@@ -64,6 +64,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from workload.limits import (BYTES_PER_PIXEL, BYTES_PER_RECORD_BYTE, DEFAULT_NODE_MEMORY_BYTES,
                              TaskLimits, finite_real, require_count, short_repr)
+from workload.model import DEFAULT_GPU_MODEL, taskmanager_memory_gb
 from workload.operators import as_operator
 
 from pyflink_jobs.executor_function import (ChecksumExecutor, ExecutorFunctionSettings,
@@ -132,6 +133,7 @@ class HookSettings:
     service_token: str = ""
     nodes: list[RouterNode] = field(default_factory=list)   # "" -> from the cluster spec
     cluster_spec: str = "default"     # name or path of a streamplace cluster spec
+    gpu_model: str = DEFAULT_GPU_MODEL   # what the cost model takes the spec's GPUs to be
     plan: dict[str, int] = field(default_factory=dict)      # node -> executor instances
     # Nodes that left (died, or were removed from the plan) -> the node that now hosts their
     # executor operator: the operator keeps its uid, so the tasks that were in flight there
@@ -278,10 +280,12 @@ class HookSettings:
         """The nodes with their planned instance counts (plan > service plan > 1 each);
         ``live``: the cluster's registered TaskManagers, to check the nodes against
         (:func:`pyflink_jobs.live_cluster.fit_nodes_to_cluster`; None: not checked)."""
-        spec_nodes = list(self.nodes) or nodes_from_cluster_spec(self.cluster_spec)
+        spec_nodes = list(self.nodes) or nodes_from_cluster_spec(self.cluster_spec,
+                                                                 self.gpu_model)
         nodes, note = fit_nodes_to_cluster(
             [n for n in spec_nodes if n.node_id not in self.retired], live, self.routing,
-            chosen=bool(self.nodes) or self.cluster_spec != "default", spec=self.cluster_spec)
+            chosen=bool(self.nodes) or self.cluster_spec != "default", spec=self.cluster_spec,
+            gpu_model=self.gpu_model)
         if note:
             log.warning("streamplace hook: %s", note)
         plan = dict(self.plan)
@@ -387,6 +391,10 @@ def _check_choices(s: HookSettings) -> None:
         s.tenant_shares = parse_tenant_shares(s.tenant_shares)
     else:
         QuotaSettings(dict(s.tenant_shares))  # raises on a bad name or weight
+    from workload.estimates import calibrated_gpu_models
+    if s.gpu_model not in calibrated_gpu_models():   # as the service's gpu_model
+        raise ValueError(f"gpu_model must be one of the calibration's GPU models "
+                         f"{list(calibrated_gpu_models())}, got {short_repr(s.gpu_model)}")
     if not isinstance(s.scheduler, str) or s.scheduler.strip().lower() not in NODE_SCHEDULERS:
         raise ValueError(f"scheduler must be one of {sorted(NODE_SCHEDULERS)}, got "
                          f"{short_repr(s.scheduler)}")
@@ -501,7 +509,8 @@ def cluster_task_limits(cluster_spec: str = "",
     return TaskLimits.from_memory(memory, bytes_per_unit)
 
 
-def nodes_from_cluster_spec(name_or_path: str) -> list[RouterNode]:
+def nodes_from_cluster_spec(name_or_path: str, gpu_model: str = DEFAULT_GPU_MODEL
+                            ) -> list[RouterNode]:
     """RouterNodes from a streamplace cluster spec (``workload/specs/<name>.yaml`` or a path).
 
     With ``isolation: host`` each node's ``link_mbps`` / ``uplink_mbps`` are its emulated
@@ -524,7 +533,8 @@ def nodes_from_cluster_spec(name_or_path: str) -> list[RouterNode]:
                 "uplink_mbps": float(limits["uplink_mbps"])} if shaped else {}
         nodes.append(RouterNode(tm.id, cpu_cores=max(1, int(round(tm.cpu_cores))),
                                 work_multiplier=tm.work_multiplier, instances=1,
-                                gpus=len(tm.gpu_ids), **link))
+                                gpus=len(tm.gpu_ids), memory_gb=taskmanager_memory_gb(tm),
+                                gpu_model=gpu_model, **link))
     return nodes
 
 

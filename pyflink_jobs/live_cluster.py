@@ -32,9 +32,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from placement.service.flink_rest import registered_gpus, registered_memory_gb
 from pyflink_jobs.flink_ops import ROUTER_RESOURCE
 from pyflink_jobs.router import RouterNode
 from workload.limits import finite_real
+from workload.model import DEFAULT_GPU_MODEL
 
 __all__ = ["LiveTaskManager", "LIVE_READ_TIMEOUT_S", "MAX_LIVE_TASKMANAGERS",
            "fit_nodes_to_cluster", "job_rest_url", "live_taskmanagers_from",
@@ -61,13 +63,16 @@ MAX_CPU_CORES = 4096
 @dataclass(frozen=True)
 class LiveTaskManager:
     """One registered TaskManager: its id, the amount of the external resource named after
-    it (0: none, so it cannot host pinned executors), its CPU cores as REST reports them, and
-    its units of the colocated routers' resource."""
+    it (0: none, so it cannot host pinned executors), its CPU cores as REST reports them, its
+    units of the colocated routers' resource, and for the cost model its GPUs (Flink's GPU
+    plugin's ``gpu`` resource) and host memory (task heap + managed, the spec's rule)."""
 
     node_id: str
     own_resource: float = 0.0
     cpu_cores: int = 1
     router_resource: float = 0.0   # units of streamplace_router (routing "colocated")
+    gpus: int = 0
+    memory_gb: float = 16.0
 
     @property
     def hosts_pinned_executors(self) -> bool:
@@ -103,7 +108,8 @@ def live_taskmanagers_from(answer) -> list[LiveTaskManager] | None:
         cores = _number(hardware.get("cpuCores"), 1.0) if isinstance(hardware, dict) else 1.0
         live[node_id] = LiveTaskManager(node_id, max(0.0, own),
                                         int(min(MAX_CPU_CORES, max(1.0, cores))),
-                                        max(0.0, router))
+                                        max(0.0, router), registered_gpus(total),
+                                        registered_memory_gb(total))
     return [live[k] for k in sorted(live)]
 
 
@@ -146,17 +152,18 @@ def read_live_taskmanagers_of(env, rest_url: str = "") -> list[LiveTaskManager] 
 
 
 def fit_nodes_to_cluster(nodes: list[RouterNode], live: list[LiveTaskManager] | None,
-                         routing: str, chosen: bool, spec: str = "default"
-                         ) -> tuple[list[RouterNode], str]:
+                         routing: str, chosen: bool, spec: str = "default",
+                         gpu_model: str = DEFAULT_GPU_MODEL) -> tuple[list[RouterNode], str]:
     """``nodes`` (from the spec or the settings) checked against the ``live`` TaskManagers:
     the nodes to build the job for, and a note for the log ("" when nothing is worth saying).
 
     ``chosen``: the spec or the nodes were set by the user (refuse a mismatch instead of
     replacing their nodes). Raises ValueError when no node the hook would use is live and the
-    cluster offers nothing it could use instead, or the nodes were chosen."""
+    cluster offers nothing it could use instead, or the nodes were chosen. Nodes made from
+    ``live`` carry its GPUs as ``gpu_model`` (the hook's setting) and its memory."""
     if live is None or not live:   # unknown, or no TaskManager registered yet: nothing to say
         return nodes, ""
-    chosen_nodes, note = _fit(nodes, live, routing, chosen, spec)
+    chosen_nodes, note = _fit(nodes, live, routing, chosen, spec, gpu_model)
     if routing == "colocated":
         by_id = {tm.node_id: tm for tm in live}
         without = [n.node_id for n in chosen_nodes
@@ -172,7 +179,7 @@ def fit_nodes_to_cluster(nodes: list[RouterNode], live: list[LiveTaskManager] | 
 
 
 def _fit(nodes: list[RouterNode], live: list[LiveTaskManager], routing: str, chosen: bool,
-         spec: str) -> tuple[list[RouterNode], str]:
+         spec: str, gpu_model: str) -> tuple[list[RouterNode], str]:
     """:func:`fit_nodes_to_cluster` for a known, non-empty ``live``, before the colocated
     routers' check."""
     from workload.cluster_spec import NODE_ID_PATTERN
@@ -203,7 +210,8 @@ def _fit(nodes: list[RouterNode], live: list[LiveTaskManager], routing: str, cho
                     "(streamplace doctor checks it)")
         raise ValueError(f"the hook would place on {wanted} (cluster spec {spec!r}), but none "
                          f"of them is among the cluster's {what}; registered: {there}. {fix}")
-    fitted = [RouterNode(tm.node_id, cpu_cores=tm.cpu_cores, instances=1)
+    fitted = [RouterNode(tm.node_id, cpu_cores=tm.cpu_cores, instances=1, gpus=tm.gpus,
+                         memory_gb=tm.memory_gb, gpu_model=gpu_model)
               for tm in usable.values()]
     return fitted, (f"none of the default cluster spec's nodes {wanted} is registered; the "
                     f"hook places on the cluster's {sorted(usable)} instead (set cluster_spec "

@@ -57,8 +57,8 @@ from pyflink_jobs.task_event_routing import TaskEventRouting
 from pyflink_jobs.tenant_quotas import QuotaSettings, QuotaVerdict, TenantQuotas
 from workload.feedback import feedback_age_s, feedback_emitted_at_ms, node_state_from_feedback
 from workload.limits import MAX_MODEL_VERSION, short_repr, wait_seconds
-from workload.model import (ClusterSpec, Decision, NodeSpec, NodeState, Observation, Policy, Task,
-                            offered_nodes)
+from workload.model import (DEFAULT_GPU_MODEL, ClusterSpec, Decision, NodeSpec, NodeState,
+                            Observation, Policy, Task, offered_nodes, taskmanager_node)
 
 __all__ = ["RouterNode", "RouterSettings", "Router", "ModelRefresher", "MAX_KEPT_LINES"]
 
@@ -77,11 +77,17 @@ class RouterNode:
     link_mbps: float = 1000.0     # to express feedback byte rates as link utilisation: the
     #                               downlink (and the uplink unless uplink_mbps says otherwise)
     uplink_mbps: float | None = None
+    memory_gb: float = 16.0       # host memory the cost model assumes (the spec's heap + managed)
+    gpu_model: str = DEFAULT_GPU_MODEL   # what the cost model assumes each of ``gpus`` is
 
     def spec(self) -> NodeSpec:
-        return NodeSpec(self.node_id, max(1, int(self.cpu_cores)), 16.0,
-                        cpu_speed=1.0 / max(1.0, self.work_multiplier),
-                        slots=max(1, self.instances))
+        """The cost model's view of this node, by the placement service's rule
+        (:func:`workload.model.taskmanager_node`: cores + GPUs as units, GPU stage times), so
+        a model the service trained reads the same features here; its slots are the executor
+        instances the plan gives it."""
+        return taskmanager_node(self.node_id, max(1, int(self.cpu_cores)), gpus=self.gpus,
+                                memory_gb=self.memory_gb, work_multiplier=self.work_multiplier,
+                                slots=max(1, self.instances), gpu_model=self.gpu_model)
 
 
 @dataclass

@@ -40,7 +40,8 @@ import yaml
 from workload.catalog import APPLICATIONS, STAGE_TYPES
 from workload.model import ComputingUnit, GpuSpec, NodeSpec, Task
 
-__all__ = ["StageCost", "Calibration", "load_calibration", "gpu_spec_speed", "CostModel"]
+__all__ = ["StageCost", "Calibration", "load_calibration", "gpu_spec_speed", "CostModel",
+           "calibrated_gpu_models"]
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,11 @@ def load_calibration(path: str | Path | None = None) -> Calibration:
 @lru_cache(maxsize=1)
 def _shipped_gpu_speeds() -> dict[str, float]:
     return {name: float(entry["speed"]) for name, entry in load_calibration().gpu_models.items()}
+
+
+def calibrated_gpu_models() -> tuple[str, ...]:
+    """The GPU models the shipped calibration knows (a GpuSpec of one needs no speed)."""
+    return tuple(sorted(_shipped_gpu_speeds()))
 
 
 def gpu_spec_speed(gpu: GpuSpec, calibration: Calibration | None = None) -> float:

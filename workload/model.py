@@ -30,7 +30,8 @@ from workload.catalog import app_ids
 
 __all__ = ["Task", "GpuSpec", "NodeSpec", "ClusterSpec", "NodeState", "Observation", "Decision",
            "Transition", "Policy", "Stage", "ComputingUnit", "Assignment", "NodeScheduler",
-           "NODE_STATE_FIELDS", "offered_nodes"]
+           "NODE_STATE_FIELDS", "offered_nodes", "taskmanager_node", "taskmanager_memory_gb",
+           "DEFAULT_GPU_MODEL", "SPEC_GPU_MEMORY_GB"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,47 @@ class ClusterSpec:
     @property
     def node_ids(self) -> tuple[str, ...]:
         return tuple(n.node_id for n in self.nodes)
+
+
+#: The GPU model the cost model assumes for a cluster spec's GPUs: a spec's ``gpu_ids`` say how
+#: many GPUs a TaskManager has, not which (the service's ``gpu_model`` and the hook's say).
+DEFAULT_GPU_MODEL = "t4"
+#: Device memory assumed for each of those GPUs.
+SPEC_GPU_MEMORY_GB = 16.0
+#: Most GPUs one TaskManager may have (a cluster spec's bound on ``gpu_ids``).
+MAX_NODE_GPUS = 1024
+
+
+def taskmanager_memory_gb(taskmanager) -> float:
+    """The host memory the cost model gives a cluster spec's TaskManager: its task heap and
+    managed memory (its Python workers draw on managed memory), in GB; 256 MB each when the
+    spec leaves them out."""
+    return (getattr(taskmanager, "task_heap_mb", 256) + getattr(taskmanager, "managed_mb", 256)) \
+        / 1024
+
+
+def taskmanager_node(node_id: str, cpu_cores: float, *, gpus: int = 0, memory_gb: float = 16.0,
+                     work_multiplier: float = 1.0, slots: int = 0,
+                     gpu_model: str = DEFAULT_GPU_MODEL) -> NodeSpec:
+    """The cost model's NodeSpec of one Flink TaskManager of a cluster spec: one rule for the
+    placement service's cluster and the hook's routers, so that a model trained on the one
+    reads the same node features, parallel units (cores + GPUs) and GPU stage times on the
+    other. ``work_multiplier`` (the spec's emulated slowness, >= 1) becomes
+    ``cpu_speed = 1 / work_multiplier``.
+
+    Example::
+
+        >>> node = taskmanager_node("tm_gpu1", 4, gpus=1, memory_gb=2.25)
+        >>> node.cpu_cores + len(node.gpus), node.gpus[0].model
+        (5, 't4')
+    """
+    if isinstance(gpus, bool) or not isinstance(gpus, numbers.Integral) or \
+            not 0 <= gpus <= MAX_NODE_GPUS:
+        raise ValueError(f"{node_id}: gpus must be a whole number in [0, {MAX_NODE_GPUS}], "
+                         f"got {gpus!r}")
+    return NodeSpec(node_id, max(1, round(float(cpu_cores))), memory_gb,
+                    gpus=tuple(GpuSpec(gpu_model, SPEC_GPU_MEMORY_GB) for _ in range(gpus)),
+                    cpu_speed=1.0 / max(1.0, float(work_multiplier)), slots=max(0, int(slots)))
 
 
 #: The paper's six per-node numbers, in order.

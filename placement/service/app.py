@@ -55,7 +55,8 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from placement.cost_snapshot import cost_snapshot
 from placement.ldwp.modelfile import ModelFileError
 from placement.service.feedback import FeedbackConsumer, FeedbackIngest, consumer_config
-from placement.service.flink_rest import FlinkRestClient, FlinkRestError, FlinkUnreachable
+from placement.service.flink_rest import (FlinkRestClient, FlinkRestError, FlinkUnreachable,
+                                          registered_gpus, registered_memory_mb)
 from placement.service.interleaved_trial import candidate_trial
 from placement.service.http_limits import (MAX_BODY_BYTES, BodySizeLimit, bounded_echo,
                                            text_safe)
@@ -132,7 +133,9 @@ def unlisted_capacities(taskmanagers, listed) -> list[NodeCapacity]:
         cores = finite_real(hardware.get("cpuCores"))
         cores = 1.0 if cores is None else min(4096.0, max(1.0, cores))
         slots = 1 if slots is None else int(min(1024.0, max(1.0, slots)))
-        out[node] = NodeCapacity(node, cores, slots, cores)
+        # GPUs count as units, as node_capacities counts a spec's
+        out[node] = NodeCapacity(node, cores + registered_gpus(tm.get("resources")), slots,
+                                 cores)
     return [out[node] for node in sorted(out)]
 
 
@@ -811,8 +814,9 @@ def _load_spec(name: str):
 def spec_of_live_cluster(spec, taskmanagers) -> tuple[object, str]:
     """(the spec to serve, a note): ``spec`` (a LocalClusterSpec) as it is, unless Flink lists
     TaskManagers (``FlinkRestClient.taskmanagers()``; None: not reachable) and none of them is
-    one of its nodes; then a spec of those TaskManagers as REST describes them (cores, and
-    slots from :func:`unlisted_capacities`), the rule the hook follows for its own nodes
+    one of its nodes; then a spec of those TaskManagers as REST describes them (cores and
+    slots from :func:`unlisted_capacities`; GPUs and memory by ``flink_rest.registered_gpus``
+    / ``registered_memory_mb``), the rule the hook follows for its own nodes
     (``pyflink_jobs.live_cluster``). Only for a spec nobody chose (``"default"``): the caller
     decides that."""
     from workload.cluster_spec import LocalClusterSpec
@@ -823,12 +827,22 @@ def spec_of_live_cluster(spec, taskmanagers) -> tuple[object, str]:
     live = unlisted_capacities(taskmanagers, listed)
     if not live:
         return spec, ""
+    resources = {tm["id"]: tm.get("resources") for tm in taskmanagers
+                 if isinstance(tm, dict) and isinstance(tm.get("id"), str)}
+
+    def described(c: NodeCapacity) -> dict:   # GPUs and memory as the hook reads them
+        total = resources.get(c.node_id)
+        memory = registered_memory_mb(total)
+        return {"id": c.node_id, "cpu_cores": c.cores, "slots": c.slots,
+                "gpu_ids": list(range(registered_gpus(total))),
+                **({"task_heap_mb": memory[0], "managed_mb": memory[1]} if memory else {})}
+
     return LocalClusterSpec.model_validate({
-        "taskmanagers": [{"id": c.node_id, "cpu_cores": c.cores, "slots": c.slots}
-                         for c in live],
+        "taskmanagers": [described(c) for c in live],
         "source": "Flink REST (none of the default spec's nodes is registered)"}), (
         f"none of the default cluster spec's nodes {listed} is registered in Flink: serving "
-        f"its TaskManagers {[c.node_id for c in live]} as REST describes them (cores, slots; "
+        f"its TaskManagers {[c.node_id for c in live]} as REST describes them (cores, "
+        "slots, GPUs of Flink's 'gpu' resource, memory; "
         "set service.cluster_spec to describe them fully)")
 
 
@@ -861,7 +875,8 @@ class PlacementService:
             initial_model=self.settings.initial_model, metrics=self.metrics,
             history_per_node=self.settings.history_per_node, judge=self.settings.judge,
             trial=self.settings.version_trial(), publish_prior=self.settings.publish_prior,
-            cpu_share=self.settings.learner_cpu_share)
+            cpu_share=self.settings.learner_cpu_share,
+            absent_after_s=self.settings.absent_after_s)
         self.tenants = TenantReport()
         self.ingest = FeedbackIngest(self.learner, self.metrics, self.settings.dedup_capacity,
                                      reports=[self.tenants])

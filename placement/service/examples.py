@@ -38,7 +38,7 @@ from workload.refusals import bounded_refusals
 
 __all__ = ["FeedbackExamples", "TrainingExample", "NodeHistory", "RATE_WINDOW",
            "RATE_MIN_SAMPLES", "MAX_PENDING", "MAX_KEPT_STAGE_BATCHES", "MAX_KEPT_TEXT",
-           "MAX_NODE_ID_CHARS"]
+           "MAX_NODE_ID_CHARS", "ABSENT_AFTER_S", "nodes_in_use"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,12 @@ MAX_ROUTED_BACKLOG_MS = 86_400_000.0
 MAX_CLOCK_SKEW_MS = 60_000
 #: Longest node id learned from (the API's bound on node ids, ``app.MAX_NAME``).
 MAX_NODE_ID_CHARS = 256
+#: How long after the first report a cluster-spec node that has never reported is taken to be
+#: absent from the cluster (e.g. ``tm_c`` of the default spec on a cluster of ``tm_a`` and
+#: ``tm_b``): every executor of a running hooked job reports within a few feedback intervals
+#: (1 s by default), so after this a silent node is not in the job, and an observation that
+#: shows it idle would draw decisions and training examples to a node nothing runs on.
+ABSENT_AFTER_S = 30.0
 #: Fields of a report not kept as the node's latest: the completed timings (queued as
 #: examples) and the arrays aligned with them (``workload.feedback.PER_TASK_ARRAYS``).
 _NOT_KEPT = frozenset(("completed", *PER_TASK_ARRAYS))
@@ -238,6 +244,25 @@ def _real(value) -> bool:
         math.isfinite(value)
 
 
+def nodes_in_use(known: list[str], spec_ids, reported: list[str], waited: bool) -> list[str]:
+    """The nodes that observations (training examples, decisions, the burst check) are over,
+    of the ``known`` ones in order. Before any report: all of them (the spec's). Then the
+    nodes that ``reported``, as soon as none of the spec's (``spec_ids``) is among them (the
+    service was started with another cluster's spec), else once the service ``waited``
+    ``absent_after_s`` since the first report (a spec node still silent is not in this
+    cluster: the default spec's ``tm_c`` beside ``tm_a`` and ``tm_b``); until then all.
+
+    >>> nodes_in_use(["a", "b", "c"], {"a", "b", "c"}, ["a", "b"], waited=True)
+    ['a', 'b']
+    """
+    if not reported:
+        return list(known)
+    if waited or not any(n in spec_ids for n in reported):
+        heard = set(reported)
+        return [n for n in known if n in heard]
+    return list(known)
+
+
 class FeedbackExamples:
     """Steps 1 and 2 of :mod:`placement.service.learner`: NodeFeedback records in, node
     histories and queued :class:`TrainingExample` out. Thread-safe: ``take`` runs on the
@@ -259,7 +284,8 @@ class FeedbackExamples:
     def __init__(self, cluster: ClusterSpec, costs, metrics=None, history_per_node: int = 512,
                  max_unknown_nodes: int = 64, max_latency_s: float = 3600.0,
                  max_task_size: int = 10**11, max_pending: int = MAX_PENDING,
-                 judge: str = "drain"):
+                 judge: str = "drain", absent_after_s: float = ABSENT_AFTER_S,
+                 clock=time.monotonic):
         if judge not in JUDGES:
             raise ValueError(f"judge must be one of {JUDGES}, got {judge!r}")
         self.cluster = cluster
@@ -291,6 +317,9 @@ class FeedbackExamples:
         self.drain_bounds = LatencyBounds()
         self._lock = threading.Lock()        # guards history, pending queue, rates
         self.wake = threading.Event()
+        # on the service's own clock, not the reports' stamps (nodes_in_use)
+        self.absent_after_s, self._clock = absent_after_s, clock
+        self._first_report_s: float | None = None
 
     def take(self, records: Iterable[Mapping]) -> int:
         """Record node states and queue every completed task of these NodeFeedback records
@@ -299,6 +328,8 @@ class FeedbackExamples:
         queued = 0
         with self._lock:
             records = [r for r in records if self._accept_node(r.get("node_id"))]
+            if records and self._first_report_s is None:
+                self._first_report_s = self._clock()
             reported = [_feedback_state(r, self.specs.get(r["node_id"])) for r in records]
             for record, state in zip(records, reported):
                 self.history.add(record, state)
@@ -404,14 +435,10 @@ class FeedbackExamples:
             self.metrics.learning_rejections.labels(kind="queue_full").inc()
 
     def _nodes_in_use(self) -> list[str]:
-        """The nodes that observations (training examples, decisions) are over: every known
-        node, but not the spec's while none of them has reported and other nodes have (the
-        service was started with another cluster's spec: its nodes are not this cluster's,
-        and a decision must not pick one). Called with the lock held."""
-        reported = self.history.nodes()
-        if reported and not any(n in self.specs for n in reported):
-            return [n for n in self._node_order if n not in self.specs]
-        return list(self._node_order)
+        """:func:`nodes_in_use` now. Called with the lock held."""
+        waited = self._first_report_s is not None and \
+            self._clock() - self._first_report_s >= self.absent_after_s
+        return nodes_in_use(self._node_order, self.specs, self.history.nodes(), waited)
 
     def _accept_node(self, node) -> bool:
         """Whether records of ``node`` are learned from (adds a new node outside the spec

@@ -39,8 +39,11 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from workload.limits import finite_real
+
 __all__ = ["FlinkRestClient", "FlinkUnreachable", "FlinkRestError", "DEFAULT_TIMEOUT_S",
-           "MAX_METRICS_QUERY_CHARS"]
+           "MAX_METRICS_QUERY_CHARS", "GPU_RESOURCE", "registered_gpus", "registered_memory_gb",
+           "registered_memory_mb"]
 
 #: Seconds one request may take unless the client or the call says otherwise: the service polls
 #: on its request path, so a JobManager that hangs must cost it about a second, not minutes.
@@ -54,6 +57,55 @@ ERROR_DETAIL_BYTES = 300
 MAX_RESPONSE_BYTES = 16 << 20
 #: Longest ``?get=`` list of metric ids one request carries (FlinkRestClient.metric_values)
 MAX_METRICS_QUERY_CHARS = 3000
+
+
+#: The external resource Flink's GPU plugin declares (``external-resources: gpu``, amount the
+#: TaskManager's GPUs): how REST tells a TaskManager's GPUs
+GPU_RESOURCE = "gpu"
+#: Most GPUs believed of one TaskManager (``workload.model.MAX_NODE_GPUS``)
+MAX_REGISTERED_GPUS = 1024
+#: Task heap and managed memory believed of one TaskManager, each, in MB (REST's unit; the
+#: cluster spec's bounds)
+MIN_REGISTERED_MB, MAX_REGISTERED_MB = 64, 16 * 1024 * 1024
+
+
+def registered_gpus(total_resource) -> int:
+    """The GPUs a TaskManager declares through Flink's GPU plugin (``totalResource`` of
+    ``GET /taskmanagers``: ``extendedResources.gpu``), whole, in [0, MAX_REGISTERED_GPUS]; 0
+    when it declares none or not a number. What the hook's routers and the placement service
+    both read of a TaskManager no cluster spec describes.
+
+    >>> registered_gpus({"extendedResources": {"gpu": 2.0}}), registered_gpus({})
+    (2, 0)
+    """
+    extended = total_resource.get("extendedResources") if isinstance(total_resource, dict) \
+        else None
+    amount = finite_real(extended.get(GPU_RESOURCE)) if isinstance(extended, dict) else None
+    return 0 if amount is None else int(min(MAX_REGISTERED_GPUS, max(0.0, amount)))
+
+
+def registered_memory_mb(total_resource) -> tuple[int, int] | None:
+    """(task heap, managed memory) in MB as REST's ``totalResource`` lists them, each clamped to
+    the cluster spec's bounds; None when either is missing or not a number."""
+    if not isinstance(total_resource, dict):
+        return None
+    numbers = [finite_real(total_resource.get(key)) for key in ("taskHeapMemory", "managedMemory")]
+    if any(n is None for n in numbers):
+        return None
+    heap, managed = (int(min(MAX_REGISTERED_MB, max(MIN_REGISTERED_MB, n))) for n in numbers)
+    return heap, managed
+
+
+def registered_memory_gb(total_resource, default: float = 16.0) -> float:
+    """A TaskManager's host memory for the cost model by the cluster spec's rule (task heap +
+    managed memory, ``workload.model.taskmanager_memory_gb``) from REST's ``totalResource``;
+    ``default`` when REST does not say.
+
+    >>> registered_memory_gb({"taskHeapMemory": 384, "managedMemory": 640})
+    1.0
+    """
+    memory = registered_memory_mb(total_resource)
+    return default if memory is None else sum(memory) / 1024
 
 
 class FlinkUnreachable(ConnectionError):

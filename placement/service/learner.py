@@ -86,13 +86,15 @@ from placement.measured_costs import MeasuredCosts
 from placement.ldwp.networks import export_layers
 from placement.service.burst_check import BurstCheck
 from placement.service.cpu_budget import CpuBudget
-from placement.service.examples import FeedbackExamples, NodeHistory, TrainingExample
+from placement.service.examples import (ABSENT_AFTER_S, FeedbackExamples, NodeHistory,
+                                        TrainingExample)
 from placement.service.model_gate import PublishGate
 from placement.service.store import ModelStore
 from placement.service.trial_serving import backed_off, trial_serving_for
 from placement.service.version_trial import TrialSettings
 from workload.estimates import CostModel
-from workload.model import ClusterSpec, GpuSpec, NodeSpec, NodeState, Observation
+from workload.model import (ClusterSpec, NodeState, Observation, taskmanager_memory_gb,
+                            taskmanager_node)
 
 __all__ = ["OnlineLearner", "NodeHistory", "to_cluster_spec", "learning_settings",
            "SERVICE_LEARNING_DEFAULTS", "PRIOR_SOURCE"]
@@ -146,17 +148,16 @@ def to_cluster_spec(spec, gpu_model: str = "t4") -> ClusterSpec:
     """A ``workload.model.ClusterSpec`` from a local cluster spec (anything with
     ``.taskmanagers`` of ``id, cpu_cores, work_multiplier, slots, gpu_ids`` such as
     ``workload.cluster_spec.LocalClusterSpec``) or a ClusterSpec (returned as is).
-    ``work_multiplier`` becomes ``cpu_speed = 1 / work_multiplier``."""
+    Each node by the rule the hook's routers use too (:func:`workload.model.taskmanager_node`).
+    """
     if isinstance(spec, ClusterSpec):
         return spec
-    nodes = []
-    for tm in spec.taskmanagers:
-        memory_gb = (getattr(tm, "task_heap_mb", 256) + getattr(tm, "managed_mb", 256)) / 1024
-        gpus = tuple(GpuSpec(gpu_model, 16.0) for _ in getattr(tm, "gpu_ids", ()))
-        nodes.append(NodeSpec(tm.id, max(1, round(float(tm.cpu_cores))), memory_gb, gpus=gpus,
-                              cpu_speed=1.0 / float(getattr(tm, "work_multiplier", 1.0)),
-                              slots=int(getattr(tm, "slots", 0))))
-    return ClusterSpec(tuple(nodes), name=getattr(spec, "source", "") or "cluster")
+    nodes = tuple(taskmanager_node(tm.id, tm.cpu_cores, gpus=len(getattr(tm, "gpu_ids", ())),
+                                   memory_gb=taskmanager_memory_gb(tm),
+                                   work_multiplier=float(getattr(tm, "work_multiplier", 1.0)),
+                                   slots=int(getattr(tm, "slots", 0)), gpu_model=gpu_model)
+                  for tm in spec.taskmanagers)
+    return ClusterSpec(nodes, name=getattr(spec, "source", "") or "cluster")
 
 
 #: LDWPSettings that define what a model file computes: a stored version that differs in any
@@ -364,7 +365,8 @@ class OnlineLearner:
     many nodes outside the cluster spec are learned from (more would be ignored: hostile
     feedback must not grow every example's node list without bound). ``cpu_share``: at most
     this share of one core for the learner's own thread (:mod:`placement.service.cpu_budget`;
-    1: no limit).
+    1: no limit). ``absent_after_s``: how long a spec node may stay silent after the first
+    report before observations leave it out (:data:`placement.service.examples.ABSENT_AFTER_S`).
     """
 
     def __init__(self, cluster, store: ModelStore, learning: Mapping | LDWPSettings | None = None,
@@ -375,7 +377,7 @@ class OnlineLearner:
                  max_latency_s: float = 3600.0, max_task_size: int = 10**11,
                  burst_check: BurstCheck | None = None, judge: str = "drain",
                  trial: TrialSettings | None = None, publish_prior: bool = True,
-                 cpu_share: float = 1.0):
+                 cpu_share: float = 1.0, absent_after_s: float = ABSENT_AFTER_S):
         if publish_every < 1 or min_records_first_version < 1:
             raise ValueError("publish_every and min_records_first_version must be at least 1")
         self.cluster = to_cluster_spec(cluster, gpu_model)
@@ -389,7 +391,7 @@ class OnlineLearner:
         # steps 1-2 (module docstring): node histories and queued examples
         self.examples = FeedbackExamples(self.cluster, self.costs, metrics, history_per_node,
                                          max_unknown_nodes, max_latency_s, max_task_size,
-                                         judge=judge)
+                                         judge=judge, absent_after_s=absent_after_s)
         self._train_lock = threading.Lock()  # one trainer at a time (thread or caller)
         self.loop = TrainingLoop(self, self.examples.wake, cpu_share)
         self.last_error: str | None = None

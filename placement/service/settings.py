@@ -127,6 +127,11 @@ class ServiceSettings(BaseModel):
                                 "on average) to be promoted")
     history_per_node: int = Field(512, ge=1, description="NodeFeedback reports kept per node to "
                                   "reconstruct node states at decision time")
+    absent_after_s: float = Field(30.0, ge=0.0, le=86_400.0, description="a cluster-spec node "
+                                  "that has not reported this long after the first report "
+                                  "is left out of /decide, /health and training (not in "
+                                  "this cluster: the default spec's tm_c beside tm_a and "
+                                  "tm_b); it counts again when it reports")
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads of the service "
                                "process (torch.set_num_threads): the network is tiny, more "
                                "threads only contend for the cores (15x slower measured on 2 "
@@ -151,6 +156,15 @@ class ServiceSettings(BaseModel):
                                  "paper cluster; the service needs a size-agnostic model "
                                  "(shipped:residual or shipped:size_agnostic)")
             return shipped_model(name)
+        return value
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _calibrated_gpu(cls, value: str) -> str:
+        from workload.estimates import calibrated_gpu_models
+        if value not in calibrated_gpu_models():   # as the hook's gpu_model
+            raise ValueError(f"gpu_model must be one of the calibration's GPU models "
+                             f"{list(calibrated_gpu_models())}, got {value!r}")
         return value
 
     @field_validator("policy")

@@ -1,0 +1,136 @@
+"""The hook's routers and the placement service see each cluster-spec node the same way.
+
+Found by reading both conversions side by side (2026-12-07): the service's cluster
+(``placement.service.learner.to_cluster_spec``) gave a TaskManager its GPUs (as the
+configured ``gpu_model``) and its task heap + managed memory, while the routers' cluster
+(``RouterNode.spec``) dropped the GPUs and said 16 GB for every node. On a GPU host
+(``gpu-host.yaml``) the routers then divided a node's backlog over its cores alone, estimated
+GPU stages at CPU speed, and a model the service trained with spec features read other node
+features at the routers than it learned on. Now both use ``workload.model.taskmanager_node``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from placement.ldwp.features import node_spec_features
+from placement.service.learner import to_cluster_spec
+from placement.service.settings import ServiceSettings
+from pyflink_jobs.hook import HookSettings, nodes_from_cluster_spec
+from pyflink_jobs.router import Router, RouterNode, RouterSettings
+from workload.cluster_spec import load_cluster_spec, shipped_spec_names
+from workload.estimates import CostModel
+from workload.model import taskmanager_node
+
+
+def _view(node) -> tuple:
+    """What the cost model and the node features read of a node (slots aside: the routers'
+    are the plan's executor instances)."""
+    return (node.node_id, node.cpu_cores, node.host_memory_gb, node.cpu_speed,
+            tuple((g.model, g.memory_gb, g.speed) for g in node.gpus))
+
+
+@pytest.mark.parametrize("spec", sorted(shipped_spec_names()))
+@pytest.mark.parametrize("gpu_model", ["t4", "v100"])
+def test_routers_and_service_read_every_shipped_spec_alike(spec, gpu_model):
+    service = to_cluster_spec(load_cluster_spec(spec), gpu_model)
+    routers = Router(RouterSettings(nodes=nodes_from_cluster_spec(spec, gpu_model),
+                                    policy="mct")).cluster
+    assert [_view(n) for n in routers.nodes] == [_view(n) for n in service.nodes]
+    assert [node_spec_features(n) for n in routers.nodes] == \
+        [node_spec_features(n) for n in service.nodes]
+
+
+def test_a_gpu_host_counts_its_gpus_as_units_and_runs_gpu_stages_faster():
+    nodes = {n.node_id: n for n in nodes_from_cluster_spec("gpu-host")}
+    assert (nodes["tm_gpu2"].gpus, nodes["tm_cpu"].gpus) == (2, 0)
+    cluster = {n.node_id: n for n in Router(RouterSettings(nodes=list(nodes.values()),
+                                                           policy="mct")).cluster.nodes}
+    gpu2, cpu = cluster["tm_gpu2"], cluster["tm_cpu"]
+    assert gpu2.cpu_cores + len(gpu2.gpus) == 8 and cpu.cpu_cores + len(cpu.gpus) == 4
+    costs = CostModel(colocation=None)
+    # the same app per core: a node with GPUs finishes it sooner than one without (before,
+    # both were CPU-only in the routers' eyes and the 6-core node only had more cores)
+    with_gpus = costs.task_time_coefficients(gpu2)
+    without = costs.task_time_coefficients(taskmanager_node("tm_gpu2", 6, memory_gb=3.0))
+    app = "face_recognition"
+    assert with_gpus[app][1] < without[app][1]
+
+
+@pytest.mark.parametrize("bad", ["h100-unknown", "", 5, None])
+def test_an_unknown_gpu_model_is_refused_by_both(bad):
+    with pytest.raises(ValueError, match="gpu_model"):
+        HookSettings(gpu_model=bad)
+    with pytest.raises(ValueError, match="gpu_model"):
+        ServiceSettings(gpu_model=bad)
+
+
+@pytest.mark.parametrize("gpus", [-1, 2.5, True, 10**6, "2"])
+def test_a_node_with_an_impossible_gpu_count_is_refused(gpus):
+    with pytest.raises(ValueError, match="gpus"):
+        RouterNode("tm_x", gpus=gpus).spec()
+
+
+def test_the_gpu_model_reaches_the_routers_from_the_environment():
+    settings = HookSettings.from_env({"STREAMPLACE_HOOK_GPU_MODEL": "v100",
+                                      "STREAMPLACE_HOOK_CLUSTER_SPEC": "gpu-host"})
+    assert {n.gpu_model for n in settings.resolved_nodes()} == {"v100"}
+
+
+# -- TaskManagers no spec describes: what REST says of their GPUs and memory ------------------
+def _rest_entry(node_id, gpus=None, heap=None, managed=None, cores=4):
+    """One entry of ``GET /taskmanagers`` as Flink 2.2 answers it (checked on the local
+    cluster: ``totalResource`` memory in MB; Flink's GPU plugin adds a ``gpu`` resource)."""
+    total = {"cpuCores": float(cores), "extendedResources": {node_id: 2.0}}
+    if gpus is not None:
+        total["extendedResources"]["gpu"] = gpus
+    if heap is not None:
+        total["taskHeapMemory"] = heap
+    if managed is not None:
+        total["managedMemory"] = managed
+    return {"id": node_id, "slotsNumber": 2, "totalResource": total,
+            "hardware": {"cpuCores": cores}}
+
+
+REGISTERED = {"taskmanagers": [_rest_entry("edge_gpu", gpus=2.0, heap=1024, managed=2048),
+                               _rest_entry("edge_cpu", heap=512, managed=512, cores=8)]}
+
+
+def test_the_hook_and_the_service_read_a_live_cluster_alike():
+    """A cluster of TaskManagers the default spec does not name: the hook places on them
+    (``fit_nodes_to_cluster``) and a service on the default spec serves them
+    (``spec_of_live_cluster``); both now read their GPUs (Flink's ``gpu`` resource) and
+    memory from REST the same way, where before both saw cores only."""
+    from placement.service.app import spec_of_live_cluster
+    from placement.service.flink_rest import FlinkRestClient
+    from pyflink_jobs.live_cluster import fit_nodes_to_cluster, live_taskmanagers_from
+
+    live = live_taskmanagers_from(REGISTERED)
+    nodes, _ = fit_nodes_to_cluster(nodes_from_cluster_spec("default"), live, "pinned",
+                                    chosen=False, gpu_model="v100")
+    routers = Router(RouterSettings(nodes=nodes, policy="mct")).cluster
+
+    client = FlinkRestClient("http://127.0.0.1:9")
+    client.get = lambda path: REGISTERED   # the REST answer, without a JobManager
+    spec, note = spec_of_live_cluster(load_cluster_spec("default"), client.taskmanagers())
+    assert "GPUs" in note
+    service = to_cluster_spec(spec, "v100")
+    assert [_view(n) for n in routers.nodes] == [_view(n) for n in service.nodes]
+    gpu_node = {n.node_id: n for n in service.nodes}["edge_gpu"]
+    assert (len(gpu_node.gpus), gpu_node.host_memory_gb) == (2, 3.0)
+
+
+@pytest.mark.parametrize("gpus, heap, managed, expected", [
+    (None, None, None, (0, 16.0)),                 # REST says nothing: the defaults
+    (1.0, 256, 256, (1, 0.5)),
+    (2.7, 256, 256, (2, 0.5)),                     # a fractional amount: whole GPUs
+    (float("nan"), float("inf"), 256, (0, 16.0)),  # not finite: nothing believed
+    (-4.0, -1, 256, (0, (64 + 256) / 1024)),        # below the bounds: clamped
+    (10**400, 10**400, 10**400, (1024, 2 * 16 * 1024 * 1024 / 1024)),   # past them: clamped
+    ("2", "256", 256, (0, 16.0)), (True, True, 256, (0, 16.0)),         # not numbers
+])
+def test_registered_gpus_and_memory_are_bounded(gpus, heap, managed, expected):
+    from pyflink_jobs.live_cluster import live_taskmanagers_from
+    (tm,) = live_taskmanagers_from({"taskmanagers": [_rest_entry("edge_1", gpus, heap,
+                                                                 managed)]})
+    assert (tm.gpus, tm.memory_gb) == expected
