@@ -904,8 +904,15 @@ class PlacementService:
             return spec
         try:
             registered = self.flink.taskmanagers()
-        except (FlinkUnreachable, FlinkRestError):
-            return spec   # not up yet: the spec, and /plan follows the cluster when it is
+        except (FlinkUnreachable, FlinkRestError) as exc:
+            # not up yet: the spec, and /plan follows the cluster when it is; the spec is
+            # not looked at again, so say what to do if the cluster is another one
+            log.warning("placement service: Flink's REST API (%s) did not answer (%s): serving "
+                        "the default cluster spec %s; if the cluster's TaskManagers are "
+                        "others, start the service after the cluster or set "
+                        "service.cluster_spec", self.settings.flink_rest_url, exc,
+                        [tm.id for tm in spec.taskmanagers])
+            return spec
         try:
             spec, note = spec_of_live_cluster(spec, registered)
         except ValueError as exc:   # an answer no spec can be made of: the spec, as it is

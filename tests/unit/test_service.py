@@ -293,15 +293,21 @@ class _ListedTaskManagers:
     ("default", [_rest_tm("127.0.0.1:4123-ab")], ["tm_a", "tm_b", "tm_c"]),
     ("hosts", [_rest_tm("worker_1")], ["tm_a", "tm_b", "tm_c"]),   # chosen: kept as it is
 ])
-def test_a_service_on_the_default_spec_serves_the_cluster_flink_lists(tmp_path, spec_name,
-                                                                     registered, served):
+def test_a_service_on_the_default_spec_serves_the_cluster_flink_lists(tmp_path, caplog,
+                                                                     spec_name, registered,
+                                                                     served):
     """``streamplace serve`` beside a cluster the default spec does not describe: none of
     its nodes registered, so the service starts from the TaskManagers Flink lists (the hook's
-    rule); a spec somebody chose, Flink down, or a spec node registered: the spec."""
+    rule); a spec somebody chose, Flink down, or a spec node registered: the spec (with Flink
+    down, a warning says what to do if the cluster is another one: the spec is not looked at
+    again)."""
     settings = ServiceSettings(model_dir=tmp_path / "models", consume_feedback=False, port=0,
                                cluster_spec=spec_name, publish_prior=False)
-    service = PlacementService(settings, flink=_ListedTaskManagers(registered))
+    with caplog.at_level("WARNING", logger="placement.service.app"):
+        service = PlacementService(settings, flink=_ListedTaskManagers(registered))
     assert list(service.cluster.node_ids) == served
+    warned = "start the service after the cluster" in caplog.text
+    assert warned == (registered is None and spec_name == "default")
     if served[0] == "worker_1":
         assert service.cluster.nodes[0].cpu_cores == 4
         assert service.learner.node_ids() == served
