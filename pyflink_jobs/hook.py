@@ -525,12 +525,11 @@ def nodes_from_cluster_spec(name_or_path: str, gpu_model: str = DEFAULT_GPU_MODE
     """
     from workload.cluster_spec import load_cluster_spec
     spec = load_cluster_spec(name_or_path)
-    shaped = spec.isolation == "host"
     nodes = []
     for tm in spec.taskmanagers:
-        limits = tm.host_limits() if shaped else {}
-        link = {"link_mbps": float(limits["downlink_mbps"]),
-                "uplink_mbps": float(limits["uplink_mbps"])} if shaped else {}
+        links = tm.cost_model_links(spec.isolation)
+        link = {"link_mbps": links["downlink_mbps"],
+                "uplink_mbps": links["uplink_mbps"]} if links else {}
         nodes.append(RouterNode(tm.id, cpu_cores=max(1, int(round(tm.cpu_cores))),
                                 work_multiplier=tm.work_multiplier, instances=1,
                                 gpus=len(tm.gpu_ids), memory_gb=taskmanager_memory_gb(tm),

@@ -87,7 +87,9 @@ class RouterNode:
         instances the plan gives it."""
         return taskmanager_node(self.node_id, max(1, int(self.cpu_cores)), gpus=self.gpus,
                                 memory_gb=self.memory_gb, work_multiplier=self.work_multiplier,
-                                slots=max(1, self.instances), gpu_model=self.gpu_model)
+                                slots=max(1, self.instances), gpu_model=self.gpu_model,
+                                uplink_mbps=self.uplink_mbps or self.link_mbps,
+                                downlink_mbps=self.link_mbps)
 
 
 @dataclass

@@ -228,6 +228,16 @@ class TaskManagerSpec(BaseModel):
         """Task heap + managed memory + the JVM's fixed parts (:data:`JVM_FIXED_OVERHEAD_MB`)."""
         return self.task_heap_mb + self.managed_mb + JVM_FIXED_OVERHEAD_MB
 
+    def cost_model_links(self, isolation: str) -> dict[str, float]:
+        """``uplink_mbps`` / ``downlink_mbps`` the cost model and the node features take for
+        this node: its emulated host's shaped links under ``isolation: host``, else none (the
+        default, unshaped). One rule for the hook's routers and the placement service."""
+        if isolation != "host":
+            return {}
+        limits = self.host_limits()
+        return {"uplink_mbps": float(limits["uplink_mbps"]),
+                "downlink_mbps": float(limits["downlink_mbps"])}
+
     def host_limits(self) -> dict[str, float | int]:
         """The emulated host of this node with every default filled in.
 

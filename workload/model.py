@@ -179,12 +179,15 @@ def taskmanager_memory_gb(taskmanager) -> float:
 
 def taskmanager_node(node_id: str, cpu_cores: float, *, gpus: int = 0, memory_gb: float = 16.0,
                      work_multiplier: float = 1.0, slots: int = 0,
-                     gpu_model: str = DEFAULT_GPU_MODEL) -> NodeSpec:
+                     gpu_model: str = DEFAULT_GPU_MODEL, uplink_mbps: float = 1000.0,
+                     downlink_mbps: float = 1000.0) -> NodeSpec:
     """The cost model's NodeSpec of one Flink TaskManager of a cluster spec: one rule for the
     placement service's cluster and the hook's routers, so that a model trained on the one
     reads the same node features, parallel units (cores + GPUs) and GPU stage times on the
     other. ``work_multiplier`` (the spec's emulated slowness, >= 1) becomes
-    ``cpu_speed = 1 / work_multiplier``.
+    ``cpu_speed = 1 / work_multiplier``; the links are the emulated host's shaped ones
+    (``isolation: host``), else the default: feedback byte rates are read as fractions of
+    them on both sides (``workload.feedback.node_state_from_feedback``).
 
     Example::
 
@@ -198,7 +201,8 @@ def taskmanager_node(node_id: str, cpu_cores: float, *, gpus: int = 0, memory_gb
                          f"got {gpus!r}")
     return NodeSpec(node_id, max(1, round(float(cpu_cores))), memory_gb,
                     gpus=tuple(GpuSpec(gpu_model, SPEC_GPU_MEMORY_GB) for _ in range(gpus)),
-                    cpu_speed=1.0 / max(1.0, float(work_multiplier)), slots=max(0, int(slots)))
+                    cpu_speed=1.0 / max(1.0, float(work_multiplier)), slots=max(0, int(slots)),
+                    uplink_mbps=uplink_mbps, downlink_mbps=downlink_mbps)
 
 
 #: The paper's six per-node numbers, in order.

@@ -152,10 +152,13 @@ def to_cluster_spec(spec, gpu_model: str = "t4") -> ClusterSpec:
     """
     if isinstance(spec, ClusterSpec):
         return spec
+    isolation = getattr(spec, "isolation", "cpuset")
     nodes = tuple(taskmanager_node(tm.id, tm.cpu_cores, gpus=len(getattr(tm, "gpu_ids", ())),
                                    memory_gb=taskmanager_memory_gb(tm),
                                    work_multiplier=float(getattr(tm, "work_multiplier", 1.0)),
-                                   slots=int(getattr(tm, "slots", 0)), gpu_model=gpu_model)
+                                   slots=int(getattr(tm, "slots", 0)), gpu_model=gpu_model,
+                                   **(tm.cost_model_links(isolation)
+                                      if hasattr(tm, "cost_model_links") else {}))
                   for tm in spec.taskmanagers)
     return ClusterSpec(nodes, name=getattr(spec, "source", "") or "cluster")
 

@@ -6,7 +6,11 @@ configured ``gpu_model``) and its task heap + managed memory, while the routers'
 (``RouterNode.spec``) dropped the GPUs and said 16 GB for every node. On a GPU host
 (``gpu-host.yaml``) the routers then divided a node's backlog over its cores alone, estimated
 GPU stages at CPU speed, and a model the service trained with spec features read other node
-features at the routers than it learned on. Now both use ``workload.model.taskmanager_node``.
+features at the routers than it learned on. On the emulated hosts (``hosts.yaml``) the routers
+read a node's feedback byte rates as fractions of its shaped links (8 Mbps for tm_a) and the
+service as fractions of 1,000 Mbps, so the link utilisations a model was trained on were about
+125 times smaller than those it decided on. Now both use ``workload.model.taskmanager_node``,
+with the links of ``TaskManagerSpec.cost_model_links``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ def _view(node) -> tuple:
     """What the cost model and the node features read of a node (slots aside: the routers'
     are the plan's executor instances)."""
     return (node.node_id, node.cpu_cores, node.host_memory_gb, node.cpu_speed,
-            tuple((g.model, g.memory_gb, g.speed) for g in node.gpus))
+            tuple((g.model, g.memory_gb, g.speed) for g in node.gpus), node.uplink_mbps,
+            node.downlink_mbps)
 
 
 @pytest.mark.parametrize("spec", sorted(shipped_spec_names()))
@@ -134,3 +139,25 @@ def test_registered_gpus_and_memory_are_bounded(gpus, heap, managed, expected):
     (tm,) = live_taskmanagers_from({"taskmanagers": [_rest_entry("edge_1", gpus, heap,
                                                                  managed)]})
     assert (tm.gpus, tm.memory_gb) == expected
+
+
+@pytest.mark.parametrize("spec", ["hosts", "default"])
+def test_one_report_is_one_node_state_at_the_routers_and_in_the_service(spec):
+    """The same NodeFeedback: the node state a router decides on and the one the service
+    trains on (link utilisations included) are equal."""
+    from placement.service.examples import FeedbackExamples
+    from placement.measured_costs import MeasuredCosts
+    cluster = to_cluster_spec(load_cluster_spec(spec))
+    router = Router(RouterSettings(nodes=nodes_from_cluster_spec(spec), policy="mct"))
+    examples = FeedbackExamples(cluster, MeasuredCosts(cluster))
+    report = {"node_id": "tm_a", "emitted_at_ms": 1_700_000_000_000, "cpu_util": 0.4,
+              "uplink_bytes_per_s": 250_000.0, "downlink_bytes_per_s": 500_000.0,
+              "queue_depth": 1, "in_flight": 1, "completed": [], "sequence": 0}
+    router.on_feedback(report)
+    examples.take([report])
+    at_router = router.reported_state("tm_a")
+    in_service = examples.history.latest("tm_a", 1_700_000_000_000)
+    assert (at_router.uplink_util, at_router.downlink_util) == \
+        (in_service.uplink_util, in_service.downlink_util)
+    if spec == "hosts":   # tm_a's links are shaped to 8 Mbps: 0.25 MB/s is a quarter of it
+        assert at_router.uplink_util == pytest.approx(0.25)
