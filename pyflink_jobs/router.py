@@ -80,6 +80,20 @@ class RouterNode:
     memory_gb: float = 16.0       # host memory the cost model assumes (the spec's heap + managed)
     gpu_model: str = DEFAULT_GPU_MODEL   # what the cost model assumes each of ``gpus`` is
 
+    def __post_init__(self) -> None:
+        # checked where the node is made (the job's submission), not in the router's open() on
+        # a TaskManager, where a bad number failed the job again at every restart
+        try:
+            self.spec()
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"RouterNode {short_repr(self.node_id)}: {exc}") from None
+        if self.gpus:
+            from workload.estimates import calibrated_gpu_models
+            if self.gpu_model not in calibrated_gpu_models():
+                raise ValueError(f"RouterNode {short_repr(self.node_id)}: gpu_model must be "
+                                 f"one of the calibration's {list(calibrated_gpu_models())}, "
+                                 f"got {short_repr(self.gpu_model)}")
+
     def spec(self) -> NodeSpec:
         """The cost model's view of this node, by the placement service's rule
         (:func:`workload.model.taskmanager_node`: cores + GPUs as units, GPU stage times), so

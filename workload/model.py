@@ -199,6 +199,9 @@ def taskmanager_node(node_id: str, cpu_cores: float, *, gpus: int = 0, memory_gb
             not 0 <= gpus <= MAX_NODE_GPUS:
         raise ValueError(f"{node_id}: gpus must be a whole number in [0, {MAX_NODE_GPUS}], "
                          f"got {gpus!r}")
+    if not _finite_positive(work_multiplier):   # max(1.0, NaN) is 1.0: a NaN passed as "1"
+        raise ValueError(f"{node_id}: work_multiplier must be a finite positive number, got "
+                         f"{work_multiplier!r}")
     return NodeSpec(node_id, max(1, round(float(cpu_cores))), memory_gb,
                     gpus=tuple(GpuSpec(gpu_model, SPEC_GPU_MEMORY_GB) for _ in range(gpus)),
                     cpu_speed=1.0 / max(1.0, float(work_multiplier)), slots=max(0, int(slots)),

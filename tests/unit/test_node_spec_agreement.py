@@ -70,10 +70,24 @@ def test_an_unknown_gpu_model_is_refused_by_both(bad):
         ServiceSettings(gpu_model=bad)
 
 
-@pytest.mark.parametrize("gpus", [-1, 2.5, True, 10**6, "2"])
-def test_a_node_with_an_impossible_gpu_count_is_refused(gpus):
-    with pytest.raises(ValueError, match="gpus"):
-        RouterNode("tm_x", gpus=gpus).spec()
+@pytest.mark.parametrize("field, value", [
+    ("gpus", -1), ("gpus", 2.5), ("gpus", True), ("gpus", 10**6), ("gpus", "2"),
+    ("link_mbps", 0.0), ("link_mbps", float("nan")), ("uplink_mbps", -1.0),
+    ("memory_gb", -1.0), ("memory_gb", float("inf")), ("cpu_cores", float("nan")),
+    ("work_multiplier", float("nan")), ("node_id", 7),
+])
+def test_a_node_with_an_impossible_number_is_refused_where_it_is_made(field, value):
+    """At the job's submission (a user's ``HookSettings(nodes=[...])``), not in the router's
+    ``open()`` on a TaskManager, where it failed the job again at every restart."""
+    values = {"node_id": "tm_x", "gpus": 1, field: value}
+    with pytest.raises(ValueError, match="RouterNode"):
+        RouterNode(**values)
+
+
+def test_a_node_with_gpus_of_an_unknown_model_is_refused():
+    with pytest.raises(ValueError, match="gpu_model"):
+        RouterNode("tm_x", gpus=1, gpu_model="h900")
+    assert RouterNode("tm_x", gpu_model="h900").spec().gpus == ()   # no GPU: nothing to time
 
 
 def test_the_gpu_model_reaches_the_routers_from_the_environment():
