@@ -67,8 +67,9 @@ MAX_NODE_ID_CHARS = 256
 #: How long after the first report a cluster-spec node that has never reported is taken to be
 #: absent from the cluster (e.g. ``tm_c`` of the default spec on a cluster of ``tm_a`` and
 #: ``tm_b``): every executor of a running hooked job reports every feedback interval, idle or
-#: not (half a second by default), so after this a silent node is not in the job, and an observation that
-#: shows it idle would draw decisions and training examples to a node nothing runs on.
+#: not (half a second by default), so after this a silent node is not in the job, and an
+#: observation that shows it idle would draw decisions and training examples to a node
+#: nothing runs on.
 ABSENT_AFTER_S = 30.0
 #: Fields of a report not kept as the node's latest: the completed timings (queued as
 #: examples) and the arrays aligned with them (``workload.feedback.PER_TASK_ARRAYS``).
