@@ -391,10 +391,8 @@ def _check_choices(s: HookSettings) -> None:
         s.tenant_shares = parse_tenant_shares(s.tenant_shares)
     else:
         QuotaSettings(dict(s.tenant_shares))  # raises on a bad name or weight
-    from workload.estimates import calibrated_gpu_models
-    if s.gpu_model not in calibrated_gpu_models():   # as the service's gpu_model
-        raise ValueError(f"gpu_model must be one of the calibration's GPU models "
-                         f"{list(calibrated_gpu_models())}, got {short_repr(s.gpu_model)}")
+    from workload.estimates import check_gpu_model
+    check_gpu_model(s.gpu_model)
     if not isinstance(s.scheduler, str) or s.scheduler.strip().lower() not in NODE_SCHEDULERS:
         raise ValueError(f"scheduler must be one of {sorted(NODE_SCHEDULERS)}, got "
                          f"{short_repr(s.scheduler)}")

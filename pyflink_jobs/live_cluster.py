@@ -32,10 +32,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from placement.service.flink_rest import registered_gpus, registered_memory_gb
+from placement.service.flink_rest import (RegisteredTaskManager, listed_taskmanager,
+                                          registered_taskmanager)
 from pyflink_jobs.flink_ops import ROUTER_RESOURCE
 from pyflink_jobs.router import RouterNode
-from workload.limits import finite_real
 from workload.model import DEFAULT_GPU_MODEL
 
 __all__ = ["LiveTaskManager", "LIVE_READ_TIMEOUT_S", "MAX_LIVE_TASKMANAGERS",
@@ -51,13 +51,9 @@ LIVE_READ_TIMEOUT_S = 2.0
 #: TaskManagers read at most (a hostile or broken endpoint cannot make the hook build a job of
 #: millions of operators); more are refused as an unusable answer.
 MAX_LIVE_TASKMANAGERS = 1024
-#: Longest TaskManager id taken from REST (Flink's generated ids are about 40 characters).
-MAX_ID_CHARS = 200
 #: ``HookSettings.rest_url``'s default: not used to read TaskManagers unless set on purpose, since
 #: a default address on the submitting machine may be another cluster's
 DEFAULT_REST_URL = "http://127.0.0.1:8081"
-#: Most CPU cores believed of one TaskManager (what REST says is only a hint for the cost model).
-MAX_CPU_CORES = 4096
 
 
 @dataclass(frozen=True)
@@ -72,17 +68,13 @@ class LiveTaskManager:
     cpu_cores: int = 1
     router_resource: float = 0.0   # units of streamplace_router (routing "colocated")
     gpus: int = 0
-    memory_gb: float = 16.0
+    #: REST silent: the cluster spec's default task heap + managed memory (256 + 256 MB), as
+    #: the service's spec of this TaskManager has
+    memory_gb: float = RegisteredTaskManager("").memory_gb
 
     @property
     def hosts_pinned_executors(self) -> bool:
         return self.own_resource >= 1
-
-
-def _number(value, default: float) -> float:
-    """``value`` as a finite float (an integer past a float's range clamps), else ``default``."""
-    number = finite_real(value)
-    return default if number is None else number
 
 
 def live_taskmanagers_from(answer) -> list[LiveTaskManager] | None:
@@ -93,23 +85,12 @@ def live_taskmanagers_from(answer) -> list[LiveTaskManager] | None:
         return None
     live = {}
     for entry in entries:
-        if not isinstance(entry, dict):
+        tm = registered_taskmanager(listed_taskmanager(entry))   # the service's reading too
+        if tm is None or tm.node_id in live:
             return None
-        node_id = entry.get("id")
-        if not isinstance(node_id, str) or not node_id or len(node_id) > MAX_ID_CHARS \
-                or node_id in live:
-            return None
-        total = entry.get("totalResource")
-        extended = total.get("extendedResources") if isinstance(total, dict) else None
-        extended = extended if isinstance(extended, dict) else {}
-        own = _number(extended.get(node_id), 0.0)
-        router = _number(extended.get(ROUTER_RESOURCE), 0.0)
-        hardware = entry.get("hardware")
-        cores = _number(hardware.get("cpuCores"), 1.0) if isinstance(hardware, dict) else 1.0
-        live[node_id] = LiveTaskManager(node_id, max(0.0, own),
-                                        int(min(MAX_CPU_CORES, max(1.0, cores))),
-                                        max(0.0, router), registered_gpus(total),
-                                        registered_memory_gb(total))
+        live[tm.node_id] = LiveTaskManager(tm.node_id, tm.own_resource, tm.cpu_cores,
+                                           tm.resource(ROUTER_RESOURCE), tm.gpus,
+                                           tm.memory_gb)
     return [live[k] for k in sorted(live)]
 
 
@@ -178,20 +159,28 @@ def fit_nodes_to_cluster(nodes: list[RouterNode], live: list[LiveTaskManager] | 
     return chosen_nodes, note
 
 
+def _registered_split(wanted: list[str], live: list[LiveTaskManager], pinned: bool
+                      ) -> tuple[dict[str, LiveTaskManager], list[str], list[str]]:
+    """(the ``live`` TaskManagers the hook can place on, by id; the ``wanted`` ids among them;
+    the ``wanted`` ids not among them): the one rule of :func:`fit_nodes_to_cluster` and
+    :func:`retire_unregistered`. Pinned routing needs a TaskManager's own resource; an id the
+    hook cannot name its operators and resources after (Flink's generated ids hold ':' and
+    '-') is never usable."""
+    from workload.cluster_spec import NODE_ID_PATTERN
+    usable = {tm.node_id: tm for tm in live if (tm.hosts_pinned_executors or not pinned)
+              and NODE_ID_PATTERN.fullmatch(tm.node_id)}
+    return (usable, [n for n in wanted if n in usable],
+            [n for n in wanted if n not in usable])
+
+
 def _fit(nodes: list[RouterNode], live: list[LiveTaskManager], routing: str, chosen: bool,
          spec: str, gpu_model: str) -> tuple[list[RouterNode], str]:
     """:func:`fit_nodes_to_cluster` for a known, non-empty ``live``, before the colocated
     routers' check."""
-    from workload.cluster_spec import NODE_ID_PATTERN
     pinned = routing != "rest_partitioner"
-    # an id the hook cannot name its operators and resources after (Flink's generated ids
-    # hold ':' and '-') is not usable; the error below lists it
-    usable = {tm.node_id: tm for tm in live if (tm.hosts_pinned_executors or not pinned)
-              and NODE_ID_PATTERN.fullmatch(tm.node_id)}
     wanted = [n.node_id for n in nodes]
-    present = [n for n in wanted if n in usable]
+    usable, present, missing = _registered_split(wanted, live, pinned)
     if present:
-        missing = [n for n in wanted if n not in usable]
         note = (f"nodes {missing} of the cluster spec are not registered TaskManagers with "
                 f"their own resource (yet?); the cluster has {sorted(usable)}; their executors "
                 "wait for them") if missing else ""
@@ -231,9 +220,7 @@ def retire_unregistered(spec_ids: list[str], live: list[LiveTaskManager] | None
     job runs on the nodes it has (``HookSettings.retired``)."""
     if not live:
         return {}
-    usable = {tm.node_id for tm in live if tm.hosts_pinned_executors}
-    present = [n for n in spec_ids if n in usable]
-    missing = [n for n in spec_ids if n not in usable]
+    _, present, missing = _registered_split(spec_ids, live, pinned=True)
     if not present or not missing:
         return {}
     return {node: present[i % len(present)] for i, node in enumerate(missing)}

@@ -88,11 +88,11 @@ class RouterNode:
         except (TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"RouterNode {short_repr(self.node_id)}: {exc}") from None
         if self.gpus:
-            from workload.estimates import calibrated_gpu_models
-            if self.gpu_model not in calibrated_gpu_models():
-                raise ValueError(f"RouterNode {short_repr(self.node_id)}: gpu_model must be "
-                                 f"one of the calibration's {list(calibrated_gpu_models())}, "
-                                 f"got {short_repr(self.gpu_model)}")
+            from workload.estimates import check_gpu_model
+            try:
+                check_gpu_model(self.gpu_model)
+            except ValueError as exc:
+                raise ValueError(f"RouterNode {short_repr(self.node_id)}: {exc}") from None
 
     def spec(self) -> NodeSpec:
         """The cost model's view of this node, by the placement service's rule

@@ -40,7 +40,8 @@ __all__ = ["TaskManagerSpec", "LocalClusterSpec", "load_cluster_spec", "SpecErro
            "ISOLATION_MODES", "MEMORY_LIMIT_MARGIN_MB", "MAX_LINK_MBPS", "MAX_CPU_QUOTA",
            "MAX_TASK_TYPE_MULTIPLIERS", "MAX_TASK_TYPE_MULTIPLIER",
            "MIN_CPU_QUOTA", "DEFAULT_LINK_MBPS", "MAX_CPU_CORES", "MAX_CPU_ID", "MAX_GPUS",
-           "MAX_SLOTS", "MAX_THREADS", "MAX_MEMORY_MB", "MAX_WORK_MULTIPLIER",
+           "MAX_SLOTS", "MAX_THREADS", "MIN_MEMORY_MB", "MAX_MEMORY_MB",
+           "DEFAULT_TASK_HEAP_MB", "DEFAULT_MANAGED_MB", "MAX_WORK_MULTIPLIER",
            "MAX_TASKMANAGERS", "MAX_SPEC_BYTES", "PlainYamlLoader", "PlainYamlError",
            "parse_plain_yaml", "read_plain_yaml", "NODE_ID_PATTERN"]
 
@@ -87,6 +88,8 @@ MAX_CPU_ID = MAX_CPU_CORES - 1  # cpu_affinity entries are CPU ids 0 .. MAX_CPU_
 MAX_GPUS = 1024                 # gpu_ids entries per node, each an index 0 .. MAX_GPUS - 1
 MAX_SLOTS = 4096
 MAX_THREADS = 4096
+MIN_MEMORY_MB = 64                # task_heap_mb / managed_mb: the least a TaskManager starts with
+DEFAULT_TASK_HEAP_MB = DEFAULT_MANAGED_MB = 256   # what a spec that leaves them out gets
 MAX_MEMORY_MB = 16 * 1024 * 1024  # task_heap_mb / managed_mb: 16 TiB in MiB
 MAX_WORK_MULTIPLIER = 1000.0    # emulated slowness (the shipped specs use 1 and 2)
 MAX_TASKMANAGERS = 1024
@@ -167,8 +170,8 @@ class TaskManagerSpec(BaseModel):
                                    "times, to emulate a slower device")
     slots: int = Field(2, ge=1, le=MAX_SLOTS,
                        description="amount of the node's external resource")
-    task_heap_mb: int = Field(256, ge=64, le=MAX_MEMORY_MB)
-    managed_mb: int = Field(256, ge=64, le=MAX_MEMORY_MB)
+    task_heap_mb: int = Field(DEFAULT_TASK_HEAP_MB, ge=MIN_MEMORY_MB, le=MAX_MEMORY_MB)
+    managed_mb: int = Field(DEFAULT_MANAGED_MB, ge=MIN_MEMORY_MB, le=MAX_MEMORY_MB)
     threads: int = Field(1, ge=1, le=MAX_THREADS,
                          description="OMP/MKL/torch threads of its Python workers")
     labels: list[str] = Field(default_factory=list)

@@ -38,10 +38,11 @@ from pathlib import Path
 import yaml
 
 from workload.catalog import APPLICATIONS, STAGE_TYPES
+from workload.limits import short_repr
 from workload.model import ComputingUnit, GpuSpec, NodeSpec, Task
 
 __all__ = ["StageCost", "Calibration", "load_calibration", "gpu_spec_speed", "CostModel",
-           "calibrated_gpu_models"]
+           "calibrated_gpu_models", "check_gpu_model"]
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,19 @@ def _shipped_gpu_speeds() -> dict[str, float]:
 def calibrated_gpu_models() -> tuple[str, ...]:
     """The GPU models the shipped calibration knows (a GpuSpec of one needs no speed)."""
     return tuple(sorted(_shipped_gpu_speeds()))
+
+
+def check_gpu_model(name) -> str:
+    """``name`` when the shipped calibration knows it: the one check of a ``gpu_model`` setting
+    (the hook's, the service's, a router node's), so each prices a GPU the same way.
+
+    >>> check_gpu_model("t4")
+    't4'
+    """
+    if not isinstance(name, str) or name not in _shipped_gpu_speeds():
+        raise ValueError(f"gpu_model must be one of the calibration's GPU models "
+                         f"{list(calibrated_gpu_models())}, got {short_repr(name)}")
+    return name
 
 
 def gpu_spec_speed(gpu: GpuSpec, calibration: Calibration | None = None) -> float:

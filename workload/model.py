@@ -31,6 +31,7 @@ from workload.catalog import app_ids
 __all__ = ["Task", "GpuSpec", "NodeSpec", "ClusterSpec", "NodeState", "Observation", "Decision",
            "Transition", "Policy", "Stage", "ComputingUnit", "Assignment", "NodeScheduler",
            "NODE_STATE_FIELDS", "offered_nodes", "taskmanager_node", "taskmanager_memory_gb",
+           "heap_and_managed_gb",
            "DEFAULT_GPU_MODEL", "SPEC_GPU_MEMORY_GB"]
 
 
@@ -169,12 +170,22 @@ SPEC_GPU_MEMORY_GB = 16.0
 MAX_NODE_GPUS = 1024
 
 
+def heap_and_managed_gb(task_heap_mb: float, managed_mb: float) -> float:
+    """The host memory the cost model gives a TaskManager: its task heap and managed memory
+    (its Python workers draw on managed memory), in GB. The one rule for a cluster spec's node
+    and for a TaskManager REST describes.
+
+    >>> heap_and_managed_gb(384, 640)
+    1.0
+    """
+    return (task_heap_mb + managed_mb) / 1024
+
+
 def taskmanager_memory_gb(taskmanager) -> float:
-    """The host memory the cost model gives a cluster spec's TaskManager: its task heap and
-    managed memory (its Python workers draw on managed memory), in GB; 256 MB each when the
-    spec leaves them out."""
-    return (getattr(taskmanager, "task_heap_mb", 256) + getattr(taskmanager, "managed_mb", 256)) \
-        / 1024
+    """:func:`heap_and_managed_gb` of a cluster spec's TaskManager (its fields default to the
+    spec's ``DEFAULT_TASK_HEAP_MB`` / ``DEFAULT_MANAGED_MB``, 256 MB each)."""
+    return heap_and_managed_gb(getattr(taskmanager, "task_heap_mb", 256),
+                               getattr(taskmanager, "managed_mb", 256))
 
 
 def taskmanager_node(node_id: str, cpu_cores: float, *, gpus: int = 0, memory_gb: float = 16.0,

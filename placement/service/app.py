@@ -55,8 +55,8 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from placement.cost_snapshot import cost_snapshot
 from placement.ldwp.modelfile import ModelFileError
 from placement.service.feedback import FeedbackConsumer, FeedbackIngest, consumer_config
-from placement.service.flink_rest import (FlinkRestClient, FlinkRestError, FlinkUnreachable,
-                                          registered_gpus, registered_memory_mb)
+from placement.service.flink_rest import (MAX_TASKMANAGER_SLOTS, FlinkRestClient, FlinkRestError,
+                                          FlinkUnreachable, registered_taskmanager)
 from placement.service.interleaved_trial import candidate_trial
 from placement.service.http_limits import (MAX_BODY_BYTES, BodySizeLimit, bounded_echo,
                                            text_safe)
@@ -106,10 +106,9 @@ def node_capacities(cluster_spec) -> list[NodeCapacity]:
             for tm in cluster_spec.taskmanagers]
 
 
-#: Most TaskManagers, and the longest id, taken from Flink's REST answer for the plan (as the
-#: hook's pyflink_jobs.live_cluster reads them)
+#: Most TaskManagers taken from Flink's REST answer for the plan (as the hook's
+#: pyflink_jobs.live_cluster reads them)
 MAX_UNLISTED_NODES = 1024
-MAX_NODE_ID_CHARS = 200
 
 
 def unlisted_capacities(taskmanagers, listed) -> list[NodeCapacity]:
@@ -121,21 +120,15 @@ def unlisted_capacities(taskmanagers, listed) -> list[NodeCapacity]:
     Flink's generated ids are not), is skipped; at most :data:`MAX_UNLISTED_NODES`, by id."""
     from workload.cluster_spec import NODE_ID_PATTERN
     listed, out = set(listed), {}
-    for tm in list(taskmanagers or ())[:MAX_UNLISTED_NODES]:
-        node = tm.get("id") if isinstance(tm, dict) else None
-        if (not isinstance(node, str) or len(node) > MAX_NODE_ID_CHARS or node in listed
-                or node in out or not NODE_ID_PATTERN.fullmatch(node)):
+    for tm in map(registered_taskmanager, list(taskmanagers or ())[:MAX_UNLISTED_NODES]):
+        if (tm is None or tm.node_id in listed or tm.node_id in out
+                or not NODE_ID_PATTERN.fullmatch(tm.node_id)):
             continue
-        hardware = tm.get("hardware") if isinstance(tm.get("hardware"), dict) else {}
-        extended = tm.get("extended_resources")
-        own = finite_real(extended.get(node)) if isinstance(extended, dict) else None
-        slots = own if own is not None and own >= 1 else finite_real(tm.get("slots"))
-        cores = finite_real(hardware.get("cpuCores"))
-        cores = 1.0 if cores is None else min(4096.0, max(1.0, cores))
-        slots = 1 if slots is None else int(min(1024.0, max(1.0, slots)))
+        slots = int(min(MAX_TASKMANAGER_SLOTS, tm.own_resource)) if tm.own_resource >= 1 \
+            else tm.slots
         # GPUs count as units, as node_capacities counts a spec's
-        out[node] = NodeCapacity(node, cores + registered_gpus(tm.get("resources")), slots,
-                                 cores)
+        out[tm.node_id] = NodeCapacity(tm.node_id, float(tm.cpu_cores + tm.gpus), slots,
+                                       float(tm.cpu_cores))
     return [out[node] for node in sorted(out)]
 
 
@@ -815,8 +808,8 @@ def spec_of_live_cluster(spec, taskmanagers) -> tuple[object, str]:
     """(the spec to serve, a note): ``spec`` (a LocalClusterSpec) as it is, unless Flink lists
     TaskManagers (``FlinkRestClient.taskmanagers()``; None: not reachable) and none of them is
     one of its nodes; then a spec of those TaskManagers as REST describes them (cores and
-    slots from :func:`unlisted_capacities`; GPUs and memory by ``flink_rest.registered_gpus``
-    / ``registered_memory_mb``), the rule the hook follows for its own nodes
+    slots from :func:`unlisted_capacities`; GPUs and memory as
+    ``flink_rest.registered_taskmanager`` reads them), the rule the hook follows for its own nodes
     (``pyflink_jobs.live_cluster``). Only for a spec nobody chose (``"default"``): the caller
     decides that."""
     from workload.cluster_spec import LocalClusterSpec
@@ -827,15 +820,15 @@ def spec_of_live_cluster(spec, taskmanagers) -> tuple[object, str]:
     live = unlisted_capacities(taskmanagers, listed)
     if not live:
         return spec, ""
-    resources = {tm["id"]: tm.get("resources") for tm in taskmanagers
-                 if isinstance(tm, dict) and isinstance(tm.get("id"), str)}
+    registered = {tm.node_id: tm for tm in map(registered_taskmanager, taskmanagers)
+                  if tm is not None}
 
     def described(c: NodeCapacity) -> dict:   # GPUs and memory as the hook reads them
-        total = resources.get(c.node_id)
-        memory = registered_memory_mb(total)
+        tm = registered[c.node_id]
         return {"id": c.node_id, "cpu_cores": c.cores, "slots": c.slots,
-                "gpu_ids": list(range(registered_gpus(total))),
-                **({"task_heap_mb": memory[0], "managed_mb": memory[1]} if memory else {})}
+                "gpu_ids": list(range(tm.gpus)),
+                **({"task_heap_mb": tm.memory_mb[0], "managed_mb": tm.memory_mb[1]}
+                   if tm.memory_mb else {})}
 
     return LocalClusterSpec.model_validate({
         "taskmanagers": [described(c) for c in live],

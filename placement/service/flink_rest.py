@@ -38,12 +38,18 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass, field
 
+from workload.cluster_spec import (DEFAULT_MANAGED_MB, DEFAULT_TASK_HEAP_MB, MAX_MEMORY_MB,
+                                   MIN_MEMORY_MB)
 from workload.limits import finite_real
+from workload.model import MAX_NODE_GPUS, heap_and_managed_gb
 
 __all__ = ["FlinkRestClient", "FlinkUnreachable", "FlinkRestError", "DEFAULT_TIMEOUT_S",
-           "MAX_METRICS_QUERY_CHARS", "GPU_RESOURCE", "registered_gpus", "registered_memory_gb",
-           "registered_memory_mb"]
+           "MAX_METRICS_QUERY_CHARS", "GPU_RESOURCE", "registered_gpus",
+           "registered_memory_mb", "RegisteredTaskManager", "registered_taskmanager",
+           "listed_taskmanager", "MAX_TASKMANAGER_ID_CHARS", "MAX_TASKMANAGER_CORES",
+           "MAX_TASKMANAGER_SLOTS"]
 
 #: Seconds one request may take unless the client or the call says otherwise: the service polls
 #: on its request path, so a JobManager that hangs must cost it about a second, not minutes.
@@ -62,16 +68,11 @@ MAX_METRICS_QUERY_CHARS = 3000
 #: The external resource Flink's GPU plugin declares (``external-resources: gpu``, amount the
 #: TaskManager's GPUs): how REST tells a TaskManager's GPUs
 GPU_RESOURCE = "gpu"
-#: Most GPUs believed of one TaskManager (``workload.model.MAX_NODE_GPUS``)
-MAX_REGISTERED_GPUS = 1024
-#: Task heap and managed memory believed of one TaskManager, each, in MB (REST's unit; the
-#: cluster spec's bounds)
-MIN_REGISTERED_MB, MAX_REGISTERED_MB = 64, 16 * 1024 * 1024
 
 
 def registered_gpus(total_resource) -> int:
     """The GPUs a TaskManager declares through Flink's GPU plugin (``totalResource`` of
-    ``GET /taskmanagers``: ``extendedResources.gpu``), whole, in [0, MAX_REGISTERED_GPUS]; 0
+    ``GET /taskmanagers``: ``extendedResources.gpu``), whole, in [0, MAX_NODE_GPUS]; 0
     when it declares none or not a number. What the hook's routers and the placement service
     both read of a TaskManager no cluster spec describes.
 
@@ -81,7 +82,7 @@ def registered_gpus(total_resource) -> int:
     extended = total_resource.get("extendedResources") if isinstance(total_resource, dict) \
         else None
     amount = finite_real(extended.get(GPU_RESOURCE)) if isinstance(extended, dict) else None
-    return 0 if amount is None else int(min(MAX_REGISTERED_GPUS, max(0.0, amount)))
+    return 0 if amount is None else int(min(MAX_NODE_GPUS, max(0.0, amount)))
 
 
 def registered_memory_mb(total_resource) -> tuple[int, int] | None:
@@ -92,20 +93,100 @@ def registered_memory_mb(total_resource) -> tuple[int, int] | None:
     numbers = [finite_real(total_resource.get(key)) for key in ("taskHeapMemory", "managedMemory")]
     if any(n is None for n in numbers):
         return None
-    heap, managed = (int(min(MAX_REGISTERED_MB, max(MIN_REGISTERED_MB, n))) for n in numbers)
+    heap, managed = (int(min(MAX_MEMORY_MB, max(MIN_MEMORY_MB, n))) for n in numbers)
     return heap, managed
 
 
-def registered_memory_gb(total_resource, default: float = 16.0) -> float:
-    """A TaskManager's host memory for the cost model by the cluster spec's rule (task heap +
-    managed memory, ``workload.model.taskmanager_memory_gb``) from REST's ``totalResource``;
-    ``default`` when REST does not say.
+#: Longest TaskManager id believed (Flink's generated ones are about 40 characters)
+MAX_TASKMANAGER_ID_CHARS = 200
+#: Most CPU cores and task slots believed of one TaskManager (REST's numbers are hints for
+#: the cost model and the plan, not trusted sizes)
+MAX_TASKMANAGER_CORES, MAX_TASKMANAGER_SLOTS = 4096, 1024
 
-    >>> registered_memory_gb({"taskHeapMemory": 384, "managedMemory": 640})
-    1.0
+
+def _mapping(value) -> dict:
+    """A field that is not a JSON object reads as empty."""
+    return value if isinstance(value, dict) else {}
+
+
+def listed_taskmanager(entry) -> dict | None:
+    """One entry of ``GET /taskmanagers`` as :meth:`FlinkRestClient.taskmanagers` gives it
+    (``{id, slots, free_slots, resources, free, extended_resources, data_port, hardware,
+    last_heartbeat_ms}``); None when the entry is not a JSON object."""
+    if not isinstance(entry, dict):
+        return None
+    total = _mapping(entry.get("totalResource"))
+    return {"id": entry.get("id"), "slots": entry.get("slotsNumber"),
+            "free_slots": entry.get("freeSlots"), "resources": total,
+            "free": _mapping(entry.get("freeResource")),
+            "extended_resources": _mapping(total.get("extendedResources")),
+            "data_port": entry.get("dataPort"), "hardware": _mapping(entry.get("hardware")),
+            "last_heartbeat_ms": entry.get("timeSinceLastHeartbeat")}
+
+
+@dataclass(frozen=True)
+class RegisteredTaskManager:
+    """What streamplace believes of one registered TaskManager, each number checked and
+    bounded: the one reading of REST's answer that the hook (``pyflink_jobs.live_cluster``)
+    and the placement service (``/plan``, the spec of a cluster it was not told about) share,
+    so both place on the same cluster. Made by :func:`registered_taskmanager`."""
+
+    node_id: str
+    cpu_cores: int = 1          # REST's hardware.cpuCores, whole, in [1, MAX_TASKMANAGER_CORES]
+    slots: int = 1              # its task slots, in [1, MAX_TASKMANAGER_SLOTS]
+    gpus: int = 0               # Flink's GPU plugin's "gpu" resource (registered_gpus)
+    memory_mb: tuple[int, int] | None = None   # (task heap, managed) (registered_memory_mb)
+    #: its external resources' amounts, finite and >= 0 (others are left out)
+    resources: dict[str, float] = field(default_factory=dict)
+
+    def resource(self, name: str) -> float:
+        """The amount of the external resource ``name`` it declares (0: none)."""
+        return self.resources.get(name, 0.0)
+
+    @property
+    def own_resource(self) -> float:
+        """The external resource named after its id: what pins the hook's executors there."""
+        return self.resource(self.node_id)
+
+    @property
+    def memory_gb(self) -> float:
+        """Host memory for the cost model by the cluster spec's rule; when REST is silent, the
+        spec's default heap and managed memory, as a spec made of this TaskManager has."""
+        return heap_and_managed_gb(*(self.memory_mb or (DEFAULT_TASK_HEAP_MB, DEFAULT_MANAGED_MB)))
+
+
+def registered_taskmanager(listed) -> RegisteredTaskManager | None:
+    """A :func:`listed_taskmanager` entry (``FlinkRestClient.taskmanagers()``) as a
+    :class:`RegisteredTaskManager`; None when it is not one: not an object, or an id that is
+    not a non-empty string of at most :data:`MAX_TASKMANAGER_ID_CHARS` characters. A number
+    REST leaves out or garbles takes its default; one out of range is clamped.
+
+    >>> tm = registered_taskmanager(listed_taskmanager({"id": "tm_a", "slotsNumber": 2,
+    ...     "hardware": {"cpuCores": 8}, "totalResource": {"extendedResources": {"tm_a": 2}}}))
+    >>> tm.cpu_cores, tm.slots, tm.own_resource, tm.gpus
+    (8, 2, 2.0, 0)
     """
-    memory = registered_memory_mb(total_resource)
-    return default if memory is None else sum(memory) / 1024
+    if not isinstance(listed, dict):
+        return None
+    node_id = listed.get("id")
+    if not isinstance(node_id, str) or not node_id or len(node_id) > MAX_TASKMANAGER_ID_CHARS:
+        return None
+
+    def bounded(value, low: float, high: float, default: float) -> float:
+        number = finite_real(value)
+        return default if number is None else min(high, max(low, number))
+
+    total = _mapping(listed.get("resources"))
+    amounts = {name: finite_real(amount)
+               for name, amount in _mapping(listed.get("extended_resources")).items()}
+    return RegisteredTaskManager(
+        node_id,
+        cpu_cores=int(bounded(_mapping(listed.get("hardware")).get("cpuCores"), 1.0,
+                              MAX_TASKMANAGER_CORES, 1.0)),
+        slots=int(bounded(listed.get("slots"), 1.0, MAX_TASKMANAGER_SLOTS, 1.0)),
+        gpus=registered_gpus(total), memory_mb=registered_memory_mb(total),
+        resources={name: max(0.0, amount) for name, amount in amounts.items()
+                   if isinstance(name, str) and amount is not None})
 
 
 class FlinkUnreachable(ConnectionError):
@@ -221,23 +302,11 @@ class FlinkRestClient:
         data_port, hardware, extended_resources}`` (``resources``/``free``: Flink's
         totalResource/freeResource; ``extended_resources``: external resources such as the
         per-node one the placement plan uses, e.g. ``{"tm_a": 4.0}``)."""
-        def mapping(value) -> dict:   # a field that is not an object reads as empty
-            return value if isinstance(value, dict) else {}
-
-        out = []
         answer = self.get("/taskmanagers")
         entries = answer.get("taskmanagers") if isinstance(answer, dict) else None
-        for tm in entries if isinstance(entries, list) else []:
-            if not isinstance(tm, dict):   # not a TaskManager's entry: not one
-                continue
-            total = mapping(tm.get("totalResource"))
-            out.append({"id": tm.get("id"), "slots": tm.get("slotsNumber"),
-                        "free_slots": tm.get("freeSlots"), "resources": total,
-                        "free": mapping(tm.get("freeResource")),
-                        "extended_resources": mapping(total.get("extendedResources")),
-                        "data_port": tm.get("dataPort"), "hardware": mapping(tm.get("hardware")),
-                        "last_heartbeat_ms": tm.get("timeSinceLastHeartbeat")})
-        return out
+        # an entry that is not a TaskManager's object is not one
+        return [tm for tm in map(listed_taskmanager, entries if isinstance(entries, list) else [])
+                if tm is not None]
 
     def jobs(self) -> list[dict]:
         """``{jid, name, state, start-time, ...}`` for every job the JobManager knows."""

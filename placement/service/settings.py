@@ -161,11 +161,8 @@ class ServiceSettings(BaseModel):
     @field_validator("gpu_model")
     @classmethod
     def _calibrated_gpu(cls, value: str) -> str:
-        from workload.estimates import calibrated_gpu_models
-        if value not in calibrated_gpu_models():   # as the hook's gpu_model
-            raise ValueError(f"gpu_model must be one of the calibration's GPU models "
-                             f"{list(calibrated_gpu_models())}, got {value!r}")
-        return value
+        from workload.estimates import check_gpu_model
+        return check_gpu_model(value)
 
     @field_validator("policy")
     @classmethod

@@ -63,11 +63,26 @@ def test_a_gpu_host_counts_its_gpus_as_units_and_runs_gpu_stages_faster():
 
 
 @pytest.mark.parametrize("bad", ["h100-unknown", "", 5, None])
-def test_an_unknown_gpu_model_is_refused_by_both(bad):
-    with pytest.raises(ValueError, match="gpu_model"):
-        HookSettings(gpu_model=bad)
-    with pytest.raises(ValueError, match="gpu_model"):
-        ServiceSettings(gpu_model=bad)
+def test_an_unknown_gpu_model_is_refused_by_all_three_alike(bad):
+    """The hook, the service and a router node with GPUs apply one check: one message for a
+    name (pydantic refuses a value that is not a string before the check runs)."""
+    messages = []
+    for make in (lambda: HookSettings(gpu_model=bad), lambda: ServiceSettings(gpu_model=bad),
+                 lambda: RouterNode("tm_x", gpus=1, gpu_model=bad)):
+        with pytest.raises(ValueError, match="gpu_model") as caught:
+            make()
+        messages.append(str(caught.value))
+    if isinstance(bad, str):
+        hook, service, router = messages
+        assert "must be one of the calibration's GPU models" in hook
+        assert hook in service and hook in router   # pydantic and RouterNode add a prefix
+
+
+@pytest.mark.parametrize("known", ["t4", "v100"])
+def test_a_calibrated_gpu_model_is_taken_by_all_three(known):
+    assert HookSettings(gpu_model=known).gpu_model == known
+    assert ServiceSettings(gpu_model=known).gpu_model == known
+    assert RouterNode("tm_x", gpus=1, gpu_model=known).spec().gpus[0].model == known
 
 
 @pytest.mark.parametrize("field, value", [
@@ -139,14 +154,52 @@ def test_the_hook_and_the_service_read_a_live_cluster_alike():
     assert (len(gpu_node.gpus), gpu_node.host_memory_gb) == (2, 3.0)
 
 
+HOSTILE_ENTRIES = [
+    _rest_entry("edge_a", gpus=float("nan"), heap=float("inf"), managed=256, cores=2.5),
+    _rest_entry("edge_b", gpus=10**400, heap=-1, managed=10**400, cores=10**9),
+    {**_rest_entry("edge_c", gpus="2"), "hardware": "eight", "slotsNumber": float("nan")},
+    {**_rest_entry("edge_d"), "totalResource": {"extendedResources": {"edge_d": -3.0,
+                                                                      "gpu": True}}},
+]
+
+
+def test_the_hook_and_the_service_read_hostile_taskmanagers_alike():
+    """One reading of REST (``flink_rest.registered_taskmanager``) for both: garbled, huge and
+    negative numbers give the same cores, GPUs, memory and own resource to the hook's
+    LiveTaskManagers and to the service's plan and spec."""
+    from placement.service.app import spec_of_live_cluster, unlisted_capacities
+    from placement.service.flink_rest import FlinkRestClient
+    from pyflink_jobs.live_cluster import live_taskmanagers_from
+
+    answer = {"taskmanagers": HOSTILE_ENTRIES}
+    hook = {tm.node_id: tm for tm in live_taskmanagers_from(answer)}
+    client = FlinkRestClient("http://127.0.0.1:9")
+    client.get = lambda path: answer
+    listed = client.taskmanagers()
+    plan = {c.node_id: c for c in unlisted_capacities(listed, ["tm_a"])}
+    spec, _ = spec_of_live_cluster(load_cluster_spec("default"), listed)
+    served = {tm.id: tm for tm in spec.taskmanagers}
+    assert set(hook) == set(plan) == set(served) == {"edge_a", "edge_b", "edge_c", "edge_d"}
+    for node, tm in hook.items():
+        assert tm.cpu_cores == plan[node].cores == served[node].cpu_cores
+        assert tm.gpus == len(served[node].gpu_ids)
+        assert tm.memory_gb == pytest.approx(
+            (served[node].task_heap_mb + served[node].managed_mb) / 1024)
+    assert (hook["edge_a"].cpu_cores, hook["edge_b"].cpu_cores, hook["edge_c"].cpu_cores) == (
+        2, 4096, 1)
+    assert hook["edge_b"].gpus == 1024 and hook["edge_d"].gpus == 0
+    assert hook["edge_d"].own_resource == 0.0 and plan["edge_d"].slots == 2   # its task slots
+    assert plan["edge_c"].slots == 2   # its own resource (2.0), not its garbled slot count
+
+
 @pytest.mark.parametrize("gpus, heap, managed, expected", [
-    (None, None, None, (0, 16.0)),                 # REST says nothing: the defaults
+    (None, None, None, (0, 0.5)),   # REST says nothing: the spec's 256 + 256 MB (the service's)
     (1.0, 256, 256, (1, 0.5)),
     (2.7, 256, 256, (2, 0.5)),                     # a fractional amount: whole GPUs
-    (float("nan"), float("inf"), 256, (0, 16.0)),  # not finite: nothing believed
+    (float("nan"), float("inf"), 256, (0, 0.5)),   # not finite: nothing believed
     (-4.0, -1, 256, (0, (64 + 256) / 1024)),        # below the bounds: clamped
     (10**400, 10**400, 10**400, (1024, 2 * 16 * 1024 * 1024 / 1024)),   # past them: clamped
-    ("2", "256", 256, (0, 16.0)), (True, True, 256, (0, 16.0)),         # not numbers
+    ("2", "256", 256, (0, 0.5)), (True, True, 256, (0, 0.5)),           # not numbers
 ])
 def test_registered_gpus_and_memory_are_bounded(gpus, heap, managed, expected):
     from pyflink_jobs.live_cluster import live_taskmanagers_from
