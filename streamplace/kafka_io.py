@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -188,7 +189,9 @@ def read_topic(config: StreamplaceConfig, topic: str, record_name: str | None,
 
     consumer = Consumer({
         "bootstrap.servers": config.kafka.bootstrap_servers,
-        "group.id": group_id or f"streamplace-reader-{time.time_ns()}",
+        # a group of its own: two reads started in the same nanosecond (threads) must not
+        # share partitions
+        "group.id": group_id or f"streamplace-reader-{uuid.uuid4().hex}",
         "auto.offset.reset": "earliest", "enable.auto.commit": False,
         "isolation.level": "read_committed"})
     report = ReadReport()

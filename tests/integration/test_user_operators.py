@@ -20,6 +20,7 @@ import json
 import random
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -165,8 +166,11 @@ def _run_example(stack_config, cluster, example: str, tmp_name: str):
     try:
         for job_id in jobs.values():
             cluster.wait_job_state(job_id, {"RUNNING"}, timeout_s=180)
-        run["plain"] = _read_strings(cfg, out["plain"], len(clean))
-        run["hooked"] = _read_strings(cfg, out["hooked"], len(clean))
+        # both outputs read at once: each read waits 5 s after its last record for duplicates
+        with ThreadPoolExecutor(2) as pool:
+            plain, hooked = (pool.submit(_read_strings, cfg, out[kind], len(clean))
+                             for kind in ("plain", "hooked"))
+            run["plain"], run["hooked"] = plain.result(), hooked.result()
         run["states"] = {k: cluster.job(j)["state"] for k, j in jobs.items()}
         for kind in ("plain", "hooked"):
             cluster.cancel_job(jobs.pop(kind))
@@ -176,9 +180,11 @@ def _run_example(stack_config, cluster, example: str, tmp_name: str):
         # every bad_every-th record of the mixed input makes the operator raise
         run["bad"] = [raw_id(r) for i, r in enumerate(mixed) if i % bad_every == bad_every - 1]
         bad = run["bad"]
-        run["mixed_out"] = _read_strings(cfg, out["mixed"], len(mixed) - len(bad))
-        run["dead"] = read_topic(cfg, dlq["mixed"], "DeadLetter", expected=len(bad),
-                                 timeout_s=120, settle_s=5).records
+        with ThreadPoolExecutor(2) as pool:
+            mixed_out = pool.submit(_read_strings, cfg, out["mixed"], len(mixed) - len(bad))
+            dead = pool.submit(read_topic, cfg, dlq["mixed"], "DeadLetter", expected=len(bad),
+                               timeout_s=120, settle_s=5)
+            run["mixed_out"], run["dead"] = mixed_out.result(), dead.result().records
         run["states"]["mixed"] = cluster.job(jobs["mixed"])["state"]
         run["counts"] = _per_node_counts(cluster, jobs["mixed"], len(mixed))
         run["where"] = {}

@@ -71,7 +71,9 @@ SCENARIOS = [
     # Equal fits (both 16 GB, idle): the shorter predicted time wins (V100 104 ms < P100 191 ms).
     pytest.param("schedtune", {}, [gpu(0, "p100", 16384), gpu(1, "v100", 16384)],
                  [st("face_detection", size=100_000_000)],
-                 {"t1/face_detection": ("gpu:1", "est 104 ms, fastest of 2 equal fits")},
+                 # the v100's estimate is 104 ms at Gavel's speeds, 245 ms at the calibration's
+                 # alone (a machine without the data): the faster GPU either way
+                 {"t1/face_detection": ("gpu:1", "fastest of 2 equal fits")},
                  id="equal-fits-go-to-the-faster-gpu"),
     pytest.param("fcfs", {}, [gpu(0, "p100", 16384), gpu(1, "v100", 16384)],
                  [st("face_detection", size=100_000_000)],
