@@ -79,11 +79,12 @@ def test_the_shipped_model_is_not_behind_its_prior_on_a_short_burst_of_unused_se
     model = str(shipped_model("residual"))
     ratios = [run_one((model, 300, seed))["throughput_per_min"]
               / run_one(("mct", 300, seed))["throughput_per_min"] for seed in range(4001, 4005)]
-    # The model trained where the simulator's GPU speeds are Gavel's per-job ones (a V100 8.8x
-    # a K80 on face detection). Without the Gavel file they are the calibration's (3.7x): a
-    # simulator it never saw, where its corrections for the V100 nodes overshoot (measured
-    # 2026-12-07: mean 0.970, rounds 0.93-1.02; 1.005 with the file), so the guard is looser
-    # there: no collapse, not parity.
+    # The model trained where two stages sharing a GPU slow each other as Gavel measured. The
+    # paper cluster's P4 and K80 speeds are the same without the Gavel file, but the co-run
+    # slowdowns then come from a generated table (a similar median, 0.52 against 0.53 of a
+    # stage's rate on a K80, another pattern per pair): a simulator it never saw, where its
+    # corrections miss (measured 2026-12-07: mean 0.970, seeds 0.93-1.02; 1.005 with the
+    # file), so the guard is looser there: no collapse, not parity.
     trained_here = CostModel().colocation is not None
     assert sum(ratios) / len(ratios) >= (0.97 if trained_here else 0.95), ratios
     assert min(ratios) >= 0.9, ratios
