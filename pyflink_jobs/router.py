@@ -83,16 +83,13 @@ class RouterNode:
     def __post_init__(self) -> None:
         # checked where the node is made (the job's submission), not in the router's open() on
         # a TaskManager, where a bad number failed the job again at every restart
+        from workload.estimates import check_gpu_model
         try:
+            if self.gpus:   # a node without GPUs never reads its gpu_model
+                check_gpu_model(self.gpu_model)
             self.spec()
         except (TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"RouterNode {short_repr(self.node_id)}: {exc}") from None
-        if self.gpus:
-            from workload.estimates import check_gpu_model
-            try:
-                check_gpu_model(self.gpu_model)
-            except ValueError as exc:
-                raise ValueError(f"RouterNode {short_repr(self.node_id)}: {exc}") from None
 
     def spec(self) -> NodeSpec:
         """The cost model's view of this node, by the placement service's rule

@@ -43,7 +43,7 @@ from typing import Literal
 from workload.cluster_spec import (DEFAULT_LINK_MBPS, ISOLATION_MODES, LocalClusterSpec,
                                    TaskManagerSpec)
 from workload.estimates import Calibration, load_calibration
-from workload.model import ClusterSpec, GpuSpec, NodeSpec
+from workload.model import SPEC_GPU_MEMORY_GB, ClusterSpec, GpuSpec, NodeSpec, parse_gpu_model
 
 __all__ = ["cluster_from_spec", "node_from_taskmanager", "hidden_task_type_factors",
            "DEFAULT_GPU_MODEL", "VIEWS"]
@@ -95,11 +95,16 @@ def node_from_taskmanager(tm: TaskManagerSpec, isolation: str = "host", view: st
     gpus: tuple[GpuSpec, ...] = ()
     if tm.gpu_ids:
         models = (calibration or load_calibration()).gpu_models
-        if gpu_model not in models:
+        try:
+            model, gpu_speed = parse_gpu_model(gpu_model)
+        except ValueError as exc:
+            raise ValueError(f"{tm.id}: {exc}") from None
+        if model not in models and gpu_speed is None:
             raise ValueError(f"{tm.id}: GPU model {gpu_model!r} is not in the calibration "
-                             f"(known: {sorted(models)})")
-        gpus = tuple(GpuSpec(gpu_model, float(models[gpu_model]["memory_gb"]))
-                     for _ in tm.gpu_ids)
+                             f"(known: {sorted(models)}); give its speed as "
+                             f"'{model}:<speed>'")
+        memory_gb = float(models[model]["memory_gb"]) if model in models else SPEC_GPU_MEMORY_GB
+        gpus = tuple(GpuSpec(model, memory_gb, gpu_speed) for _ in tm.gpu_ids)
     return NodeSpec(tm.id, cores, memory_mb / 1024.0, gpus, cpu_speed=speed, uplink_mbps=up,
                     downlink_mbps=down, labels=tuple(tm.labels))
 

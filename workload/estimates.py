@@ -39,7 +39,7 @@ import yaml
 
 from workload.catalog import APPLICATIONS, STAGE_TYPES
 from workload.limits import short_repr
-from workload.model import ComputingUnit, GpuSpec, NodeSpec, Task
+from workload.model import ComputingUnit, GpuSpec, NodeSpec, Task, parse_gpu_model
 
 __all__ = ["StageCost", "Calibration", "load_calibration", "gpu_spec_speed", "CostModel",
            "calibrated_gpu_models", "check_gpu_model"]
@@ -143,15 +143,26 @@ def calibrated_gpu_models() -> tuple[str, ...]:
 
 
 def check_gpu_model(name) -> str:
-    """``name`` when the shipped calibration knows it: the one check of a ``gpu_model`` setting
-    (the hook's, the service's, a router node's), so each prices a GPU the same way.
+    """``name`` when it is a GPU model the shipped calibration knows, or any model with its
+    speed (``"h100:9.5"``, :func:`workload.model.parse_gpu_model`): the one check of a
+    ``gpu_model`` setting (the hook's, the service's, a router node's), so each prices a GPU
+    the same way.
 
-    >>> check_gpu_model("t4")
-    't4'
+    >>> check_gpu_model("t4"), check_gpu_model("h100:9.5")
+    ('t4', 'h100:9.5')
     """
-    if not isinstance(name, str) or name not in _shipped_gpu_speeds():
+    try:
+        model, speed = parse_gpu_model(name)
+    except ValueError as exc:
+        model, speed, problem = None, None, f" ({exc})"
+    else:
+        problem = ""
+    if model is None or (speed is None and model not in _shipped_gpu_speeds()):
         raise ValueError(f"gpu_model must be one of the calibration's GPU models "
-                         f"{list(calibrated_gpu_models())}, got {short_repr(name)}")
+                         f"{list(calibrated_gpu_models())}, or any model with its speed "
+                         f"relative to the reference GPU as '<model>:<speed>' (e.g. "
+                         f"'h100:9.5'; the calibration's v100 is 3.7), got "
+                         f"{short_repr(name)}{problem}")
     return name
 
 

@@ -21,7 +21,9 @@ Example::
 
 from __future__ import annotations
 
+import math
 import numbers
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from workload.catalog import app_ids
 __all__ = ["Task", "GpuSpec", "NodeSpec", "ClusterSpec", "NodeState", "Observation", "Decision",
            "Transition", "Policy", "Stage", "ComputingUnit", "Assignment", "NodeScheduler",
            "NODE_STATE_FIELDS", "offered_nodes", "taskmanager_node", "taskmanager_memory_gb",
+           "parse_gpu_model", "MAX_SETTING_GPU_SPEED",
            "heap_and_managed_gb",
            "DEFAULT_GPU_MODEL", "SPEC_GPU_MEMORY_GB"]
 
@@ -168,6 +171,40 @@ DEFAULT_GPU_MODEL = "t4"
 SPEC_GPU_MEMORY_GB = 16.0
 #: Most GPUs one TaskManager may have (a cluster spec's bound on ``gpu_ids``).
 MAX_NODE_GPUS = 1024
+#: Fastest GPU a ``gpu_model`` setting may claim, relative to the reference GPU (a K80 die = 1;
+#: the calibration's V100 is 3.7): far past any GPU made, so only nonsense is refused
+MAX_SETTING_GPU_SPEED = 1000.0
+#: A GPU model's name in a ``gpu_model`` setting
+GPU_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
+
+
+def parse_gpu_model(setting: str) -> tuple[str, float | None]:
+    """(model, speed) of a ``gpu_model`` setting: a model alone (``"v100"``: its calibrated
+    speed, None) or ``"<model>:<speed>"`` (``"h100:9.5"``: that speed relative to the reference
+    GPU, for a model the calibration does not know, or a known one that runs faster). Which
+    models are calibrated is :func:`workload.estimates.check_gpu_model`'s to say; ValueError
+    for a setting that is neither shape.
+
+    >>> parse_gpu_model("t4"), parse_gpu_model("h100:9.5")
+    (('t4', None), ('h100', 9.5))
+    """
+    if not isinstance(setting, str):
+        raise ValueError(f"a GPU model is a name, got {type(setting).__name__}")
+    name, colon, speed_text = setting.partition(":")
+    if not GPU_MODEL_NAME.fullmatch(name):
+        raise ValueError(f"a GPU model's name is 1-40 letters, digits, '_', '.' or '-', got "
+                         f"{setting[:60]!r}")
+    if not colon:
+        return name, None
+    try:
+        speed = float(speed_text)
+    except ValueError:
+        speed = math.nan
+    if not (math.isfinite(speed) and 0.0 < speed <= MAX_SETTING_GPU_SPEED):
+        raise ValueError(f"the speed after {name!r}: must be a number in (0, "
+                         f"{MAX_SETTING_GPU_SPEED:g}] (relative to the reference GPU), got "
+                         f"{speed_text[:30]!r}")
+    return name, speed
 
 
 def heap_and_managed_gb(task_heap_mb: float, managed_mb: float) -> float:
@@ -213,8 +250,9 @@ def taskmanager_node(node_id: str, cpu_cores: float, *, gpus: int = 0, memory_gb
     if not _finite_positive(work_multiplier):   # max(1.0, NaN) is 1.0: a NaN passed as "1"
         raise ValueError(f"{node_id}: work_multiplier must be a finite positive number, got "
                          f"{work_multiplier!r}")
+    model, speed = parse_gpu_model(gpu_model) if gpus else (gpu_model, None)
     return NodeSpec(node_id, max(1, round(float(cpu_cores))), memory_gb,
-                    gpus=tuple(GpuSpec(gpu_model, SPEC_GPU_MEMORY_GB) for _ in range(gpus)),
+                    gpus=tuple(GpuSpec(model, SPEC_GPU_MEMORY_GB, speed) for _ in range(gpus)),
                     cpu_speed=1.0 / max(1.0, float(work_multiplier)), slots=max(0, int(slots)),
                     uplink_mbps=uplink_mbps, downlink_mbps=downlink_mbps)
 

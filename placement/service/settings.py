@@ -70,8 +70,10 @@ class ServiceSettings(BaseModel):
     # -- cluster and models ----------------------------------------------------------------------
     cluster_spec: str = Field("default", description="cluster spec name (workload/specs) or "
                               "YAML path: node capacities for the plan and the cost model")
-    gpu_model: str = Field("t4", description="calibration GPU model assumed for the spec's "
-                           "GPUs (local cluster specs list GPU ids, not models)")
+    gpu_model: str = Field("t4", description="GPU model assumed for the spec's GPUs (local "
+                           "cluster specs list GPU ids, not models): one the calibration knows, "
+                           "or '<model>:<speed>' for another (speed relative to the reference "
+                           "GPU, e.g. 'h100:9.5')")
     model_dir: Path | None = Field(None, description="where model versions are kept; None: "
                                    "<streamplace home>/models")
     max_models: int = Field(20, ge=1, description="versions kept on disk (oldest pruned)")

@@ -36,7 +36,7 @@ def _view(node) -> tuple:
 
 
 @pytest.mark.parametrize("spec", sorted(shipped_spec_names()))
-@pytest.mark.parametrize("gpu_model", ["t4", "v100"])
+@pytest.mark.parametrize("gpu_model", ["t4", "v100", "h100:9.5"])
 def test_routers_and_service_read_every_shipped_spec_alike(spec, gpu_model):
     service = to_cluster_spec(load_cluster_spec(spec), gpu_model)
     routers = Router(RouterSettings(nodes=nodes_from_cluster_spec(spec, gpu_model),
@@ -76,6 +76,37 @@ def test_an_unknown_gpu_model_is_refused_by_all_three_alike(bad):
         hook, service, router = messages
         assert "must be one of the calibration's GPU models" in hook
         assert hook in service and hook in router   # pydantic and RouterNode add a prefix
+
+
+@pytest.mark.parametrize("bad", ["h100", "h100:", "h100:fast", "h100:0", "h100:-2",
+                                 "h100:inf", "h100:nan", "h100:1e9", ":5", "a b:3", "x" * 41,
+                                 "h100:9.5:1"])
+def test_a_gpu_model_neither_calibrated_nor_with_a_speed_is_refused_by_all_three(bad):
+    for make in (lambda: HookSettings(gpu_model=bad), lambda: ServiceSettings(gpu_model=bad),
+                 lambda: RouterNode("tm_x", gpus=1, gpu_model=bad)):
+        with pytest.raises(ValueError, match="<model>:<speed>"):
+            make()
+
+
+def test_an_uncalibrated_gpu_with_its_speed_is_priced_alike_at_the_routers_and_the_service():
+    """An H100 the calibration does not know, given its speed: the hook's routers and the
+    service build the same node (that GPU at that speed), and the cost model times it by the
+    speed (the reference GPU's profile scaled), so twice the speed halves a GPU stage."""
+    from simulator.from_spec import node_from_taskmanager
+    from workload.model import GpuSpec
+    router = RouterNode("tm_gpu", cpu_cores=4, gpus=2, memory_gb=1.0, gpu_model="h100:9.5")
+    spec = load_cluster_spec("gpu-host")
+    service = to_cluster_spec(spec, ServiceSettings(gpu_model="h100:9.5").gpu_model)
+    with_gpus = next(n for n in service.nodes if n.gpus)
+    assert router.spec().gpus == (GpuSpec("h100", 16.0, 9.5),) * 2
+    assert set(with_gpus.gpus) == {GpuSpec("h100", 16.0, 9.5)}
+    costs = CostModel(colocation=None)
+    stage = "face_detection"
+    assert costs.gpu_ms(stage, 10**6, "h100", 19.0) == pytest.approx(
+        costs.gpu_ms(stage, 10**6, "h100", 9.5) / 2)
+    simulated = node_from_taskmanager(next(tm for tm in spec.taskmanagers if tm.gpu_ids),
+                                      gpu_model="h100:9.5")
+    assert {(g.model, g.speed) for g in simulated.gpus} == {("h100", 9.5)}
 
 
 @pytest.mark.parametrize("known", ["t4", "v100"])
